@@ -1,0 +1,126 @@
+"""The shared per-file analysis: imports, training loops, numpy-valued names."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis
+
+
+def analyse(source: str) -> FileAnalysis:
+    source = textwrap.dedent(source)
+    return FileAnalysis(cst.parse_module(source), source)
+
+
+def test_import_aliases_resolve_to_qualified_names():
+    a = analyse(
+        """
+        import torch as t
+        import torch.nn.functional as F
+        import numpy as np
+        from torch import nn
+        from torch.nn import BatchNorm2d as BN
+        import os.path
+        from . import sibling
+        x = t.nn.Conv2d(1, 2, 3)
+        y = nn.Linear(1, 2)
+        z = BN(4)
+        w = F.relu(x)
+        v = np.zeros(3)
+        """
+    )
+    names = [a.qualified_name(c.func) for c in a.calls]
+    assert names == ["torch.nn.Conv2d", "torch.nn.Linear", "torch.nn.BatchNorm2d", "torch.nn.functional.relu", "numpy.zeros"]
+    assert a.imports["os"] == "os" and "sibling" not in a.imports
+    assert a.module_alias("torch") == "t" and a.module_alias("numpy") == "np"
+
+
+def test_training_loops_are_the_ones_that_step():
+    a = analyse(
+        """
+        def fit(model, optimizer, scheduler, train_loader, epochs):
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    seen = loss.item()
+                scheduler.step()
+                last = loss.item()
+
+        def evaluate(model, val_loader):
+            for x, y in val_loader:
+                out = model(x).item()
+
+        while True:
+            scaler.step(opt)
+            v = value.item()
+        """
+    )
+    outer, inner, val, loop = a.loops
+    assert (outer.is_training, inner.is_training, val.is_training, loop.is_training) == (False, True, False, True)
+    assert inner.iterates_loader and val.iterates_loader and not outer.iterates_loader
+    seen, last, out, v = a.calls_by_name["item"]
+    assert a.training_loop_of(seen) is inner
+    assert a.training_loop_of(last) is None  # once per epoch: not a per-step sync
+    assert a.training_loop_of(out) is None
+    assert a.training_loop_of(v) is loop
+
+
+def test_scheduler_step_is_not_an_optimizer_step():
+    a = analyse(
+        """
+        for batch in data:
+            lr_scheduler.step()
+            sched.step()
+        opt = torch.optim.SGD(params, lr=1)
+        for batch in data:
+            opt.step()
+        """
+    )
+    first, second = a.loops
+    assert not first.is_training and second.is_training
+
+
+def test_numpy_valued_names():
+    a = analyse(
+        """
+        import numpy as np
+        import torch
+
+        frames = np.load("x.npy")
+
+        def f(t: torch.Tensor, n):
+            arr = np.zeros((3, 4), dtype=np.float32)
+            host = t.cpu().numpy()
+            mixed = np.ones(3)
+            mixed = [1, 2]
+            total = np.sum(arr)
+            noise = np.random.randn()
+            batch = np.random.randn(4, 3)
+            view = arr.astype(np.float64)
+            return torch.tensor(arr), torch.tensor(frames)
+        """
+    )
+    f = a.functions[0].node
+    assert a.numpy_names(f) == {"arr", "host", "batch", "view"}
+    assert a.numpy_names(a.module) == {"frames"}
+    call = a.calls_by_name["tensor"][1]
+    assert a.numpy_source(call.args[0].value) == "numpy.load"
+
+
+def test_spans_and_calls_in():
+    a = analyse(
+        """
+        def f():
+            g(h(1))
+        k()
+        """
+    )
+    func = a.functions[0].node
+    assert [c.func.value for c in a.calls_in(func)] == ["g", "h"]
+    g, h, k = a.calls
+    assert a.contains(g, h) and not a.contains(h, g) and a.comes_before(h, k)
+    assert a.function_of(h).name == "f" and a.function_of(k) is None

@@ -1,0 +1,534 @@
+"""The shared per-file analysis that every rule reads.
+
+One LibCST visitor pass indexes the module: parents and pre-order spans of all nodes, imports, calls,
+loops, functions and simple name bindings. Everything derived from that index (training loops, numpy
+valued names) is computed lazily, on first use, so a file pays only for what its rules ask. There is no
+LibCST scope analysis: the module's import table answers the questions the rules ask.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+
+ScopeNode = Union[cst.Module, cst.FunctionDef, cst.Lambda]
+LoopNode = Union[cst.For, cst.While]
+
+_OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
+_SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
+_LOADER_NAME = re.compile(r"loader|dataloader|_dl$|^dl$|_dl_|^dl_", re.IGNORECASE)
+
+# numpy functions that always return an ndarray, whatever their arguments. Anything else (reductions,
+# ufuncs, np.float32(...)) may return a numpy scalar, which torch.from_numpy rejects: not ours to flag.
+_NUMPY_ARRAY_FUNCS = {
+    "array", "asarray", "ascontiguousarray", "asfortranarray", "copy", "zeros", "ones", "empty", "full",
+    "zeros_like", "ones_like", "empty_like", "full_like", "arange", "linspace", "logspace", "geomspace",
+    "eye", "identity", "diag", "load", "loadtxt", "genfromtxt", "fromfile", "frombuffer", "fromiter",
+    "fromstring", "stack", "concatenate", "vstack", "hstack", "dstack", "column_stack", "tile", "repeat",
+    "transpose", "reshape", "flip", "fliplr", "flipud", "rot90", "expand_dims", "squeeze", "pad", "sort",
+    "argsort", "unique", "cumsum", "diff", "outer", "clip", "where", "random.permutation",
+    "random.randint", "random.choice", "random.rand", "random.randn", "random.random", "random.uniform",
+    "random.normal", "random.standard_normal", "random.random_sample",
+}
+# np.random.rand() with no size is a float; with a size, an array.
+_NUMPY_RANDOM_NEEDS_SIZE = {
+    "random.rand", "random.randn", "random.random", "random.uniform", "random.normal", "random.randint",
+    "random.choice", "random.standard_normal", "random.random_sample",
+}
+# Methods of an ndarray that return an ndarray.
+_NDARRAY_METHODS = {"astype", "copy", "reshape", "transpose", "flatten", "ravel", "squeeze", "view"}
+
+
+@dataclass
+class FunctionInfo:
+    node: Union[cst.FunctionDef, cst.Lambda] = field(repr=False)
+    name: str
+    class_name: Optional[str]
+    parent: Optional["FunctionInfo"] = field(repr=False)
+    decorators: Tuple[str, ...] = ()  # dotted names as written, e.g. "torch.no_grad", "t.inference_mode"
+
+
+@dataclass
+class LoopInfo:
+    node: LoopNode = field(repr=False)
+    function: Optional[FunctionInfo] = field(repr=False)
+    parent: Optional["LoopInfo"] = field(repr=False)  # the enclosing loop in the same function, if any
+    # Calls in the loop that are not inside a nested loop, function or class: what runs once per iteration.
+    direct_calls: List[cst.Call] = field(default_factory=list, repr=False)
+    is_training: bool = False
+    iterates_loader: bool = False
+
+
+def dotted_name(node: cst.CSTNode) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if isinstance(node, cst.Name):
+        parts.append(node.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def call_name(call: cst.Call) -> Optional[str]:
+    """The called name's last part: ``loss.item()`` -> "item", ``float(x)`` -> "float"."""
+    func = call.func
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    if isinstance(func, cst.Name):
+        return func.value
+    return None
+
+
+def receiver(call: cst.Call) -> Optional[cst.BaseExpression]:
+    """``x`` in ``x.method(...)``."""
+    return call.func.value if isinstance(call.func, cst.Attribute) else None
+
+
+def keyword_arg(call: cst.Call, name: str) -> Optional[cst.Arg]:
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == name:
+            return arg
+    return None
+
+
+def is_literal(node: cst.CSTNode, value: str) -> bool:
+    """True for the literal names True/False/None written as ``value``."""
+    return isinstance(node, cst.Name) and node.value == value
+
+
+class _Indexer(cst.CSTVisitor):
+    """The one pass over the tree. It records; it does not interpret."""
+
+    def __init__(self, analysis: "FileAnalysis") -> None:
+        super().__init__()
+        self.a = analysis
+        self.stack: List[cst.CSTNode] = []
+        self.counter = 0
+        self.functions: List[FunctionInfo] = []
+        self.loops: List[LoopInfo] = []
+        self.class_names: List[str] = []
+        # what "runs in" the current loop body: reset when entering a function or class
+        self.loop_stack: List[Optional[LoopInfo]] = [None]
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        a = self.a
+        a.parents[node] = self.stack[-1] if self.stack else None
+        a.spans[node] = [self.counter, self.counter]
+        self.counter += 1
+        self.stack.append(node)
+        handler = _VISIT.get(type(node))
+        if handler is not None:
+            handler(self, node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        self.stack.pop()
+        self.a.spans[original_node][1] = self.counter
+        handler = _LEAVE.get(type(original_node))
+        if handler is not None:
+            handler(self, original_node)
+
+    # --- per-type handlers ---------------------------------------------------------------
+    def _scope(self) -> ScopeNode:
+        return self.functions[-1].node if self.functions else self.a.module
+
+    def visit_call(self, node: cst.Call) -> None:
+        a = self.a
+        a.calls.append(node)
+        name = call_name(node)
+        if name is not None:
+            a.calls_by_name.setdefault(name, []).append(node)
+        loop = self.loop_stack[-1]
+        if loop is not None:
+            loop.direct_calls.append(node)
+
+    def visit_function(self, node: Union[cst.FunctionDef, cst.Lambda]) -> None:
+        parent = self.functions[-1] if self.functions else None
+        if isinstance(node, cst.FunctionDef):
+            decorators = tuple(
+                filter(None, (dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator)
+                              for d in node.decorators))
+            )
+            info = FunctionInfo(node, node.name.value, self.class_names[-1] if self.class_names else None, parent, decorators)
+            self.a.functions.append(info)
+        else:
+            info = FunctionInfo(node, "<lambda>", None, parent)
+        self.a.function_info[node] = info
+        self.functions.append(info)
+        self.loop_stack.append(None)
+        if isinstance(node, cst.FunctionDef):
+            self._bind_name(node.name.value, None, outer=True)
+            for param in _all_params(node.params):
+                self._bind_name(param.name.value, None)
+
+    def leave_function(self, node: cst.CSTNode) -> None:
+        self.functions.pop()
+        self.loop_stack.pop()
+
+    def visit_class(self, node: cst.ClassDef) -> None:
+        self.class_names.append(node.name.value)
+        self.loop_stack.append(None)
+
+    def leave_class(self, node: cst.ClassDef) -> None:
+        self.class_names.pop()
+        self.loop_stack.pop()
+
+    def visit_loop(self, node: LoopNode) -> None:
+        function = self.functions[-1] if self.functions else None
+        info = LoopInfo(node, function, self.loop_stack[-1])
+        self.a._loops.append(info)
+        self.a.loop_info[node] = info
+        self.loop_stack.append(info)
+        if isinstance(node, cst.For):
+            for target in _target_names(node.target):
+                self._bind_name(target, None)
+
+    def leave_loop(self, node: LoopNode) -> None:
+        self.loop_stack.pop()
+
+    def visit_import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self.a.imports[alias.asname.name.value] = full
+            else:
+                root = full.split(".")[0]
+                self.a.imports[root] = root
+
+    def visit_import_from(self, node: cst.ImportFrom) -> None:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_name(node.module)
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if module is None or name is None:
+                continue
+            local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
+            self.a.imports[local] = f"{module}.{name}"
+
+    def visit_assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                self._bind_name(target.target.value, node.value)
+            else:
+                for name in _target_names(target.target):
+                    self._bind_name(name, None)
+
+    def visit_ann_assign(self, node: cst.AnnAssign) -> None:
+        if isinstance(node.target, cst.Name) and node.value is not None:
+            self._bind_name(node.target.value, node.value)
+
+    def visit_aug_assign(self, node: cst.AugAssign) -> None:
+        if isinstance(node.target, cst.Name):
+            self._bind_name(node.target.value, None)
+
+    def visit_with(self, node: cst.With) -> None:
+        for item in node.items:
+            if item.asname is not None:
+                for name in _target_names(item.asname.name):
+                    self._bind_name(name, None)
+
+    def _bind_name(self, name: str, value: Optional[cst.BaseExpression], outer: bool = False) -> None:
+        scopes = self.functions[:-1] if outer else self.functions
+        scope = scopes[-1].node if scopes else self.a.module
+        self.a.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
+
+
+def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
+    yield from params.posonly_params
+    yield from params.params
+    yield from params.kwonly_params
+    if isinstance(params.star_arg, cst.Param):
+        yield params.star_arg
+    if params.star_kwarg is not None:
+        yield params.star_kwarg
+
+
+def _target_names(target: cst.CSTNode) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _target_names(element.value)
+    elif isinstance(target, cst.StarredElement):
+        yield from _target_names(target.value)
+
+
+_VISIT = {
+    cst.Call: _Indexer.visit_call,
+    cst.FunctionDef: _Indexer.visit_function,
+    cst.Lambda: _Indexer.visit_function,
+    cst.ClassDef: _Indexer.visit_class,
+    cst.For: _Indexer.visit_loop,
+    cst.While: _Indexer.visit_loop,
+    cst.Import: _Indexer.visit_import,
+    cst.ImportFrom: _Indexer.visit_import_from,
+    cst.Assign: _Indexer.visit_assign,
+    cst.AnnAssign: _Indexer.visit_ann_assign,
+    cst.AugAssign: _Indexer.visit_aug_assign,
+    cst.With: _Indexer.visit_with,
+}
+_LEAVE = {
+    cst.FunctionDef: _Indexer.leave_function,
+    cst.Lambda: _Indexer.leave_function,
+    cst.ClassDef: _Indexer.leave_class,
+    cst.For: _Indexer.leave_loop,
+    cst.While: _Indexer.leave_loop,
+}
+
+
+class FileAnalysis:
+    """Facts about one parsed file, shared by all rules. Build with ``FileAnalysis(module, source)``."""
+
+    def __init__(self, module: cst.Module, source: str = "", path: str = "<string>") -> None:
+        self.module = module
+        self.source = source
+        self.path = path
+        self.parents: Dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
+        self.spans: Dict[cst.CSTNode, List[int]] = {}  # pre-order [enter, exit) counters
+        self.imports: Dict[str, str] = {}  # local name -> qualified name
+        self.calls: List[cst.Call] = []  # in source order
+        self.calls_by_name: Dict[str, List[cst.Call]] = {}
+        self.functions: List[FunctionInfo] = []  # FunctionDefs only, in source order
+        self.function_info: Dict[cst.CSTNode, FunctionInfo] = {}
+        self._loops: List[LoopInfo] = []  # read through .loops, which classifies them first
+        self.loop_info: Dict[cst.CSTNode, LoopInfo] = {}
+        # scope -> name -> assigned values (None where the value is unknown: loop targets, +=, params...)
+        self.bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+        module.visit(_Indexer(self))
+        self._call_starts = [self.spans[c][0] for c in self.calls]
+
+    # --- tree navigation -------------------------------------------------------------------------
+    def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        return self.parents.get(node)
+
+    def ancestors(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+        node = self.parents.get(node)
+        while node is not None:
+            yield node
+            node = self.parents.get(node)
+
+    def contains(self, outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+        """True when ``inner`` is ``outer`` or lies inside it."""
+        o, i = self.spans[outer], self.spans[inner]
+        return o[0] <= i[0] and i[1] <= o[1]
+
+    def comes_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
+        return self.spans[a][0] < self.spans[b][0]
+
+    def calls_in(self, node: cst.CSTNode) -> List[cst.Call]:
+        """All calls inside ``node`` (itself included), in source order."""
+        start, end = self.spans[node]
+        lo = bisect.bisect_left(self._call_starts, start)
+        hi = bisect.bisect_left(self._call_starts, end)
+        return self.calls[lo:hi]
+
+    def enclosing_statement(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+        """The simple or compound statement that holds ``node``."""
+        for candidate in (node, *self.ancestors(node)):
+            if isinstance(candidate, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+                if isinstance(candidate, cst.BaseSmallStatement):
+                    line = self.parents.get(candidate)
+                    return line if isinstance(line, cst.SimpleStatementLine) else candidate
+                return candidate
+        return None
+
+    def function_of(self, node: cst.CSTNode) -> Optional[FunctionInfo]:
+        """The innermost def or lambda around ``node`` (not ``node`` itself)."""
+        for ancestor in self.ancestors(node):
+            info = self.function_info.get(ancestor)
+            if info is not None:
+                return info
+        return None
+
+    def scope_of(self, node: cst.CSTNode) -> ScopeNode:
+        info = self.function_of(node)
+        return info.node if info is not None else self.module
+
+    def enclosing_loops(self, node: cst.CSTNode) -> Iterator[LoopInfo]:
+        """Loops around ``node``, innermost first, stopping at the first def, lambda or class."""
+        for ancestor in self.ancestors(node):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                return
+            info = self.loop_info.get(ancestor)
+            if info is not None and not self._in_loop_header(info.node, node):
+                yield info
+
+    def _in_loop_header(self, loop: LoopNode, node: cst.CSTNode) -> bool:
+        header = loop.iter if isinstance(loop, cst.For) else loop.test
+        return self.contains(header, node) or (isinstance(loop, cst.For) and self.contains(loop.target, node))
+
+    # --- names -----------------------------------------------------------------------------------
+    def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
+        """``t.nn.Conv2d`` -> "torch.nn.Conv2d" through the import table; None if the root is not imported."""
+        name = dotted_name(node)
+        if name is None:
+            return None
+        root, _, rest = name.partition(".")
+        target = self.imports.get(root)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def is_qualified(self, node: cst.CSTNode, *names: str) -> bool:
+        return self.qualified_name(node) in names
+
+    def module_alias(self, module: str) -> Optional[str]:
+        """The local name that refers to ``module`` (e.g. "t" for ``import torch as t``), if any."""
+        for local, target in self.imports.items():
+            if target == module:
+                return local
+        return None
+
+    def values_of(self, name: str, scope: ScopeNode) -> Sequence[Optional[cst.BaseExpression]]:
+        """Every value ``name`` is bound to in ``scope`` (None where the value is unknown)."""
+        return self.bindings.get(scope, {}).get(name, ())
+
+    def single_value(self, name: str, scope: ScopeNode) -> Optional[cst.BaseExpression]:
+        """The value of a name bound exactly once in ``scope`` (or, failing that, once at module level)."""
+        for candidate in (scope, self.module):
+            values = self.values_of(name, candidate)
+            if values:
+                return values[0] if len(values) == 1 else None
+        return None
+
+    # --- training loops --------------------------------------------------------------------------
+    def is_backward_call(self, call: cst.Call) -> bool:
+        if call_name(call) != "backward":
+            return False
+        return isinstance(call.func, cst.Attribute) or self.is_qualified(call.func, "torch.autograd.backward")
+
+    def is_optimizer_step(self, call: cst.Call) -> bool:
+        """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``; not ``scheduler.step()``."""
+        if call_name(call) != "step" or not isinstance(call.func, cst.Attribute):
+            return False
+        owner = dotted_name(call.func.value)
+        if owner is None:
+            return False
+        last = owner.split(".")[-1]
+        if _SCHEDULER_NAME.search(last):
+            return False
+        if _OPTIMIZER_NAME.search(last):
+            return True
+        if "scaler" in last.lower() and call.args:
+            return True
+        return self._bound_to_optimizer(call.func.value)
+
+    def _bound_to_optimizer(self, owner: cst.BaseExpression) -> bool:
+        if not isinstance(owner, cst.Name):
+            return False
+        value = self.single_value(owner.value, self.scope_of(owner))
+        if isinstance(value, cst.Call):
+            qualified = self.qualified_name(value.func) or ""
+            return qualified.startswith("torch.optim.") and ".lr_scheduler" not in qualified
+        return False
+
+    @property
+    def loops(self) -> List[LoopInfo]:
+        """Every for/while loop in source order, with ``is_training`` and ``iterates_loader`` set."""
+        assert self._loops_classified
+        return self._loops
+
+    @cached_property
+    def _loops_classified(self) -> bool:
+        for loop in self._loops:
+            loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in loop.direct_calls)
+            loop.iterates_loader = isinstance(loop.node, cst.For) and self._is_loader_expr(loop.node.iter)
+        return True
+
+    def training_loops(self) -> List[LoopInfo]:
+        assert self._loops_classified
+        return [loop for loop in self.loops if loop.is_training]
+
+    def training_loop_of(self, node: cst.CSTNode) -> Optional[LoopInfo]:
+        """The innermost loop around ``node`` (up to the enclosing def) that runs a training step per iteration."""
+        assert self._loops_classified
+        for loop in self.enclosing_loops(node):
+            if loop.is_training:
+                return loop
+        return None
+
+    def loader_loops(self) -> List[LoopInfo]:
+        assert self._loops_classified
+        return [loop for loop in self.loops if loop.iterates_loader]
+
+    def _is_loader_expr(self, expr: cst.BaseExpression) -> bool:
+        """``loader``, ``enumerate(val_loader)``, ``tqdm(dl)``, a name bound to ``DataLoader(...)``."""
+        if isinstance(expr, cst.Call) and expr.args and call_name(expr) in {"enumerate", "tqdm", "iter", "zip"}:
+            return any(self._is_loader_expr(arg.value) for arg in expr.args if arg.keyword is None)
+        name = dotted_name(expr)
+        if name is None:
+            return False
+        if _LOADER_NAME.search(name.split(".")[-1]):
+            return True
+        if isinstance(expr, cst.Name):
+            value = self.single_value(expr.value, self.scope_of(expr))
+            if isinstance(value, cst.Call):
+                return (self.qualified_name(value.func) or "").endswith("DataLoader")
+        return False
+
+    # --- numpy-valued expressions ----------------------------------------------------------------
+    def is_numpy_expr(self, expr: cst.BaseExpression, scope: Optional[ScopeNode] = None) -> bool:
+        """True where ``expr`` certainly evaluates to a NumPy array (not a scalar)."""
+        return self.numpy_source(expr, scope) is not None
+
+    def numpy_source(self, expr: cst.BaseExpression, scope: Optional[ScopeNode] = None) -> Optional[str]:
+        """What made the array ``expr`` certainly is: "numpy.zeros", "numpy.frombuffer", ".numpy()"...
+
+        None where ``expr`` is not certainly an ndarray. A name counts only when every binding of it in
+        its scope (or, if unbound there, at module level) is an array.
+        """
+        return self._numpy_source(expr, scope if scope is not None else self.scope_of(expr), depth=0)
+
+    def _numpy_source(self, expr: cst.BaseExpression, scope: ScopeNode, depth: int) -> Optional[str]:
+        if depth > 4:
+            return None
+        if isinstance(expr, cst.Call):
+            qualified = self.qualified_name(expr.func)
+            if qualified is not None and qualified.startswith("numpy."):
+                func = qualified[len("numpy."):]
+                if func not in _NUMPY_ARRAY_FUNCS:
+                    return None
+                if func in _NUMPY_RANDOM_NEEDS_SIZE and not _has_size_arg(expr, func):
+                    return None
+                return qualified
+            method = call_name(expr)
+            if not isinstance(expr.func, cst.Attribute):
+                return None
+            if method == "numpy" and not expr.args:
+                return ".numpy()"
+            if method in _NDARRAY_METHODS:
+                return self._numpy_source(expr.func.value, scope, depth + 1)
+            return None
+        if isinstance(expr, cst.Name):
+            values = self.values_of(expr.value, scope) or (
+                self.values_of(expr.value, self.module) if scope is not self.module else ()
+            )
+            sources = [self._numpy_source(v, scope, depth + 1) if v is not None else None for v in values]
+            if sources and all(sources):
+                return sources[0]
+        return None
+
+    def numpy_names(self, scope: ScopeNode) -> Set[str]:
+        """Names in ``scope`` every binding of which is a NumPy array."""
+        return {name for name in self.bindings.get(scope, {}) if self._numpy_source(cst.Name(name), scope, 0)}
+
+
+def _has_size_arg(call: cst.Call, func: str) -> bool:
+    """np.random.rand(3) and np.random.normal(0, 1, size=5) make arrays; np.random.rand() a float."""
+    if keyword_arg(call, "size") is not None:
+        return True
+    positional = [a for a in call.args if a.keyword is None]
+    needed = {"random.rand": 1, "random.randn": 1, "random.random": 1, "random.random_sample": 1,
+              "random.standard_normal": 1, "random.uniform": 3, "random.normal": 3, "random.randint": 3,
+              "random.choice": 2}[func]
+    return len(positional) >= needed

@@ -1,0 +1,163 @@
+"""Settings: defaults, ``[tool.torchlint]`` in pyproject.toml or torchlint.toml, then CLI flags."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+# The newest PyTorch torchlint's rules were checked against; anything >= 2.0 behaves the same today.
+DEFAULT_TORCH_VERSION = (2, 13)
+CONFIG_FILES = ("torchlint.toml", "pyproject.toml")
+_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
+_SELECTOR = re.compile(r"^(ALL|TL\d{0,3})$")
+
+
+class ConfigError(Exception):
+    """A bad configuration file or flag: exit code 2, with a message that says what is allowed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    select: Tuple[str, ...] = ("ALL",)
+    ignore: Tuple[str, ...] = ()
+    extend_select: Tuple[str, ...] = ()
+    exclude: Tuple[str, ...] = ()
+    extend_exclude: Tuple[str, ...] = ()
+    per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+    torch_version: Tuple[int, int] = DEFAULT_TORCH_VERSION
+    unsafe_fixes: bool = False
+    # Where the config file was found: relative exclude and per-file-ignores globs are anchored here.
+    root: Path = field(default_factory=Path.cwd)
+    config_path: Optional[Path] = None
+
+    def cache_key(self) -> str:
+        """Everything that changes which diagnostics a file gets (paths and root excluded)."""
+        return repr((self.select, self.ignore, self.extend_select, self.torch_version))
+
+
+def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int, int]:
+    match = _VERSION.match(str(value).strip())
+    if not match:
+        raise ConfigError(f"{where}: expected a PyTorch version such as '2.1' or '1.13', got {value!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def parse_selectors(values: Iterable[str], where: str) -> Tuple[str, ...]:
+    out = []
+    for raw in values:
+        for part in str(raw).split(","):
+            selector = part.strip().upper()
+            if not selector:
+                continue
+            if not _SELECTOR.match(selector):
+                raise ConfigError(
+                    f"{where}: unknown rule selector {part.strip()!r}; expected a code such as TL201, "
+                    "a prefix such as TL2, or ALL (see `torchlint rules`)"
+                )
+            out.append(selector)
+    return tuple(out)
+
+
+def _string_list(value: Any, where: str) -> Tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _per_file_ignores(value: Any, where: str) -> Tuple[Tuple[str, Tuple[str, ...]], ...]:
+    if not isinstance(value, dict):
+        raise ConfigError(f'{where}: expected a table of glob = ["CODE", ...], got {value!r}')
+    return tuple(
+        (glob, parse_selectors(_string_list(codes, f"{where}.{glob!r}"), f"{where}.{glob!r}"))
+        for glob, codes in value.items()
+    )
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+# key in the file -> (Settings field, parser)
+_KEYS = {
+    "select": ("select", lambda v, w: parse_selectors(_string_list(v, w), w)),
+    "ignore": ("ignore", lambda v, w: parse_selectors(_string_list(v, w), w)),
+    "extend-select": ("extend_select", lambda v, w: parse_selectors(_string_list(v, w), w)),
+    "exclude": ("exclude", _string_list),
+    "extend-exclude": ("extend_exclude", _string_list),
+    "per-file-ignores": ("per_file_ignores", _per_file_ignores),
+    "torch-version": ("torch_version", lambda v, w: parse_torch_version(v, w)),
+    "unsafe-fixes": ("unsafe_fixes", _bool),
+}
+
+
+def find_config(start: Path) -> Optional[Path]:
+    """The nearest torchlint.toml, or pyproject.toml with a [tool.torchlint] table, at or above start."""
+    start = start.resolve()
+    for folder in (start, *start.parents):
+        for name in CONFIG_FILES:
+            candidate = folder / name
+            if not candidate.is_file():
+                continue
+            if name == "torchlint.toml" or _has_torchlint_table(candidate):
+                return candidate
+    return None
+
+
+def _has_torchlint_table(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return "torchlint" in tomllib.load(f).get("tool", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return False  # a broken pyproject that is not ours is not our business
+
+
+def load_config(path: Path) -> Settings:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    table = data if path.name == "torchlint.toml" else data.get("tool", {}).get("torchlint", {})
+    if path.name == "torchlint.toml" and "tool" in table and "torchlint" in table["tool"]:
+        table = table["tool"]["torchlint"]
+    values: Dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in _KEYS:
+            allowed = ", ".join(sorted(_KEYS))
+            raise ConfigError(f"{path}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
+        attr, parse = _KEYS[key]
+        values[attr] = parse(value, f"{path}: {key}")
+    return Settings(root=path.parent.resolve(), config_path=path, **values)
+
+
+def resolve_settings(config_file: Optional[Path], start: Path, **overrides: Any) -> Settings:
+    """File settings (explicit --config, else the nearest file) with CLI overrides on top."""
+    path = config_file if config_file is not None else find_config(start)
+    settings = load_config(path) if path is not None else Settings(root=start.resolve())
+    given = {k: v for k, v in overrides.items() if v is not None}
+    return replace(settings, **given)
+
+
+def selector_matches(selector: str, code: str) -> bool:
+    return selector == "ALL" or code.startswith(selector)
+
+
+def selected_codes(settings: Settings, all_codes: Sequence[str], extra_ignores: Sequence[str] = ()) -> Tuple[str, ...]:
+    """Ruff's order: select, then extend-select adds, then ignore (and per-file ignores) removes."""
+    chosen = {c for c in all_codes if any(selector_matches(s, c) for s in settings.select)}
+    chosen |= {c for c in all_codes if any(selector_matches(s, c) for s in settings.extend_select)}
+    ignores = (*settings.ignore, *extra_ignores)
+    chosen = {c for c in chosen if not any(selector_matches(s, c) for s in ignores)}
+    return tuple(sorted(chosen))

@@ -1,0 +1,125 @@
+"""Which files to check: recurse into folders, honour excludes and .gitignore, never leave the tree."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+import pathspec
+
+from torchlint.config import Settings
+
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", "*.egg-info", "site-packages",
+    "node_modules", "build", "dist", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+    ".torchlint_cache", ".ipynb_checkpoints",
+)
+
+
+def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
+    return pathspec.PathSpec.from_lines("gitwildmatch", list(patterns))
+
+
+@dataclass
+class Discovery:
+    files: List[Path] = field(default_factory=list)
+    missing: List[str] = field(default_factory=list)  # explicit paths that do not exist
+
+
+class _GitIgnores:
+    """The .gitignore files that apply below a folder, each anchored at its own folder."""
+
+    def __init__(self) -> None:
+        self._by_dir: Dict[Path, Optional[pathspec.PathSpec]] = {}
+
+    def _load(self, folder: Path) -> Optional[pathspec.PathSpec]:
+        if folder not in self._by_dir:
+            spec = None
+            ignore_file = folder / ".gitignore"
+            if ignore_file.is_file():
+                try:
+                    spec = _spec(ignore_file.read_text(encoding="utf-8", errors="replace").splitlines())
+                except OSError:
+                    spec = None
+            self._by_dir[folder] = spec
+        return self._by_dir[folder]
+
+    def ignored(self, path: Path, is_dir: bool, top: Path) -> bool:
+        """Checks the .gitignore of every folder from ``top`` down to ``path``'s parent."""
+        for folder in (path.parent, *path.parent.parents):
+            spec = self._load(folder)
+            if spec is not None:
+                relative = path.relative_to(folder).as_posix() + ("/" if is_dir else "")
+                if spec.match_file(relative):
+                    return True
+            if folder == top:
+                break
+        return False
+
+
+def _git_top(start: Path) -> Path:
+    """The repository root above ``start`` (where .gitignore files start to apply), else ``start``."""
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return start
+
+
+def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
+    exclude = _spec((*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude))
+    root = settings.root.resolve()
+
+    def excluded(path: Path, is_dir: bool) -> bool:
+        try:
+            relative = path.relative_to(root).as_posix()
+        except ValueError:
+            relative = path.as_posix().lstrip("/")
+        return exclude.match_file(relative + ("/" if is_dir else "")) or exclude.match_file(path.name + ("/" if is_dir else ""))
+
+    gitignores = _GitIgnores()
+    found: Dict[Path, Path] = {}  # resolved -> as given/walked (keeps relative display paths)
+    result = Discovery()
+    for raw in paths:
+        given = Path(raw)
+        absolute = given.resolve() if not given.is_absolute() else given
+        if not given.exists():
+            result.missing.append(raw)
+            continue
+        if given.is_file():
+            if not (force_exclude and (excluded(absolute, False) or gitignores.ignored(absolute, False, _git_top(absolute.parent)))):
+                found.setdefault(absolute, given)
+            continue
+        if force_exclude and excluded(absolute, True):
+            continue
+        top = _git_top(absolute)
+        for folder, dirnames, filenames in os.walk(given, followlinks=False):
+            folder_path = Path(folder)
+            folder_abs = (absolute / folder_path.relative_to(given)).resolve() if folder_path != given else absolute
+            keep = []
+            for name in sorted(dirnames):
+                child = folder_abs / name
+                if (folder_path / name).is_symlink():
+                    continue  # never follow a symlinked folder: it can lead out of the tree or loop
+                if excluded(child, True) or gitignores.ignored(child, True, top):
+                    continue
+                keep.append(name)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                if not name.endswith(".py"):
+                    continue
+                child = folder_abs / name
+                if excluded(child, False) or gitignores.ignored(child, False, top):
+                    continue
+                found.setdefault(child.resolve() if (folder_path / name).is_symlink() else child, folder_path / name)
+    result.files = sorted(found.values(), key=lambda p: display_path(p))
+    return result
+
+
+def display_path(path: Path) -> str:
+    """Relative to the current folder where possible, as Ruff and the compilers print it."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return str(path)

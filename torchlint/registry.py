@@ -1,0 +1,48 @@
+"""Find the rules: every ``Rule`` subclass in a module of the ``torchlint.rules`` package."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from functools import lru_cache
+from typing import Dict, Tuple, Type
+
+from torchlint.config import ConfigError, selector_matches
+from torchlint.rule import Rule
+
+
+@lru_cache(maxsize=None)
+def all_rules() -> Tuple[Type[Rule], ...]:
+    import torchlint.rules as package
+
+    found: Dict[str, Type[Rule]] = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, Rule) and obj is not Rule and obj.__module__ == module.__name__:
+                if obj.code in found:
+                    raise RuntimeError(f"rule code {obj.code} defined twice: {found[obj.code]} and {obj}")
+                found[obj.code] = obj
+    return tuple(found[code] for code in sorted(found))
+
+
+def rules_by_code() -> Dict[str, Type[Rule]]:
+    return {rule.code: rule for rule in all_rules()}
+
+
+def get_rule(code: str) -> Type[Rule]:
+    rule = rules_by_code().get(code.strip().upper())
+    if rule is None:
+        raise ConfigError(f"unknown rule code {code!r}; run `torchlint rules` to list them")
+    return rule
+
+
+def check_selectors(*groups: Tuple[str, ...]) -> None:
+    """Every selector must name at least one rule, so typos fail loudly (exit 2)."""
+    codes = [rule.code for rule in all_rules()]
+    for group in groups:
+        for selector in group:
+            if selector != "ALL" and not any(selector_matches(selector, code) for code in codes):
+                raise ConfigError(f"unknown rule selector {selector!r}: it matches no rule; run `torchlint rules`")

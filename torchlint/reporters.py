@@ -1,0 +1,110 @@
+"""How results are shown: text lines, JSON, statistics, diffs and fix summaries."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections import Counter
+from typing import Dict, List, Sequence
+
+import click
+
+from torchlint.engine import ERROR_CODE
+from torchlint.rule import Applicability, Diagnostic
+
+
+def fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: bool) -> tuple:
+    """(fixable with the current settings, more that --unsafe-fixes would fix)."""
+    safe = sum(d.fix is Applicability.SAFE for d in diagnostics)
+    unsafe_only = sum(d.fix is Applicability.UNSAFE for d in diagnostics)
+    return (safe + unsafe_only, 0) if unsafe else (safe, unsafe_only)
+
+
+def format_text(d: Diagnostic, color: bool, unsafe: bool = False) -> str:
+    location = f"{click.style(d.path, bold=True)}:{d.line}:{d.column}:" if color else f"{d.path}:{d.line}:{d.column}:"
+    code = click.style(d.code, fg="red", bold=True) if color else d.code
+    marker = "[*] " if d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE) else ""
+    return f"{location} {code} {marker}{d.message}"
+
+
+def summary_line(diagnostics: Sequence[Diagnostic], unsafe: bool) -> str:
+    if not diagnostics:
+        return "All checks passed!"
+    fixable, hidden = fixable_counts(diagnostics, unsafe)
+    noun = "problem" if len(diagnostics) == 1 else "problems"
+    extra = f"; {hidden} more with --unsafe-fixes" if hidden else ""
+    return f"Found {len(diagnostics)} {noun} ({fixable} fixable{extra})."
+
+
+def statistics_lines(diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[str]:
+    counts = Counter(d.code for d in diagnostics)
+    names: Dict[str, str] = {d.code: d.name for d in diagnostics}
+    fixable = {d.code for d in diagnostics if d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE)}
+    width = max((len(str(n)) for n in counts.values()), default=1)
+    return [
+        f"{counts[code]:>{width}}\t{code}\t{'[*]' if code in fixable else '[ ]'} {names[code]}"
+        for code in sorted(counts, key=lambda c: (-counts[c], c))
+    ]
+
+
+def diagnostic_json(d: Diagnostic) -> dict:
+    from torchlint.registry import rules_by_code
+
+    rule = rules_by_code().get(d.code)
+    fix = None
+    if d.fix is not None:
+        fix = {
+            "applicability": d.fix.value,
+            "edits": [
+                {
+                    "location": {"line": e.line, "column": e.column},
+                    "end_location": {"line": e.end_line, "column": e.end_column},
+                    "content": e.content,
+                }
+                for e in d.edits
+            ],
+            "imports": list(d.imports),
+        }
+    return {
+        "code": d.code,
+        "name": d.name,
+        "message": d.message,
+        "path": d.path,
+        "line": d.line,
+        "column": d.column,
+        "end_line": d.end_line,
+        "end_column": d.end_column,
+        "fix": fix,
+        "url": rule.url() if rule is not None else None,
+    }
+
+
+def format_json(diagnostics: Sequence[Diagnostic]) -> str:
+    return json.dumps([diagnostic_json(d) for d in diagnostics], indent=2)
+
+
+def unified_diff(path: str, before: str, after: str) -> str:
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
+    )
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def color_diff(text: str) -> str:
+    out = []
+    for line in text.splitlines(keepends=True):
+        if line.startswith(("+++", "---")):
+            out.append(click.style(line, bold=True))
+        elif line.startswith("+"):
+            out.append(click.style(line, fg="green"))
+        elif line.startswith("-"):
+            out.append(click.style(line, fg="red"))
+        elif line.startswith("@@"):
+            out.append(click.style(line, fg="cyan"))
+        else:
+            out.append(line)
+    return "".join(out)
+
+
+def is_error(d: Diagnostic) -> bool:
+    return d.code == ERROR_CODE

@@ -1,0 +1,199 @@
+"""The rule base class and what a rule reports: diagnostics and fixes."""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping, Optional, Sequence, Tuple, Union
+
+import libcst as cst
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
+    from torchlint.config import Settings
+
+RULE_CODE = re.compile(r"^TL\d{3}$")
+DOC_HEADINGS = (
+    "## What it does",
+    "## Why is this slow?",
+    "## Example",
+    "## Use instead",
+    "## Fix safety",
+    "## PyTorch versions",
+)
+
+
+class Applicability(str, enum.Enum):
+    """How sure a fix is to keep the program's meaning (as in Ruff)."""
+
+    SAFE = "safe"  # applied by `torchlint fix`
+    UNSAFE = "unsafe"  # applied only with --unsafe-fixes: it can change behaviour
+
+
+class FixAvailability(str, enum.Enum):
+    NONE = "none"
+    SOMETIMES = "sometimes"
+    ALWAYS = "always"
+
+
+# What may stand in for a node: a new node, several statements, or nothing.
+Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+
+
+@dataclass(frozen=True)
+class ImportRequest:
+    """An import a fix needs: ``import module`` or ``from module import name``."""
+
+    module: str
+    name: Optional[str] = None
+
+
+@dataclass
+class Fix:
+    """Node replacements that are applied together or not at all.
+
+    Keys are nodes of the parsed module (matched by identity, never by equality).
+    """
+
+    replacements: Mapping[cst.CSTNode, Replacement]
+    applicability: Applicability
+    imports: Tuple[ImportRequest, ...] = ()
+
+    @classmethod
+    def replace(
+        cls,
+        node: cst.CSTNode,
+        new: Replacement,
+        applicability: Applicability,
+        imports: Sequence[ImportRequest] = (),
+    ) -> "Fix":
+        return cls({node: new}, applicability, tuple(imports))
+
+
+@dataclass
+class Report:
+    """What a rule says about one node, before positions and suppressions are known."""
+
+    rule: "Rule"
+    node: cst.CSTNode
+    message: str
+    fix: Optional[Fix] = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A located finding, ready for the reporters. Lines and columns are 1-based."""
+
+    code: str
+    name: str
+    message: str
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    fix: Optional[Applicability] = None
+    # The fix as text edits, for JSON output: what replaces which range (1-based, end exclusive).
+    edits: Tuple["Edit", ...] = field(default=(), compare=False)
+    imports: Tuple[str, ...] = field(default=(), compare=False)  # imports the fix adds, as statements
+
+    @property
+    def sort_key(self):
+        return (self.path, self.line, self.column, self.code, self.message)
+
+
+class RuleContext:
+    """What a rule sees while checking one file."""
+
+    def __init__(self, analysis: "FileAnalysis", settings: "Settings") -> None:
+        self.analysis = analysis
+        self.settings = settings
+        self.reports: list[Report] = []
+        self._rule: Optional[Rule] = None
+
+    @property
+    def module(self) -> cst.Module:
+        return self.analysis.module
+
+    @property
+    def torch_version(self) -> Tuple[int, int]:
+        return self.settings.torch_version
+
+    def report(self, node: cst.CSTNode, message: Optional[str] = None, fix: Optional[Fix] = None) -> None:
+        assert self._rule is not None
+        self.reports.append(Report(self._rule, node, message or self._rule.message, fix))
+
+
+class Rule:
+    """One slow pattern. Subclasses live one per module in ``rules/``.
+
+    The class docstring is the rule's documentation, in Markdown with the headings in ``DOC_HEADINGS``.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]  # kebab-case name of the bad pattern, e.g. "zero-grad-keeps-zeros"
+    message: ClassVar[str]  # default message; reports may give a more specific one
+    summary: ClassVar[str]  # one line for `torchlint rules`
+    fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
+    # Regexes that must all occur in a file's text for the rule to be able to fire. A file that no
+    # selected rule can fire on is never parsed, so keep these tight.
+    required_patterns: ClassVar[Tuple[str, ...]] = ()
+
+    def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # --- helpers for the engine -------------------------------------------------------------
+    @classmethod
+    def doc(cls) -> str:
+        import inspect
+
+        return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def url(cls) -> str:
+        return f"https://github.com/torchlint/torchlint/blob/main/rules/README.md#{cls.code.lower()}"
+
+    @classmethod
+    def compiled_patterns(cls) -> Tuple["re.Pattern[str]", ...]:
+        cached = cls.__dict__.get("_compiled_patterns")
+        if cached is None:
+            cached = tuple(re.compile(p) for p in cls.required_patterns)
+            cls._compiled_patterns = cached  # type: ignore[attr-defined]
+        return cached
+
+    @classmethod
+    def may_fire(cls, text: str) -> bool:
+        return all(p.search(text) for p in cls.compiled_patterns())
+
+
+class RuleCrash(Exception):
+    """A rule raised: a bug in torchlint, reported for the file instead of ending the run."""
+
+    def __init__(self, rule: Rule, error: Exception) -> None:
+        super().__init__(f"internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}; please report it")
+
+
+def iter_reports(rules: Sequence[Rule], ctx: RuleContext, crashes: list) -> Iterator[Report]:
+    """Each rule's reports; a rule that raises loses its reports for this file and is listed in ``crashes``."""
+    for rule in rules:
+        ctx._rule = rule
+        start = len(ctx.reports)
+        try:
+            rule.check(ctx)
+        except RecursionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - one buggy rule must not stop the others
+            del ctx.reports[start:]
+            crashes.append(RuleCrash(rule, error))
+            continue
+        yield from ctx.reports[start:]

@@ -1,0 +1,136 @@
+"""Run check or fix over many files: per-file settings, error isolation, optional processes and cache."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import pathspec
+
+from torchlint.config import Settings, selected_codes
+from torchlint.discovery import display_path
+from torchlint.engine import error_diagnostic, fix_source, lint_source
+from torchlint.cache import Cache
+from torchlint.fileio import SourceError, SourceText, decode_source, read_bytes, write_atomic
+from torchlint.registry import all_rules, rules_by_code
+from torchlint.rule import Applicability, Diagnostic, Rule
+
+
+@dataclass
+class FileResult:
+    path: str
+    diagnostics: List[Diagnostic] = field(default_factory=list)  # after fixing, in fix mode
+    applied: Counter = field(default_factory=Counter)  # rule code -> number of fixes
+    original: Optional[str] = None  # set in fix mode when the text changed
+    fixed: Optional[str] = None
+    written: bool = False
+
+    @property
+    def changed(self) -> bool:
+        return self.fixed is not None and self.fixed != self.original
+
+
+@dataclass(frozen=True)
+class Job:
+    """Everything a worker process needs to handle files: picklable, and the same for every file."""
+
+    settings: Settings
+    mode: str = "check"  # "check" | "fix"
+    apply: bool = False  # write fixes back (fix mode)
+    unsafe: bool = False
+    cache_dir: Optional[Path] = None  # None: no cache
+
+
+@lru_cache(maxsize=64)
+def _rule_instances(codes: Tuple[str, ...]) -> Tuple[Rule, ...]:
+    table = rules_by_code()
+    return tuple(table[code]() for code in codes)
+
+
+@lru_cache(maxsize=256)
+def _glob(pattern: str) -> pathspec.PathSpec:
+    return pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
+
+
+def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
+    extra: List[str] = []
+    if path is not None and settings.per_file_ignores:
+        absolute = path.resolve()
+        try:
+            relative = absolute.relative_to(settings.root).as_posix()
+        except ValueError:
+            relative = absolute.as_posix()
+        for pattern, codes in settings.per_file_ignores:
+            if _glob(pattern).match_file(relative) or _glob(pattern).match_file(absolute.name):
+                extra.extend(codes)
+    codes = selected_codes(settings, [rule.code for rule in all_rules()], extra)
+    return _rule_instances(codes)
+
+
+def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
+    rules = rules_for(job.settings, path)
+    if job.mode == "check":
+        return FileResult(shown, lint_source(source.text, shown, rules, job.settings).diagnostics)
+    outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe)
+    result = FileResult(shown, outcome.errors + outcome.remaining, outcome.applied)
+    if outcome.source != source.text:
+        result.original, result.fixed = source.text, outcome.source
+    return result
+
+
+def process_file(path: Path, job: Job) -> FileResult:
+    shown = display_path(path)
+    try:
+        data = read_bytes(path)
+        source = decode_source(data)
+    except SourceError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
+    cache, key = None, ""
+    if job.cache_dir is not None:
+        cache = Cache(job.cache_dir)
+        key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version, "lint")
+        cached = cache.get(key, shown)
+        # A file with nothing to fix needs no fix pass: fix mode can use check results too.
+        if cached is not None and (job.mode == "check" or not _has_applicable_fix(cached, job.unsafe)):
+            return FileResult(shown, cached)
+    try:
+        result = process_source(source, shown, path, job)
+    except RecursionError:
+        return FileResult(shown, [error_diagnostic(shown, "too deeply nested for torchlint to analyse")])
+    if cache is not None and job.mode == "check":
+        cache.put(key, result.diagnostics)
+    if job.apply and result.changed:
+        try:
+            write_atomic(Path(os.path.realpath(path)), source.encode(result.fixed or ""))
+            result.written = True
+        except (OSError, UnicodeEncodeError) as exc:
+            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
+    return result
+
+
+def _has_applicable_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool:
+    return any(d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE) for d in diagnostics)
+
+
+def _process_many(args: Tuple[List[Path], Job]) -> List[FileResult]:
+    paths, job = args
+    return [process_file(p, job) for p in paths]
+
+
+def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
+    """Results in the order of ``paths``, the same whether run in one process or many."""
+    if jobs <= 1 or len(paths) < 2 * jobs:
+        return [process_file(p, job) for p in paths]
+    # Interleaved chunks spread big and small files over the workers.
+    chunks = [list(paths[i::jobs * 4]) for i in range(jobs * 4)]
+    by_path: Dict[str, FileResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for results in pool.map(_process_many, [(c, job) for c in chunks if c]):
+            for result in results:
+                by_path[result.path] = result
+    return [by_path[display_path(p)] for p in paths]
