@@ -9,6 +9,7 @@ LibCST scope analysis: the module's import table answers the questions the rules
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -103,37 +104,79 @@ def is_literal(node: cst.CSTNode, value: str) -> bool:
     return isinstance(node, cst.Name) and node.value == value
 
 
-class _Indexer(cst.CSTVisitor):
+# Fields that hold only punctuation and whitespace: no rule asks about them, and skipping them makes the
+# walk several times cheaper than a LibCST visitor (which also rebuilds every node it visits).
+_SKIPPED_FIELDS = {
+    "lpar", "rpar", "lbrace", "rbrace", "lbracket", "rbracket", "comma", "semicolon", "equal", "colon", "dot",
+    "star", "asynchronous", "leading_lines", "lines_after_decorators", "trailing_whitespace", "header",
+    "footer", "newline", "indent", "encoding", "default_indent", "default_newline", "has_trailing_newline",
+}
+# Where a node's dataclass fields are not in source order.
+_SOURCE_ORDER = {
+    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+    cst.IfExp: ("body", "test", "orelse"),
+    cst.Arg: ("keyword", "value"),
+}
+_CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _child_fields(node_type: type) -> Tuple[str, ...]:
+    names = _CHILD_FIELDS.get(node_type)
+    if names is None:
+        names = _SOURCE_ORDER.get(node_type) or tuple(
+            f.name for f in dataclasses.fields(node_type)
+            if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace")
+        )
+        _CHILD_FIELDS[node_type] = names
+    return names
+
+
+def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """The child nodes that matter to rules, in source order (no whitespace or punctuation)."""
+    for name in _child_fields(type(node)):
+        value = getattr(node, name, None)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
+
+
+class _Indexer:
     """The one pass over the tree. It records; it does not interpret."""
 
     def __init__(self, analysis: "FileAnalysis") -> None:
-        super().__init__()
         self.a = analysis
-        self.stack: List[cst.CSTNode] = []
-        self.counter = 0
         self.functions: List[FunctionInfo] = []
         self.loops: List[LoopInfo] = []
         self.class_names: List[str] = []
         # what "runs in" the current loop body: reset when entering a function or class
         self.loop_stack: List[Optional[LoopInfo]] = [None]
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        a = self.a
-        a.parents[node] = self.stack[-1] if self.stack else None
-        a.spans[node] = [self.counter, self.counter]
-        self.counter += 1
-        self.stack.append(node)
-        handler = _VISIT.get(type(node))
-        if handler is not None:
-            handler(self, node)
-        return True
-
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        self.stack.pop()
-        self.a.spans[original_node][1] = self.counter
-        handler = _LEAVE.get(type(original_node))
-        if handler is not None:
-            handler(self, original_node)
+    def walk(self, module: cst.Module) -> None:
+        """Pre-order walk without recursion (deep expressions must not hit the recursion limit)."""
+        parents, spans = self.a.parents, self.a.spans
+        counter = 0
+        stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode], bool]] = [(module, None, False)]
+        while stack:
+            node, parent, leaving = stack.pop()
+            if leaving:
+                spans[node][1] = counter
+                leave = _LEAVE.get(type(node))
+                if leave is not None:
+                    leave(self, node)
+                continue
+            parents[node] = parent
+            spans[node] = [counter, counter]
+            counter += 1
+            visit = _VISIT.get(type(node))
+            if visit is not None:
+                visit(self, node)
+            stack.append((node, parent, True))
+            children = list(iter_children(node))
+            stack.extend((child, node, False) for child in reversed(children))
 
     # --- per-type handlers ---------------------------------------------------------------
     def _scope(self) -> ScopeNode:
@@ -304,7 +347,7 @@ class FileAnalysis:
         self.loop_info: Dict[cst.CSTNode, LoopInfo] = {}
         # scope -> name -> assigned values (None where the value is unknown: loop targets, +=, params...)
         self.bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
-        module.visit(_Indexer(self))
+        _Indexer(self).walk(module)
         self._call_starts = [self.spans[c][0] for c in self.calls]
 
     # --- tree navigation -------------------------------------------------------------------------

@@ -71,12 +71,21 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
     exclude = _spec((*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude))
     root = settings.root.resolve()
 
-    def excluded(path: Path, is_dir: bool) -> bool:
-        try:
-            relative = path.relative_to(root).as_posix()
-        except ValueError:
-            relative = path.as_posix().lstrip("/")
-        return exclude.match_file(relative + ("/" if is_dir else "")) or exclude.match_file(path.name + ("/" if is_dir else ""))
+    def excluder(top: Path):
+        """Patterns match below ``top`` (a path given on the command line); patterns anchored at the
+        configuration's folder apply too, unless ``top`` itself lies in an excluded folder (explicit wins)."""
+        top_in_root = _relative(top, root)
+        use_root = top_in_root is not None and not (top_in_root and exclude.match_file(top_in_root + "/"))
+
+        def excluded(path: Path, is_dir: bool) -> bool:
+            suffix = "/" if is_dir else ""
+            below_top = _relative(path, top)
+            if below_top and exclude.match_file(below_top + suffix):
+                return True
+            in_root = _relative(path, root) if use_root else None
+            return bool(in_root) and exclude.match_file(in_root + suffix)
+
+        return excluded
 
     gitignores = _GitIgnores()
     found: Dict[Path, Path] = {}  # resolved -> as given/walked (keeps relative display paths)
@@ -88,12 +97,16 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
             result.missing.append(raw)
             continue
         if given.is_file():
+            excluded = excluder(root if _relative(absolute, root) is not None else absolute.parent)
             if not (force_exclude and (excluded(absolute, False) or gitignores.ignored(absolute, False, _git_top(absolute.parent)))):
                 found.setdefault(absolute, given)
             continue
-        if force_exclude and excluded(absolute, True):
+        if force_exclude and excluder(root)(absolute, True):
             continue
+        excluded = excluder(absolute)
         top = _git_top(absolute)
+        if top != absolute and gitignores.ignored(absolute, True, top):
+            top = absolute  # an ignored folder given explicitly: only .gitignore files inside it apply
         for folder, dirnames, filenames in os.walk(given, followlinks=False):
             folder_path = Path(folder)
             folder_abs = (absolute / folder_path.relative_to(given)).resolve() if folder_path != given else absolute
@@ -115,6 +128,14 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
                 found.setdefault(child.resolve() if (folder_path / name).is_symlink() else child, folder_path / name)
     result.files = sorted(found.values(), key=lambda p: display_path(p))
     return result
+
+
+def _relative(path: Path, base: Path) -> Optional[str]:
+    try:
+        relative = path.relative_to(base).as_posix()
+    except ValueError:
+        return None
+    return "" if relative == "." else relative
 
 
 def display_path(path: Path) -> str:

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Type
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
+from torchlint.positions import node_spans
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, ImportRequest, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
@@ -73,27 +73,28 @@ def _run_rules(
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     if not reports:
         return analysis, [], crash_diagnostics
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    wanted = [r.node for r in reports] + [n for r in reports if r.fix for n in r.fix.replacements]
+    positions = node_spans(module, wanted)
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
     for report in reports:
-        span = positions[report.node]
-        key = (report.rule.code, span.start.line, span.start.column, report.message)
+        line, column, end_line, end_column = positions[report.node]
+        key = (report.rule.code, line, column, report.message)
         if key in seen:
             continue
         seen.add(key)
-        if suppressions.is_suppressed(report.rule.code, span.start.line, span.end.line):
+        if suppressions.is_suppressed(report.rule.code, line, end_line):
             continue
         diagnostic = Diagnostic(
             code=report.rule.code,
             name=report.rule.name,
             message=report.message,
             path=path,
-            line=span.start.line,
-            column=span.start.column + 1,
-            end_line=span.end.line,
-            end_column=span.end.column + 1,
+            line=line,
+            column=column + 1,
+            end_line=end_line,
+            end_column=end_column + 1,
             fix=report.fix.applicability if report.fix else None,
             edits=_edits(report, positions, module) if report.fix else (),
             imports=tuple(_import_text(i) for i in report.fix.imports) if report.fix else (),
@@ -107,14 +108,14 @@ def _edits(report: Report, positions, module: cst.Module) -> Tuple[Edit, ...]:
     edits = []
     assert report.fix is not None
     for node, new in report.fix.replacements.items():
-        span = positions[node]
+        line, column, end_line, end_column = positions[node]
         if isinstance(new, cst.RemovalSentinel):
             content = ""
         elif isinstance(new, cst.FlattenSentinel):
             content = "".join(module.code_for_node(n) for n in new.nodes)
         else:
             content = module.code_for_node(new)
-        edits.append(Edit(span.start.line, span.start.column + 1, span.end.line, span.end.column + 1, content))
+        edits.append(Edit(line, column + 1, end_line, end_column + 1, content))
     return tuple(edits)
 
 
