@@ -296,6 +296,25 @@ def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
         yield params.star_kwarg
 
 
+def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """``node`` and everything below it that matters to rules, in source order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(list(iter_children(current))))
+
+
+def names_in(node: cst.CSTNode, name: str) -> List[cst.Name]:
+    """Every ``Name`` spelled ``name`` inside ``node`` (attribute and keyword names included)."""
+    return [n for n in walk(node) if isinstance(n, cst.Name) and n.value == name]
+
+
+def target_names(target: cst.CSTNode) -> Iterator[str]:
+    """The names an assignment or loop target binds: ``a``, ``a, (b, *c)``..."""
+    return _target_names(target)
+
+
 def _target_names(target: cst.CSTNode) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value

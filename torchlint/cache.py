@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -25,6 +26,23 @@ _TAG = (
 )
 
 
+@lru_cache(maxsize=None)
+def code_fingerprint() -> str:
+    """torchlint's version plus a hash of its engine and rule sources: editing a rule invalidates the cache."""
+    import torchlint
+    import torchlint.rules
+
+    digest = hashlib.blake2b(__version__.encode(), digest_size=16)
+    for package in (torchlint, torchlint.rules):
+        for folder in package.__path__:
+            for source in sorted(Path(folder).glob("*.py")):
+                try:
+                    digest.update(source.read_bytes())
+                except OSError:
+                    pass
+    return digest.hexdigest()
+
+
 class Cache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -32,7 +50,7 @@ class Cache:
 
     def key(self, data: bytes, rule_codes: Sequence[str], torch_version: tuple, mode: str) -> str:
         digest = hashlib.blake2b(data, digest_size=20)
-        digest.update(repr((__version__, tuple(rule_codes), tuple(torch_version), mode)).encode())
+        digest.update(repr((code_fingerprint(), tuple(rule_codes), tuple(torch_version), mode)).encode())
         return digest.hexdigest()
 
     def _entry(self, key: str) -> Path:

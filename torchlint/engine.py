@@ -42,8 +42,8 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
     return Diagnostic(ERROR_CODE, "error", message, path, line, column, line, column)
 
 
-def rules_that_may_fire(rules: Sequence[Rule], source: str) -> List[Rule]:
-    return [rule for rule in rules if rule.may_fire(source)]
+def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings) -> List[Rule]:
+    return [rule for rule in rules if rule.may_fire(source, settings)]
 
 
 def parse(source: str, path: str) -> cst.Module:
@@ -124,7 +124,7 @@ def _import_text(request: ImportRequest) -> str:
 
 
 def lint_source(source: str, path: str, rules: Sequence[Rule], settings: Settings) -> LintOutcome:
-    candidates = rules_that_may_fire(rules, source)
+    candidates = rules_that_may_fire(rules, source, settings)
     if not candidates:
         return LintOutcome([], parsed=False)
     try:
@@ -144,7 +144,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     broken: Set[Tuple[str, str]] = set()  # (rule code, node code) of fixes that broke the file
     current = source
     for _ in range(MAX_FIX_PASSES):
-        candidates = rules_that_may_fire(rules, current)
+        candidates = rules_that_may_fire(rules, current, settings)
         if not candidates:
             break
         try:

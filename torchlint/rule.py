@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
@@ -164,16 +165,18 @@ class Rule:
         return f"https://github.com/torchlint/torchlint/blob/main/rules/README.md#{cls.code.lower()}"
 
     @classmethod
-    def compiled_patterns(cls) -> Tuple["re.Pattern[str]", ...]:
-        cached = cls.__dict__.get("_compiled_patterns")
-        if cached is None:
-            cached = tuple(re.compile(p) for p in cls.required_patterns)
-            cls._compiled_patterns = cached  # type: ignore[attr-defined]
-        return cached
+    def patterns_for(cls, settings: "Settings") -> Tuple[str, ...]:
+        """The pre-filter for these settings; override where it depends on them (e.g. the torch version)."""
+        return cls.required_patterns
 
     @classmethod
-    def may_fire(cls, text: str) -> bool:
-        return all(p.search(text) for p in cls.compiled_patterns())
+    def may_fire(cls, text: str, settings: "Settings") -> bool:
+        return all(_compiled(p).search(text) for p in cls.patterns_for(settings))
+
+
+@lru_cache(maxsize=None)
+def _compiled(pattern: str) -> "re.Pattern[str]":
+    return re.compile(pattern)
 
 
 class RuleCrash(Exception):

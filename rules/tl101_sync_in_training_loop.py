@@ -1,0 +1,566 @@
+"""TL101: host-device synchronisations in every step of a training loop."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional, Set
+
+import libcst as cst
+
+from torchlint.analysis import (
+    FileAnalysis, LoopInfo, ScopeNode, call_name, dotted_name, names_in, receiver, target_names, walk,
+)
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+
+_SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
+_CONVERSIONS = ("float", "int", "bool")
+# Names whose call returns a tensor: the model, the loss.
+_MODEL_NAME = re.compile(
+    r"^(model|net|network|module|encoder|decoder|backbone|head|classifier|policy|actor|critic|generator|"
+    r"discriminator|disc|gen|ddp_model|student|teacher)$|_model$|^model_|_net$",
+)  # case-sensitive: `Net()` builds a module, `net(x)` runs one
+_LOSS_NAME = re.compile(r"^(?!get_)(?!.*scale)(\w*_)?(criterion|loss)(_\w*)?$", re.IGNORECASE)
+# Values that are certainly not tensors: once a name is bound to one, `.backward()` on it is no evidence.
+_HOST_CALLS = {"item", "tolist", "float", "int", "bool", "len", "str"}
+# Methods of a tensor that return a tensor (used to follow `out.argmax(1)`, `loss.detach()`...).
+_TENSOR_METHODS = {
+    "sum", "mean", "detach", "float", "double", "half", "bfloat16", "norm", "abs", "max", "min", "argmax",
+    "argmin", "clone", "to", "cuda", "pow", "sqrt", "exp", "log", "std", "var", "squeeze", "unsqueeze",
+    "view", "reshape", "softmax", "log_softmax", "sigmoid", "eq", "ne", "gt", "lt", "ge", "le", "mul",
+    "div", "add", "sub", "flatten", "contiguous", "prod", "all", "any", "logsumexp", "square",
+}
+# torch.* functions that return a tensor.
+_TORCH_TENSOR_FUNCS = {
+    "sum", "mean", "stack", "cat", "tensor", "as_tensor", "norm", "max", "min", "exp", "log", "sqrt", "abs",
+    "clamp", "where", "matmul", "sigmoid", "softmax", "log_softmax", "argmax", "argmin", "eq", "isfinite",
+    "isnan", "isinf", "all", "any", "mul", "add", "sub", "div", "square", "logsumexp", "einsum", "bmm", "mm",
+}
+# Calls that only show, store or collect a value: a sync whose value ends up here is a slowdown to remove.
+_SINK_METHODS = {
+    "append", "extend", "add", "update", "add_scalar", "add_scalars", "log", "log_metrics", "log_dict",
+    "info", "debug", "warning", "warn", "error", "set_postfix", "set_postfix_str", "set_description",
+    "write", "insert", "record", "put", "setdefault",
+}
+_SINK_FUNCTIONS = {"print"}
+# Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
+_TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
+_GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug", re.IGNORECASE)
+
+
+class SyncInTrainingLoop(Rule):
+    """## What it does
+    Flags host-device synchronisations inside a training loop (a loop whose own body calls `.backward()` or
+    `optimizer.step()`, including loops nested in that body): `.item()`, `.tolist()`, `.cpu()`, `.numpy()`,
+    `float()` / `int()` / `bool()` of a tensor, and `print()` of a tensor (also inside an f-string).
+
+    A call only counts as a tensor conversion when its argument is evidently a tensor in that function: a name
+    on which `.backward()` is called, or one bound to a model output (`model(x)`), a loss (`criterion(...)`,
+    `F.cross_entropy(...)`), a `torch.*` result, or a tensor method of those (`out.argmax(1)`, `x.sum()`).
+    `float(lr)` and `print(epoch)` are not flagged. NumPy arrays and raw batches straight from the
+    `for x, y in loader` target (still on the CPU) are not flagged either.
+
+    It stays silent where the host value is load-bearing: a value that decides Python control flow (an `if` /
+    `while` / `assert` test, `break` on `loss < 1e-3`, `if not math.isfinite(loss.item()): sys.exit(1)`), an
+    index, or the argument of a call that needs a Python number (`env.step(action.item())`,
+    `range(n.item())`), also through a variable (`v = loss.item(); if v > best: ...`). Those syncs are needed.
+
+    Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
+    `if (i + 1) % 100 == 0:`) or names logging (`if should_log:`, `if args.verbose:`) runs every N steps, not
+    every step; it is deliberately not reported. The `else` branch of such an `if` is checked as usual.
+
+    Syncs outside training loops (evaluation loops, the per-epoch summary after the batch loop) are not
+    reported.
+
+    Where a sync is reported: at the first sync of a chain (`x.cpu()` in `x.cpu().numpy()`), and only when the
+    host value is shown, stored or summed: an expression statement, an assignment whose variable the loop
+    does not use for control flow, `+=`, an f-string, `print(...)`, or a collecting / logging call
+    (`.append`, `.extend`, `.update`, `.add_scalar`, `.log`, `.info`, `.set_postfix`, `.write`...).
+
+    ## Why is this slow?
+    CUDA runs asynchronously: Python queues kernels and moves on while the GPU works. Reading a value on the
+    host (`.item()`, `.cpu()`, `float(t)`, printing a tensor) makes Python wait until every queued kernel has
+    finished and the value has been copied back, so the GPU idles while Python prepares the next step and the
+    input pipeline stalls. Once per step this can cost a large share of the step time for small and medium
+    models.
+
+    ## Example
+    ```python
+    running_loss = 0.0
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.item()
+    print(running_loss / len(loader))
+    ```
+
+    ## Use instead
+    ```python
+    running_loss = 0.0
+    for inputs, targets in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        running_loss += loss.detach()
+    running_loss = float(running_loss)
+    print(running_loss / len(loader))
+    ```
+    Or log every N steps: `if step % log_every == 0: print(loss.item())`.
+
+    ## Fix safety
+    Only the accumulation pattern has a fix, and it is **unsafe**: `acc += <tensor>.item()` becomes
+    `acc += <tensor>.detach()`, and a conversion back to a Python number is inserted right after the loop. It is
+    offered only when `acc` is set to a number literal (`acc = 0.0`, `loss_sum, correct = 0.0, 0`) by an
+    earlier statement of the same function, either in the loop's own block or before an enclosing epoch loop /
+    `if` / `with` / `try` that does not otherwise mention `acc`; the statements in between do not touch `acc`;
+    and nothing in the loop other than that one statement mentions `acc` (so no read inside the loop ever sees
+    a tensor). Any other form (`acc += loss.item() * n`, `acc -= ...`, an attribute `self.acc`, an `acc` that is
+    printed inside the loop, `print(f"{loss.item():.3f}")`) is reported without a fix. The conversion is `acc = float(acc)` for a float
+    literal start (`0.0`), and `acc = torch.as_tensor(acc).item()` for an integer start (`0`), which keeps an
+    integer count an `int` and a float sum a `float`, and leaves `acc` unchanged when the loop ran zero times.
+    What changes:
+    - the sum is accumulated on the device in the tensor's dtype (usually float32) instead of in Python's
+      float64: the result may differ in the last digits, and with a float16/bfloat16 value it loses precision
+      over many steps;
+    - the sync happens once after the loop instead of every step, so an exception raised by an asynchronous
+      CUDA error surfaces later;
+    - inside the loop `acc` is a tensor: code outside the function that reads it during the loop (a callback
+      reading a global) would see a tensor.
+    Every other sync is reported without a fix: whether to log every N steps or accumulate on the device is
+    the author's call.
+
+    ## PyTorch versions
+    All versions. `torch.as_tensor` exists since 0.4.
+    """
+
+    code = "TL101"
+    name = "sync-in-training-loop"
+    message = ("Host-device sync in every training step; keep the value on the device "
+               "(accumulate with `.detach()`) and convert once, or log every N steps")
+    summary = "`.item()`, `.cpu()`, `float(tensor)`, `print(tensor)` in every step of a training loop"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (
+        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
+        r"\.(?:backward|step)\(",
+    )
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if not any(loop.is_training for loop in a.loops):
+            return
+        checker = _Checker(ctx, a)
+        for name in _SYNC_METHODS:
+            for call in a.calls_by_name.get(name, ()):
+                checker.check_method(call, name)
+        for name in _CONVERSIONS:
+            for call in a.calls_by_name.get(name, ()):
+                checker.check_conversion(call, name)
+        for call in a.calls_by_name.get("print", ()):
+            checker.check_print(call)
+
+
+class _Checker:
+    def __init__(self, ctx: RuleContext, a: FileAnalysis) -> None:
+        self.ctx = ctx
+        self.a = a
+        self._backward_names: dict = {}
+
+    # --- the three kinds of sync ----------------------------------------------------------------------
+    def check_method(self, call: cst.Call, name: str) -> None:
+        a = self.a
+        if not isinstance(call.func, cst.Attribute) or call.args:
+            return
+        loop = a.training_loop_of(call)
+        if loop is None:
+            return
+        recv = call.func.value
+        if self._chain_has_sync(recv):
+            return  # `x.cpu().numpy()`: reported once, at `.cpu()`
+        scope = a.scope_of(call)
+        if a.is_numpy_expr(recv, scope) or self._is_raw_batch(recv, loop):
+            return
+        if name == "cpu" and self._is_module(recv):
+            return
+        if name == "numpy" and not self.is_tensor(recv, scope):
+            return  # `.numpy()` needs a CPU tensor: only a sync when it follows device work we can see
+        top = self._chain_top(call)
+        if not self._is_slowdown(top, loop):
+            return
+        fix = self._accumulation_fix(call, top, loop) if name == "item" else None
+        text = _short(a, recv)
+        if fix is not None:
+            acc = fix[1]
+            message = (f"`{acc} += {text}.item()` waits for the GPU every step; accumulate on the device "
+                       f"(`{acc} += {text}.detach()`) and convert once after the loop")
+            self.ctx.report(call, message=message, fix=fix[0])
+            return
+        what = {"item": f"`{text}.item()`", "tolist": f"`{text}.tolist()`", "cpu": f"`{text}.cpu()`",
+                "numpy": f"`{text}.numpy()`"}[name]
+        self.ctx.report(call, message=f"{what} waits for the GPU every training step; keep the value on the "
+                                      "device (accumulate with `.detach()`) and read it once, or every N steps")
+
+    def check_conversion(self, call: cst.Call, name: str) -> None:
+        a = self.a
+        if not isinstance(call.func, cst.Name) or name in a.imports or len(call.args) != 1 or call.args[0].keyword:
+            return
+        loop = a.training_loop_of(call)
+        if loop is None:
+            return
+        arg = call.args[0].value
+        scope = a.scope_of(call)
+        if not self.is_tensor(arg, scope) or self._is_raw_batch(arg, loop) or not self._is_slowdown(call, loop):
+            return
+        self.ctx.report(call, message=f"`{name}({_short(a, arg)})` copies a tensor to the host and waits for the GPU "
+                                      "every training step; keep it on the device and convert once, or every N steps")
+
+    def check_print(self, call: cst.Call) -> None:
+        a = self.a
+        if not isinstance(call.func, cst.Name) or "print" in a.imports:
+            return
+        loop = a.training_loop_of(call)
+        if loop is None or self._guarded(call, loop):
+            return
+        scope = a.scope_of(call)
+        for arg in call.args:
+            if arg.keyword is not None:
+                continue
+            shown = self._printed_tensor(arg.value, scope, loop)
+            if shown is not None:
+                self.ctx.report(call, message=f"`print` of the tensor `{_short(a, shown)}` waits for the GPU every "
+                                              "training step; print every N steps (`if step % log_every == 0:`)")
+                return
+
+    def _printed_tensor(self, value: cst.BaseExpression, scope: ScopeNode, loop: LoopInfo):
+        if isinstance(value, cst.FormattedString):
+            for part in value.parts:
+                if isinstance(part, cst.FormattedStringExpression):
+                    found = self._printed_tensor(part.expression, scope, loop)
+                    if found is not None:
+                        return found
+            return None
+        if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop):
+            return value
+        return None
+
+    # --- is it a tensor? ------------------------------------------------------------------------------
+    def is_tensor(self, expr: cst.BaseExpression, scope: ScopeNode, depth: int = 0) -> bool:
+        a = self.a
+        if depth > 5:
+            return False
+        if isinstance(expr, cst.Call):
+            qualified = a.qualified_name(expr.func) or ""
+            if qualified.startswith("torch.nn.functional."):
+                return True
+            if qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS:
+                return True
+            if qualified.startswith(("numpy.", "math.", "builtins.")):
+                return False
+            name = dotted_name(expr.func)
+            if name is not None:
+                last = name.split(".")[-1]
+                if _LOSS_NAME.search(last) or _MODEL_NAME.search(last):
+                    return True
+            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _TENSOR_METHODS:
+                return self.is_tensor(expr.func.value, scope, depth + 1)
+            return False
+        if isinstance(expr, cst.Name):
+            values = a.values_of(expr.value, scope)
+            known = [v for v in values if v is not None]
+            if any(isinstance(v, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString))
+                   or (isinstance(v, cst.Call) and call_name(v) in _HOST_CALLS) for v in known):
+                return False
+            if expr.value in self._backward_receivers(scope):
+                return True
+            return bool(values) and len(known) == len(values) and all(
+                self.is_tensor(v, scope, depth + 1) for v in known)
+        if isinstance(expr, cst.Attribute):
+            if expr.attr.value in {"loss", "logits"}:
+                return self.is_tensor(expr.value, scope, depth + 1)
+            return False
+        if isinstance(expr, cst.BinaryOperation):
+            return self.is_tensor(expr.left, scope, depth + 1) or self.is_tensor(expr.right, scope, depth + 1)
+        if isinstance(expr, cst.UnaryOperation):
+            return self.is_tensor(expr.expression, scope, depth + 1)
+        if isinstance(expr, cst.Comparison):
+            return self.is_tensor(expr.left, scope, depth + 1) or any(
+                self.is_tensor(c.comparator, scope, depth + 1) for c in expr.comparisons)
+        if isinstance(expr, cst.Subscript):
+            return self.is_tensor(expr.value, scope, depth + 1)
+        return False
+
+    def _backward_receivers(self, scope: ScopeNode) -> Set[str]:
+        """Names in ``scope`` on which ``.backward()`` is called: those are tensors."""
+        names = self._backward_names.get(scope)
+        if names is None:
+            names = set()
+            for call in self.a.calls_by_name.get("backward", ()):
+                recv = receiver(call)
+                if isinstance(recv, cst.Name) and self.a.scope_of(call) is scope:
+                    names.add(recv.value)
+            self._backward_names[scope] = names
+        return names
+
+    def _is_module(self, expr: cst.BaseExpression) -> bool:
+        name = dotted_name(expr)
+        return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
+
+    def _is_raw_batch(self, expr: cst.BaseExpression, loop: LoopInfo) -> bool:
+        """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync."""
+        root = expr
+        while isinstance(root, (cst.Attribute, cst.Subscript)):
+            root = root.value
+        if not isinstance(root, cst.Name):
+            return False
+        name = root.value
+        a = self.a
+        scope = a.scope_of(expr)
+        targets = 0
+        for info in a.enclosing_loops(expr):
+            if isinstance(info.node, cst.For) and info.iterates_loader and name in target_names(info.node.target):
+                targets += 1
+        return targets > 0 and len(a.values_of(name, scope)) == targets
+
+    # --- where does the host value go? ------------------------------------------------------------------
+    def _chain_has_sync(self, expr: cst.BaseExpression) -> bool:
+        while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
+            if isinstance(expr, cst.Call):
+                if call_name(expr) in _SYNC_METHODS and isinstance(expr.func, cst.Attribute) and not expr.args:
+                    return True
+                expr = expr.func
+            else:
+                expr = expr.value
+        return False
+
+    def _chain_top(self, call: cst.Call) -> cst.BaseExpression:
+        """``x.cpu()`` in ``x.cpu().numpy().tolist()`` -> the whole chain."""
+        node: cst.BaseExpression = call
+        while True:
+            parent = self.a.parent(node)
+            grand = self.a.parent(parent) if parent is not None else None
+            if isinstance(parent, cst.Attribute) and parent.value is node and isinstance(grand, cst.Call) \
+                    and grand.func is parent:
+                node = grand
+            else:
+                return node
+
+    def _is_slowdown(self, node: cst.BaseExpression, loop: LoopInfo) -> bool:
+        return not self._guarded(node, loop) and self._destination(node, loop, follow=True) == "sink"
+
+    def _guarded(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
+        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop."""
+        a = self.a
+        child = node
+        for ancestor in a.ancestors(node):
+            if ancestor is loop.node:
+                return False
+            if isinstance(ancestor, cst.If) and child is ancestor.body and _is_logging_guard(ancestor.test):
+                return True
+            child = ancestor
+        return False
+
+    def _destination(self, node: cst.CSTNode, loop: LoopInfo, follow: bool) -> str:
+        """"sink" where the host value is only shown, stored or summed; "load" where Python needs it."""
+        a = self.a
+        while True:
+            parent = a.parent(node)
+            if parent is None:
+                return "load"
+            if isinstance(parent, cst.Arg):
+                call = a.parent(parent)
+                assert isinstance(call, cst.Call)
+                kind = self._call_kind(call)
+                if kind == "through":
+                    node = call
+                    continue
+                return kind
+            if isinstance(parent, cst.Attribute):
+                grand = a.parent(parent)
+                if isinstance(grand, cst.Call) and grand.func is parent:
+                    node = grand  # a method of the host value (`loss.item().__round__()`): follow it
+                    continue
+                return "load"
+            if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison,
+                                   cst.ComparisonTarget, cst.Element, cst.DictElement, cst.StarredElement,
+                                   cst.StarredDictElement, cst.List, cst.Tuple, cst.Set, cst.Dict,
+                                   cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
+                if isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)) and \
+                        node is not getattr(parent, "elt", None) and node is not getattr(parent, "value", None):
+                    return "load"
+                node = parent
+                continue
+            if isinstance(parent, (cst.FormattedStringExpression, cst.FormattedString)):
+                return "sink"  # formatted for display
+            if isinstance(parent, cst.IfExp):
+                if node is parent.test:
+                    return "load"
+                node = parent
+                continue
+            if isinstance(parent, cst.Subscript):
+                if node is parent.value:
+                    node = parent
+                    continue
+                return "load"
+            if isinstance(parent, cst.Expr):
+                return "sink"
+            if isinstance(parent, cst.AugAssign):
+                return self._name_destination(parent.target, loop) if follow else "sink"
+            if isinstance(parent, (cst.Assign, cst.AnnAssign)):
+                if not follow:
+                    return "sink"
+                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
+                for target in targets:
+                    if self._name_destination(target, loop) == "load":
+                        return "load"
+                return "sink"
+            return "load"  # if/while/assert tests, return, yield, lambda, await...
+
+    def _name_destination(self, target: cst.BaseExpression, loop: LoopInfo) -> str:
+        """A name that holds a host value: "load" when the loop uses it for control flow."""
+        if not isinstance(target, cst.Name):
+            return "sink"
+        for use in names_in(loop.node, target.value):
+            if use is target or self._is_binding(use):
+                continue
+            if self._destination(use, loop, follow=False) == "load":
+                return "load"
+        return "sink"
+
+    def _is_binding(self, name: cst.Name) -> bool:
+        """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
+        parent = self.a.parent(name)
+        return isinstance(parent, cst.AssignTarget) and parent.target is name
+
+    def _call_kind(self, call: cst.Call) -> str:
+        a = self.a
+        func = call.func
+        qualified = a.qualified_name(func)
+        if isinstance(func, cst.Name) and func.value not in a.imports:
+            if func.value in _SINK_FUNCTIONS:
+                return "sink"
+            if func.value in _TRANSPARENT_FUNCTIONS:
+                return "through"
+            return "load"
+        if qualified is not None and qualified.startswith("math."):
+            return "through"
+        if isinstance(func, cst.Attribute) and func.attr.value in _SINK_METHODS:
+            return "sink"
+        return "load"
+
+    def _previous_mention(self, loop: cst.CSTNode, acc: str) -> Optional[cst.CSTNode]:
+        """The nearest statement before ``loop`` that mentions ``acc``, climbing out of enclosing blocks.
+
+        Climbing out of an enclosing loop requires that nothing else in it mentions ``acc`` (on its next
+        iteration the value must still be the number the conversion left); climbing out of an ``if`` / ``with``
+        / ``try`` body requires only that its header does not.
+        """
+        a = self.a
+        statement: cst.CSTNode = loop
+        while True:
+            block = a.parent(statement)
+            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
+                return None  # an `elif`, or a one-line suite
+            siblings = list(block.body)
+            position = next((i for i, s in enumerate(siblings) if s is statement), None)
+            if position is None:
+                return None
+            for previous in reversed(siblings[:position]):
+                if names_in(previous, acc):
+                    return previous
+            container = a.parent(block)
+            if isinstance(container, (cst.For, cst.While)):
+                if any(use for use in names_in(container, acc) if not a.contains(loop, use)):
+                    return None
+            elif isinstance(container, (cst.If, cst.With)):
+                header = container.test if isinstance(container, cst.If) else container.items
+                if any(names_in(item, acc) for item in (header if isinstance(header, (list, tuple)) else [header])):
+                    return None
+            elif not isinstance(container, cst.Try):
+                return None
+            statement = container
+
+    # --- the accumulation fix -------------------------------------------------------------------------
+    def _accumulation_fix(self, call: cst.Call, top: cst.BaseExpression, loop: LoopInfo):
+        a = self.a
+        aug = a.parent(call)
+        if top is not call or not isinstance(aug, cst.AugAssign) or aug.value is not call:
+            return None
+        if not isinstance(aug.operator, cst.AddAssign) or not isinstance(aug.target, cst.Name):
+            return None
+        line = a.parent(aug)
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return None
+        acc = aug.target.value
+        recv = call.func.value
+        if self._chain_has_sync(recv) or names_in(recv, acc):
+            return None
+        # nothing in the loop but this statement mentions acc
+        if any(use is not aug.target for use in names_in(loop.node, acc)):
+            return None
+        # the loop runs after `acc = <number>`, with nothing touching acc in between
+        if isinstance(a.parent(loop.node), cst.SimpleStatementSuite):
+            return None
+        init = self._previous_mention(loop.node, acc)
+        literal = _number_literal_init(init, acc)
+        if literal is None:
+            return None
+        detach = recv if _is_detach_call(recv) else cst.Call(func=cst.Attribute(value=recv, attr=cst.Name("detach")))
+        new_loop = loop.node.deep_replace(aug, aug.with_changes(value=detach))
+        imports = ()
+        if isinstance(literal, cst.Float):
+            conversion = cst.parse_statement(f"{acc} = float({acc})")
+        else:
+            torch = a.module_alias("torch")
+            if torch is None:
+                torch = "torch"
+                imports = (ImportRequest("torch"),)
+            conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
+        fix = Fix({loop.node: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
+        return fix, acc
+
+
+def _is_logging_guard(test: cst.BaseExpression) -> bool:
+    for node in walk(test):
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            return True
+        if isinstance(node, cst.Name) and _GUARD_NAME.search(node.value):
+            return True
+    return False
+
+
+def _number_literal_init(statement: Optional[cst.CSTNode], acc: str) -> Optional[cst.BaseNumber]:
+    """The number in ``acc = 0.0``, ``a = acc = 0`` or ``loss, acc = 0.0, 0`` as a whole statement line."""
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return None
+    assign = statement.body[0]
+    if not isinstance(assign, cst.Assign):
+        return None
+    value = assign.value
+    found = None
+    for target in (t.target for t in assign.targets):
+        if isinstance(target, cst.Name):
+            if target.value == acc:
+                found = value
+        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
+            if len(target.elements) != len(value.elements):
+                return None
+            for element, item in zip(target.elements, value.elements):
+                if isinstance(element.value, cst.Name) and element.value.value == acc and not isinstance(
+                        element, cst.StarredElement) and not isinstance(item, cst.StarredElement):
+                    found = item.value
+        elif names_in(target, acc):
+            return None
+    if isinstance(found, (cst.Integer, cst.Float)) and not names_in(value, acc):
+        return found
+    return None
+
+
+def _is_detach_call(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and call_name(expr) == "detach" and not expr.args
+
+
+def _short(a: FileAnalysis, expr: cst.CSTNode) -> str:
+    text = a.module.code_for_node(expr)
+    text = " ".join(text.split())
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,366 @@
+"""TL201: gradients reset by filling them with zeros instead of freeing them."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator, List, Optional, Tuple
+
+import libcst as cst
+import libcst.matchers as m
+
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, receiver
+from torchlint.config import Settings
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+_PARAM_NAME = re.compile(r"param", re.IGNORECASE)
+_ZEROING_FUNCTION = re.compile(r"^_*zero_grad$")
+
+
+class ZeroGradKeepsZeros(Rule):
+    """## What it does
+    Flags gradient resets that keep zero-filled tensors instead of freeing them:
+
+    - `optimizer.zero_grad(set_to_none=False)` and `model.zero_grad(set_to_none=False)`;
+    - a bare `optimizer.zero_grad()` / `model.zero_grad()` when the configured `torch-version` is below 2.0,
+      where `set_to_none` defaulted to `False`;
+    - manual zeroing loops over parameters: `for p in model.parameters(): p.grad.zero_()`, `p.grad.data.zero_()`,
+      `p.grad.detach_(); p.grad.zero_()` and `p.grad = torch.zeros_like(p)`.
+
+    It stays silent where the zeros are load-bearing: when the same function reads or updates `.grad`
+    (`p.grad += g`, `p.grad.add_(...)`, `p.grad.norm()`, `p.grad is None`...) after the reset and before the
+    next `backward()`; when the zeroing sits between `backward()` and `optimizer.step()` (that masks gradients,
+    it does not reset them); inside an implementation of `zero_grad` itself (a function named `zero_grad`,
+    one with a `set_to_none` parameter, a branch testing `set_to_none`, or a loop that also calls
+    `p.grad.requires_grad_(False)` the way `Optimizer.zero_grad` does); and on `p.grad = torch.zeros_like(p)`
+    in a function that never calls `backward()`, which creates gradient buffers for manual accumulation
+    (a parameter server's `__init__`) rather than resetting them each step.
+
+    ## Why is this slow?
+    Zeroing launches a memset kernel per gradient every step (a `foreach` one at best), and the next `backward()`
+    then *adds* into the zeros (a read-modify-write of every gradient) instead of simply writing the fresh
+    gradient. Setting gradients to `None` costs nothing, lets `backward()` allocate and write them directly, and
+    frees their memory between the reset and the next backward. `p.grad = torch.zeros_like(p)` is worse still:
+    it allocates a fresh tensor per parameter per step.
+
+    ## Example
+    ```python
+    for inputs, targets in loader:
+        optimizer.zero_grad(set_to_none=False)
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    for inputs, targets in loader:
+        optimizer.zero_grad()  # set_to_none=True is the default since PyTorch 2.0
+        loss = criterion(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    Every fix is **unsafe**: it changes what a gradient is after the reset, from a zero tensor to `None`.
+    - The fix drops `set_to_none=False` (writes `set_to_none=True` when `torch-version` is below 2.0, also for a
+      bare `zero_grad()` there), and rewrites a manual zeroing statement to `p.grad = None` (a preceding
+      `p.grad.detach_()` is removed with it).
+    - A parameter that gets no gradient in a step (unused branch, frozen path, a `torch.no_grad()` part of the
+      model) keeps `grad=None`. PyTorch's optimizers **skip** such parameters: no weight decay, no momentum or
+      Adam moment update, no step at all, whereas a zero gradient still decays the weight and moves it by its
+      momentum. Training of such parameters changes.
+    - Code that reads `p.grad` later (gradient clipping by hand, logging gradient norms, a custom optimizer)
+      may meet `None` where it met a zero tensor, and `p.grad += g` raises `TypeError`. Reads in the same
+      function between the reset and the next `backward()` make the rule silent, but reads elsewhere (another
+      function, a hook) cannot be seen.
+    - Gradient memory is freed after the reset and allocated again by `backward()`.
+    The fix is only safe when every parameter gets a gradient every step and nothing reads a gradient before the
+    next `backward()`; torchlint cannot prove that statically, so no fix is marked safe.
+
+    ## PyTorch versions
+    Since PyTorch 2.0, `Optimizer.zero_grad()` and `Module.zero_grad()` default to `set_to_none=True`, so a bare
+    `zero_grad()` is fine and only an explicit `set_to_none=False` is flagged. Before 2.0 the default was
+    `False`: with `torch-version` below 2.0 a bare `zero_grad()` is flagged too and the fix writes
+    `set_to_none=True` (available since 1.7).
+    """
+
+    code = "TL201"
+    name = "zero-grad-keeps-zeros"
+    message = "Gradients are reset to zero tensors; set them to `None` instead"
+    summary = "zero_grad(set_to_none=False) or manual gradient zeroing keeps zero-filled gradients"
+    fix_availability = FixAvailability.ALWAYS
+    required_patterns = (r"zero_grad\s*\(|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
+    # From 2.0 on a bare zero_grad() is fine: only an explicit False or a manual reset can fire.
+    _MODERN_PATTERNS = (r"zero_grad\s*\([^)]*False|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
+
+    @classmethod
+    def patterns_for(cls, settings: Settings) -> Tuple[str, ...]:
+        return cls.required_patterns if settings.torch_version < (2, 0) else cls._MODERN_PATTERNS
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        old_torch = ctx.torch_version < (2, 0)
+        for call in a.calls_by_name.get("zero_grad", ()):
+            self._check_zero_grad(ctx, a, call, old_torch)
+        for loop in a.loops:
+            if isinstance(loop.node, cst.For):
+                param = _parameter_loop_target(a, loop.node)
+                if param is not None:
+                    self._check_manual_loop(ctx, a, loop.node, param)
+
+    # --- optimizer.zero_grad(...) / model.zero_grad(...) ----------------------------------------------
+    def _check_zero_grad(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, old_torch: bool) -> None:
+        if not isinstance(call.func, cst.Attribute):
+            return
+        if len(call.args) > 1 or any(arg.star for arg in call.args):
+            return
+        arg = call.args[0] if call.args else None
+        if arg is not None and arg.keyword is not None and arg.keyword.value != "set_to_none":
+            return
+        if arg is None:
+            if not old_torch or not _imports_torch(a):
+                return
+        elif not is_literal(arg.value, "False"):
+            return  # set_to_none=True, or a variable: the caller decides
+        statement = a.enclosing_statement(call)
+        if statement is None or _zeros_are_load_bearing(a, statement):
+            return
+        owner = dotted_name(call.func.value) or "optimizer"
+        written = "set_to_none=False" if arg is not None and arg.keyword is not None else "False"
+        if arg is None:
+            new_call = call.with_changes(args=[cst.Arg(cst.Name("True"), keyword=cst.Name("set_to_none"),
+                                                       equal=cst.AssignEqual(
+                                                           whitespace_before=cst.SimpleWhitespace(""),
+                                                           whitespace_after=cst.SimpleWhitespace("")))])
+            message = (f"`{owner}.zero_grad()` keeps zero-filled gradients before PyTorch 2.0; "
+                       "pass `set_to_none=True`")
+        elif old_torch:
+            new_call = call.with_changes(args=[arg.with_changes(value=cst.Name("True"))])
+            message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
+                       "use `set_to_none=True`")
+        else:
+            new_call = call.with_changes(args=[])
+            if "#" not in a.module.code_for_node(call):
+                new_call = new_call.with_changes(whitespace_before_args=cst.SimpleWhitespace(""))
+            message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
+                       f"drop `{written}` so gradients are freed")
+        ctx.report(call, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
+
+    # --- for p in model.parameters(): p.grad.zero_() --------------------------------------------------
+    def _check_manual_loop(self, ctx: RuleContext, a: FileAnalysis, loop: cst.For, param: str) -> None:
+        function = a.function_of(loop)
+        if function is not None and isinstance(function.node, cst.FunctionDef):
+            if _ZEROING_FUNCTION.search(function.name) or any(
+                p.name.value == "set_to_none" for p in function.node.params.params + function.node.params.kwonly_params
+            ):
+                return
+        if any(call_name(c) == "requires_grad_" and _grad_of(receiver(c), param) is not None
+               for c in a.calls_in(loop.body)):
+            return  # a re-implementation of zero_grad(set_to_none=False): the zeros are the point
+        zeroings: List[Tuple[cst.CSTNode, int, cst.Attribute]] = []
+        for line, index, grad in _zeroing_statements(a, loop, param):
+            if any(isinstance(anc, cst.If) and _mentions(anc.test, "set_to_none") for anc in a.ancestors(line)):
+                continue
+            if isinstance(line.body[index], cst.Assign) and not any(
+                    a.is_backward_call(c) for c in a.calls_in(_region(a, loop))):
+                continue  # `p.grad = zeros_like(p)` with no backward() around: buffers made for manual accumulation
+            zeroings.append((line, index, grad))
+        if not zeroings or _zeros_are_load_bearing(a, loop):
+            return
+        for line, index, grad in zeroings:
+            replacements = _manual_fix(a, line, index, grad, param)
+            ctx.report(
+                line.body[index],
+                message=f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
+                        "(or call `zero_grad()`)",
+                fix=Fix(replacements, Applicability.UNSAFE),
+            )
+
+
+def _imports_torch(a: FileAnalysis) -> bool:
+    return any(target == "torch" or target.startswith("torch.") for target in a.imports.values())
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    return bool(m.findall(node, m.Name(name)))
+
+
+def _parameter_loop_target(a: FileAnalysis, loop: cst.For) -> Optional[str]:
+    """``p`` in ``for p in model.parameters()``, ``for n, p in m.named_parameters()``, ``for p in group["params"]``."""
+    target = loop.target
+    it = loop.iter
+    if isinstance(it, cst.Call) and call_name(it) in {"list", "tuple", "filter"} and it.args:
+        it = it.args[-1].value
+    named = False
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute):
+        method = it.func.attr.value
+        if method == "parameters":
+            pass
+        elif method == "named_parameters":
+            named = True
+        else:
+            return None
+    elif isinstance(it, cst.Subscript):
+        index = it.slice[0].slice if len(it.slice) == 1 else None
+        if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
+                and index.value.evaluated_value == "params"):
+            return None
+    else:
+        name = dotted_name(it)
+        if name is None or not _PARAM_NAME.search(name.split(".")[-1]):
+            return None
+    if named:
+        if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[1].value, cst.Name):
+            return target.elements[1].value.value
+        return None
+    return target.value if isinstance(target, cst.Name) else None
+
+
+def _grad_of(expr: Optional[cst.BaseExpression], param: str) -> Optional[cst.Attribute]:
+    """The ``p.grad`` in ``p.grad`` or ``p.grad.data``."""
+    if expr is None:
+        return None
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    if (isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
+            and isinstance(expr.value, cst.Name) and expr.value.value == param):
+        return expr
+    return None
+
+
+def _method_on_grad(small: cst.BaseSmallStatement, param: str, method: str) -> Optional[cst.Attribute]:
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        if call_name(call) == method and not call.args and isinstance(call.func, cst.Attribute):
+            return _grad_of(call.func.value, param)
+    return None
+
+
+def _zeroing_statements(a: FileAnalysis, loop: cst.For, param: str) -> Iterator[Tuple[cst.CSTNode, int, cst.Attribute]]:
+    """(line, index of the small statement, the ``p.grad`` node) for each zeroing of the loop target's grad."""
+    for call in a.calls_in(loop.body):
+        name = call_name(call)
+        if name != "zero_" and name != "zeros_like":
+            continue
+        if next(a.enclosing_loops(call), None) is None or next(a.enclosing_loops(call)).node is not loop:
+            continue
+        small = a.enclosing_statement(call)
+        line = a.parent(small) if not isinstance(small, cst.SimpleStatementLine) else small
+        stmt = a.parent(call)
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) or not isinstance(stmt, (cst.Expr, cst.Assign)):
+            continue
+        index = next((i for i, s in enumerate(line.body) if s is stmt), None)
+        if index is None:
+            continue
+        if name == "zero_":
+            grad = _method_on_grad(stmt, param, "zero_")
+        else:
+            grad = None
+            if (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.value is call
+                    and a.is_qualified(call.func, "torch.zeros_like") and len(call.args) == 1):
+                grad = _grad_of(stmt.targets[0].target, param)
+                if grad is not None and grad is not stmt.targets[0].target:
+                    grad = None  # p.grad.data = ... is not a rebinding of p.grad
+        if grad is not None:
+            yield line, index, grad
+
+
+def _manual_fix(a: FileAnalysis, line, index: int, grad: cst.Attribute, param: str):
+    """Replace the zeroing with ``p.grad = None``; remove a ``p.grad.detach_()`` just before it."""
+    assign = cst.Assign(targets=[cst.AssignTarget(grad)], value=cst.Name("None"))
+    body = list(line.body)
+    old = body[index]
+    body[index] = assign.with_changes(semicolon=old.semicolon)
+    replacements = {}
+    leading = list(getattr(line, "leading_lines", ()))
+    if index > 0 and _method_on_grad(body[index - 1], param, "detach_") is not None:
+        del body[index - 1]
+    elif index == 0 and isinstance(line, cst.SimpleStatementLine):
+        block = a.parent(line)
+        siblings = list(getattr(block, "body", ()))
+        position = next((i for i, s in enumerate(siblings) if s is line), None)
+        if position:
+            previous = siblings[position - 1]
+            if (isinstance(previous, cst.SimpleStatementLine) and len(previous.body) == 1
+                    and _method_on_grad(previous.body[0], param, "detach_") is not None):
+                kept = list(previous.leading_lines)
+                comment = previous.trailing_whitespace.comment
+                if comment is not None:
+                    kept.append(cst.EmptyLine(comment=comment))
+                leading = kept + leading
+                replacements[previous] = cst.RemovalSentinel.REMOVE
+    if isinstance(body[-1], cst.Assign) and body[-1].semicolon is not cst.MaybeSentinel.DEFAULT and len(body) == 1:
+        body[-1] = body[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+    if isinstance(line, cst.SimpleStatementLine):
+        replacements[line] = line.with_changes(body=body, leading_lines=leading)
+    else:
+        replacements[line] = line.with_changes(body=body)
+    return replacements
+
+
+# --- are the zeros needed? -----------------------------------------------------------------------------
+def _region(a: FileAnalysis, node: cst.CSTNode) -> cst.CSTNode:
+    """The function around ``node``, or at module level its top-level statement."""
+    function = a.function_of(node)
+    if function is not None:
+        return function.node
+    top = node
+    for ancestor in a.ancestors(node):
+        if isinstance(ancestor, cst.Module):
+            break
+        top = ancestor
+    return top
+
+
+def _grad_uses(region: cst.CSTNode) -> List[cst.Attribute]:
+    """``x.grad`` attributes in ``region`` that read or update a gradient (not ``x.grad = ...``, not ``autograd.grad(...)``)."""
+    uses: List[cst.Attribute] = []
+
+    class Finder(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if node.attr.value == "grad":
+                uses.append(node)
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
+            if isinstance(node.target, cst.Attribute) and node.target.attr.value == "grad":
+                node.target.value.visit(self)
+                return False
+            return True
+
+        def visit_Call(self, node: cst.Call) -> None:
+            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "grad":
+                skipped.add(node.func)
+
+    skipped: set = set()
+    region.visit(Finder())
+    return [u for u in uses if u not in skipped]
+
+
+def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode) -> bool:
+    """True when, after ``zeroing`` and before the next ``backward()``, a gradient is read or the optimizer steps.
+
+    Order is source order, wrapping around the innermost loop around the zeroing (its next iteration).
+    """
+    region = _region(a, zeroing)
+    events: List[Tuple[int, str]] = []
+    for call in a.calls_in(region):
+        if a.is_backward_call(call):
+            events.append((a.spans[call][0], "backward"))
+        elif a.is_optimizer_step(call):
+            events.append((a.spans[call][0], "step"))
+    for use in _grad_uses(region):
+        if not a.contains(zeroing, use):
+            events.append((a.spans[use][0], "grad"))
+    start, end = a.spans[zeroing]
+    loop = next((info.node for info in a.enclosing_loops(zeroing) if a.contains(region, info.node)), None)
+    if loop is not None:
+        lo, hi = a.spans[loop]
+        ordered = sorted(e for e in events if end <= e[0] < hi) + sorted(e for e in events if lo <= e[0] < start)
+        ordered += sorted(e for e in events if e[0] >= hi)
+    else:
+        ordered = sorted(e for e in events if e[0] >= end)
+    for _, kind in ordered:
+        if kind == "backward":
+            return False
+        return True  # a gradient read, or a step on the zeros: keep them
+    return False

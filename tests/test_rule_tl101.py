@@ -1,0 +1,261 @@
+"""Focused tests for TL101 sync-in-training-loop: what counts as a tensor, load-bearing syncs, the fix."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from fixture_support import fix, lint
+from torchlint.rule import Applicability
+
+
+def src(code: str) -> str:
+    return textwrap.dedent(code).lstrip("\n")
+
+
+def loop(body: str, before: str = "", after: str = "") -> str:
+    """A training function whose batch loop runs ``body`` after the step."""
+    indent = lambda text, n: textwrap.indent(textwrap.dedent(text).strip("\n"), " " * n) + "\n" if text else ""
+    return (
+        "import numpy as np\nimport torch as t\nimport torch.nn.functional as F\n\n"
+        "def train(model, loader, opt, lr, epochs):\n"
+        + indent(before, 4)
+        + "    for x, y in loader:\n"
+        "        out = model(x)\n"
+        "        loss = F.cross_entropy(out, y)\n"
+        "        opt.zero_grad()\n"
+        "        loss.backward()\n"
+        "        opt.step()\n"
+        + indent(body, 8)
+        + indent(after, 4)
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "log.append(loss.item())",
+        "log.append(out.argmax(1).tolist())",
+        "log.append(out.cpu())",
+        "print(loss)",
+        "print(f'{loss:.3f}')",
+        "writer.add_scalar('loss', float(loss), 0)",
+        "loss.item()",
+        "acc = (out.argmax(1) == y).float().mean().item()\nprint(acc)",
+    ],
+)
+def test_every_step_syncs_are_reported(body):
+    diagnostics = lint(loop(body), "TL101")
+    assert len(diagnostics) == 1, diagnostics
+    assert diagnostics[0].fix is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "for k, v in stats.items():\n    print(k, v)",   # dict.items() is not .item()
+        "print(float(lr))",
+        "print(epochs)",
+        "a = np.zeros(3)\nprint(a.item(0), a.tolist())",
+        "if loss < 1e-3:\n    break",
+        "if not t.isfinite(loss).all().item():\n    raise RuntimeError('diverged')",
+        "v = loss.item()\nif v > 10:\n    break",
+        "state = env.step(out.argmax().item())",
+        "labels.extend(y.tolist())",           # the loader's batch is still on the CPU
+        "if step % 50 == 0:\n    print(loss.item())",
+        "if (step + 1) % 50 == 0:\n    writer.add_scalar('loss', loss.item(), step)",
+    ],
+)
+def test_load_bearing_guarded_and_non_tensor_calls_are_silent(body):
+    assert lint(loop(body), "TL101") == []
+
+
+def test_else_branch_of_a_logging_guard_is_reported():
+    body = "if step % 50 == 0:\n    print(loss.item())\nelse:\n    log.append(loss.item())"
+    assert [d.line for d in lint(loop(body), "TL101")] == [15]
+
+
+def test_per_epoch_item_after_the_batch_loop_is_silent():
+    code = src(
+        """
+        import torch
+        def train(model, loader, opt, crit):
+            for epoch in range(3):
+                total = torch.zeros(())
+                for x, y in loader:
+                    loss = crit(model(x), y)
+                    loss.backward()
+                    opt.step()
+                    total += loss.detach()
+                print(total.item())
+        """
+    )
+    assert lint(code, "TL101") == []
+
+
+def test_accumulation_fix_uses_the_alias_and_float_conversion():
+    code = loop("total += loss.item()", before="total = 0.0", after="return total")
+    [d] = lint(code, "TL101")
+    assert d.fix is Applicability.UNSAFE
+    fixed = fix(code, "TL101")
+    assert "        total += loss.detach()\n    total = float(total)\n    return total\n" in fixed
+    assert fix(code, "TL101", unsafe=False) == code
+
+
+def test_integer_start_keeps_the_type_and_imports_torch_when_missing():
+    code = src(
+        """
+        from torch import nn
+
+        def train(model, loader, opt, criterion):
+            correct = 0
+            for x, y in loader:
+                out = model(x)
+                criterion(out, y).backward()
+                opt.step()
+                correct += (out.argmax(1) == y).sum().item()
+            return correct
+        """
+    )
+    fixed = fix(code, "TL101")
+    assert fixed.startswith("import torch\n") or "\nimport torch\n" in fixed
+    assert "    correct = torch.as_tensor(correct).item()\n    return correct" in fixed
+
+
+@pytest.mark.parametrize(
+    "before, body",
+    [
+        ("total = 0.0", "total += loss.item()\nprint(total)"),      # read inside the loop
+        ("total = start", "total += loss.item()"),                  # not a number literal
+        ("total = 0.0\ntotal = reset(total)", "total += loss.item()"),  # last binding is not the literal
+        ("", "total += loss.item()"),                               # no start at all
+        ("total = 0.0", "total -= loss.item()"),
+    ],
+)
+def test_accumulation_without_a_provable_start_is_report_only(before, body):
+    diagnostics = lint(loop(body, before=before), "TL101")
+    assert diagnostics and all(d.fix is None for d in diagnostics)
+
+
+def _run(code: str):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = [(torch.randn(5, 4), torch.randint(0, 3, (5,))) for _ in range(4)]
+    scope: dict = {}
+    exec(compile(code, "train", "exec"), scope)
+    return scope["train"](model, loader, opt, torch.nn.functional.cross_entropy)
+
+
+@pytest.mark.parametrize("empty", [False, True])
+def test_fixed_accumulation_returns_the_same_python_numbers(empty):
+    code = src(
+        """
+        def train(model, loader, opt, criterion):
+            total, correct = 0.0, 0
+            loss_sum = 0.0
+            count = 0
+            for x, y in loader:
+                out = model(x)
+                loss = criterion(out, y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                loss_sum += loss.item()
+                count += (out.argmax(1) == y).sum().item()
+            return loss_sum, count
+        """
+    )
+    if empty:
+        code = code.replace("for x, y in loader:", "for x, y in loader[:0]:")
+    fixed = fix(code, "TL101")
+    assert "loss_sum = float(loss_sum)" in fixed and "as_tensor(count).item()" in fixed
+    before, after = _run(code), _run(fixed)
+    assert [type(v) for v in after] == [type(v) for v in before] == [float, int]
+    assert after[0] == pytest.approx(before[0], rel=1e-6) and after[1] == before[1]
+
+
+def test_start_before_an_epoch_loop_and_tuple_start_are_recognised():
+    code = src(
+        """
+        import torch
+
+        def fit(model, data, loss_fn):
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
+            train_loss, correct, total = 0, 0, 0
+            for _ in range(10):
+                model.train()
+                for x, target in data:
+                    optimizer.zero_grad()
+                    output = model(x)
+                    loss = loss_fn(output, target)
+                    loss.backward()
+                    optimizer.step()
+                    train_loss += loss.item()
+                    total += target.size(0)
+            return train_loss, total
+        """
+    )
+    fixed = fix(code, "TL101")
+    assert "            train_loss += loss.detach()\n" in fixed
+    assert "        train_loss = torch.as_tensor(train_loss).item()\n    return" in fixed
+
+
+def test_epoch_loop_that_reads_the_sum_blocks_the_climb():
+    code = src(
+        """
+        import torch
+
+        def fit(model, data, loss_fn, opt):
+            total = 0.0
+            for epoch in range(10):
+                print(total)
+                for x, y in data:
+                    loss = loss_fn(model(x), y)
+                    loss.backward()
+                    opt.step()
+                    total += loss.item()
+        """
+    )
+    [d] = lint(code, "TL101")
+    assert d.fix is None
+
+
+def test_elif_and_one_line_bodies_do_not_crash():
+    code = src(
+        """
+        import torch
+
+        def fit(model, data, loss_fn, opt, mode):
+            total = 0.0
+            if mode == 1:
+                pass
+            elif mode == 2:
+                for x, y in data:
+                    loss = loss_fn(model(x), y); loss.backward(); opt.step()
+                    total += loss.item()
+            return total
+        """
+    )
+    [d] = lint(code, "TL101")
+    assert d.fix is None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # a class named Net builds a module; printing it is not a sync
+        "net = Net()\nfor x, y in loader:\n    F.mse_loss(net(x), y).backward()\n    opt.step()\n    print(net)\n",
+        # `loss` rebound to a Python float before it is printed
+        "for x, y in loader:\n    loss = F.mse_loss(model(x), y)\n    loss.backward()\n    opt.step()\n"
+        "    loss = 1.0 if x is None else 2.0\n    loss = float(3)\n    print(loss)\n",
+        # a loss-scale getter returns a float
+        "for x, y in loader:\n    F.mse_loss(model(x), y).backward()\n    opt.step()\n    print(float(scaler.get_loss_scale()))\n",
+        "for x, y in loader:\n    F.mse_loss(model(x), y).backward()\n    opt.step()\n    print(int(x.size(0)), x.shape)\n",
+    ],
+)
+def test_host_values_are_not_tensors(code):
+    assert lint("import torch.nn.functional as F\n" + code, "TL101") == []
