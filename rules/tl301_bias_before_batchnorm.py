@@ -1,0 +1,680 @@
+"""TL301: a Conv/Linear bias that the BatchNorm right after it cancels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+
+import libcst as cst
+import libcst.matchers as m
+
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+
+@dataclass(frozen=True)
+class _Layer:
+    kind: str  # "conv" | "linear" | "bn"
+    dim: Optional[int]  # 1/2/3; None for SyncBatchNorm (any)
+    count_index: Optional[int]  # positional index of out_channels/out_features/num_features
+    count_keyword: Optional[str]
+    bias_index: Optional[int] = None  # positional index of `bias` (producers only)
+
+
+def _layer_table() -> Dict[str, _Layer]:
+    table: Dict[str, _Layer] = {}
+    for d in (1, 2, 3):
+        table[f"Conv{d}d"] = _Layer("conv", d, 1, "out_channels", 7)
+        table[f"ConvTranspose{d}d"] = _Layer("conv", d, 1, "out_channels", 7)
+        table[f"LazyConv{d}d"] = _Layer("conv", d, 0, "out_channels", 6)
+        table[f"LazyConvTranspose{d}d"] = _Layer("conv", d, 0, "out_channels", 6)
+        table[f"BatchNorm{d}d"] = _Layer("bn", d, 0, "num_features")
+        table[f"LazyBatchNorm{d}d"] = _Layer("bn", d, None, None)
+    table["Linear"] = _Layer("linear", 1, 1, "out_features", 2)
+    table["LazyLinear"] = _Layer("linear", 1, 0, "out_features", 1)
+    table["SyncBatchNorm"] = _Layer("bn", None, 0, "num_features")
+    return {f"torch.nn.{name}": layer for name, layer in table.items()}
+
+
+_LAYERS = _layer_table()
+_SEQUENTIAL = "torch.nn.Sequential"
+_ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
+_APPENDERS = ("append", "extend")
+
+
+def _short(qualified: str) -> str:
+    return qualified.rsplit(".", 1)[-1]
+
+
+@dataclass
+class _Finding:
+    producer: cst.Call
+    producer_name: str
+    norm_name: str
+    fixable: bool = True
+    why_not: Optional[str] = None
+
+
+@dataclass
+class _ClassFacts:
+    """``self.<attr>`` facts of one class body (walked once, only for classes that assign a BatchNorm)."""
+
+    assigned: Dict[str, List[cst.BaseExpression]] = field(default_factory=dict)
+    calls: Dict[str, List[cst.Call]] = field(default_factory=dict)
+    other_refs: Dict[str, int] = field(default_factory=dict)  # references that are neither call nor assignment
+    bias_refs: Set[str] = field(default_factory=set)
+
+
+class _ClassCollector(cst.CSTVisitor):
+    def __init__(self, facts: _ClassFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.skip: Set[cst.CSTNode] = set()  # self.<attr> nodes already accounted for
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            attr = _self_attr(target.target)
+            if attr is not None:
+                self.facts.assigned.setdefault(attr, []).append(node.value)
+                self.skip.add(target.target)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        attr = _self_attr(node.target)
+        if attr is not None and node.value is not None:
+            self.facts.assigned.setdefault(attr, []).append(node.value)
+            self.skip.add(node.target)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        attr = _self_attr(node.func)
+        if attr is not None:
+            self.facts.calls.setdefault(attr, []).append(node)
+            self.skip.add(node.func)
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node in self.skip:
+            return
+        inner = _self_attr(node.value)
+        if inner is not None and node.attr.value == "bias":
+            self.facts.bias_refs.add(inner)
+        attr = _self_attr(node)
+        if attr is not None:
+            self.facts.other_refs[attr] = self.facts.other_refs.get(attr, 0) + 1
+
+
+def _self_attr(node: cst.CSTNode) -> Optional[str]:
+    if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self":
+        return node.attr.value
+    return None
+
+
+class BiasBeforeBatchNorm(Rule):
+    """## What it does
+    Flags a `nn.Conv1d/2d/3d`, `nn.ConvTranspose1d/2d/3d` or `nn.Linear` (and their `Lazy*` variants) that
+    keeps its bias (the default) although its output goes straight into a matching BatchNorm
+    (`BatchNorm1d/2d/3d`, `SyncBatchNorm`). It recognises the layers adjacent in `nn.Sequential(...)`
+    (positional or through an `OrderedDict`), adjacent in a list later passed to `nn.Sequential(*layers)`
+    (built as a literal, with `layers.append(...)`, `layers.extend([...])` or `layers += [...]`), and modules
+    assigned in `__init__` and applied in `forward` as `self.bn(self.conv(x))` or
+    `x = self.conv(x)` followed by `x = self.bn(x)`.
+
+    It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
+    (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
+    and a BatchNorm whose `num_features` differs from the layer's `out_channels`/`out_features` (both written
+    as literals), e.g. a `Linear` on `(N, L, C)` followed by `BatchNorm1d(L)`.
+
+    ## Why is this slow?
+    BatchNorm subtracts the per-channel batch mean, so a constant per-channel bias added just before it
+    cancels exactly: the layer spends an extra elementwise kernel (or a bias epilogue) in the forward pass, a
+    reduction for its gradient in the backward pass, and optimizer work and memory for a parameter that has
+    no effect on the output. Without the bias, cuDNN can also pick conv algorithms and fusions that have no
+    bias epilogue.
+
+    ## Example
+    ```python
+    import torch.nn as nn
+
+    block = nn.Sequential(
+        nn.Conv2d(64, 128, kernel_size=3, padding=1),
+        nn.BatchNorm2d(128),
+        nn.ReLU(inplace=True),
+    )
+    ```
+
+    ## Use instead
+    ```python
+    import torch.nn as nn
+
+    block = nn.Sequential(
+        nn.Conv2d(64, 128, kernel_size=3, padding=1, bias=False),
+        nn.BatchNorm2d(128),
+        nn.ReLU(inplace=True),
+    )
+    ```
+
+    ## Fix safety
+    The fix adds `bias=False` (or turns an explicit `bias=True` into `bias=False`). It is **unsafe**:
+    - the module's `state_dict` no longer has `<layer>.bias`, so checkpoints saved before the change fail
+      to load with `load_state_dict(..., strict=True)` (unexpected key);
+    - on an already trained model the eval-mode outputs change: the BatchNorm's `running_mean` absorbed the
+      old bias, so removing it shifts every output channel until the running statistics are re-estimated
+      (training from scratch gives the same function as before);
+    - code that reads the layer's `.bias` (an init loop calling `nn.init.zeros_(m.bias)` without an
+      `if m.bias is not None` guard, weight-transfer scripts) now gets `None`.
+    No fix is offered where the layer is also used without the BatchNorm (a module bound to a name that
+    is used elsewhere, a `self.conv` called elsewhere or whose `.bias` the class reads): the finding is
+    still reported.
+
+    ## PyTorch versions
+    All versions: BatchNorm has always normalised with the batch mean, and `bias=False` is accepted by every
+    Conv and Linear layer.
+    """
+
+    code = "TL301"
+    name = "bias-before-batchnorm"
+    message = "this layer's bias is cancelled by the BatchNorm right after it; pass `bias=False`"
+    summary = "Conv/Linear with a bias feeding straight into BatchNorm"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (r"BatchNorm", r"Conv|Linear")
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        local_names = _local_layer_names(a)
+        if not local_names:
+            return
+        findings: Dict[cst.Call, _Finding] = {}
+        order: List[cst.Call] = []
+
+        def record(finding: _Finding) -> None:
+            known = findings.get(finding.producer)
+            if known is None:
+                findings[finding.producer] = finding
+                order.append(finding.producer)
+            elif not finding.fixable and known.fixable:
+                known.fixable, known.why_not = False, finding.why_not
+
+        norm_calls = [
+            call
+            for name in local_names
+            for call in a.calls_by_name.get(name, ())
+            if _layer_of(a, call) is not None and _layer_of(a, call)[1].kind == "bn"
+        ]
+        norm_calls.sort(key=lambda c: a.spans[c][0])
+        class_facts: Dict[cst.ClassDef, _ClassFacts] = {}
+        for norm in norm_calls:
+            for finding in self._sequence_findings(a, norm):
+                record(finding)
+            for finding in self._forward_findings(a, norm, class_facts):
+                record(finding)
+
+        for producer in sorted(order, key=lambda c: a.spans[c][0]):
+            finding = findings[producer]
+            message = (
+                f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, which subtracts the "
+                f"per-channel batch mean and cancels the bias: pass `bias=False`"
+            )
+            if not finding.fixable:
+                ctx.report(producer, message=f"{message} ({finding.why_not})")
+                continue
+            new_call = _with_bias_false(a, producer)
+            if new_call is None:
+                ctx.report(producer, message=message)
+                continue
+            ctx.report(producer, message=message, fix=Fix.replace(producer, new_call, Applicability.UNSAFE))
+
+    # --- nn.Sequential(...), OrderedDict, lists passed to nn.Sequential(*layers) ------------------
+    def _sequence_findings(self, a: FileAnalysis, norm: cst.Call) -> List[_Finding]:
+        before = _module_before(a, norm)
+        if before is None:
+            return []
+        expr, scope = before
+        return [f for f in (_finding_for(a, expr, norm, scope),) if f is not None]
+
+    # --- self.bn(self.conv(x)) and x = self.conv(x); x = self.bn(x) ---------------------------------
+    def _forward_findings(
+        self, a: FileAnalysis, norm: cst.Call, cache: Dict[cst.ClassDef, _ClassFacts]
+    ) -> List[_Finding]:
+        assign = a.parent(norm)
+        if not isinstance(assign, (cst.Assign, cst.AnnAssign)) or assign.value is not norm:
+            return []
+        targets = [t.target for t in assign.targets] if isinstance(assign, cst.Assign) else [assign.target]
+        norm_attrs = [attr for attr in map(_self_attr, targets) if attr is not None]
+        if not norm_attrs:
+            return []
+        klass = next((n for n in a.ancestors(assign) if isinstance(n, cst.ClassDef)), None)
+        if klass is None:
+            return []
+        facts = cache.get(klass)
+        if facts is None:
+            facts = _ClassFacts()
+            klass.visit(_ClassCollector(facts))
+            cache[klass] = facts
+        findings = []
+        for norm_attr in norm_attrs:
+            if len(facts.assigned.get(norm_attr, ())) != 1:
+                continue
+            for norm_use in facts.calls.get(norm_attr, ()):
+                producer_attr = _producer_attr_of(a, norm_use)
+                if producer_attr is None or len(facts.assigned.get(producer_attr, ())) != 1:
+                    continue
+                producer = facts.assigned[producer_attr][0]
+                if not isinstance(producer, cst.Call):
+                    continue
+                finding = _match(a, producer, norm)
+                if finding is None:
+                    continue
+                uses = facts.calls.get(producer_attr, ())
+                if any(_producer_attr_of_use(a, use, facts) is None for use in uses):
+                    continue  # self.conv is also applied without the BatchNorm: its bias matters there
+                if producer_attr in facts.bias_refs:
+                    finding.fixable, finding.why_not = False, f"not fixed automatically: the class reads `self.{producer_attr}.bias`"
+                elif facts.other_refs.get(producer_attr, 0):
+                    finding.fixable, finding.why_not = False, f"not fixed automatically: `self.{producer_attr}` is also used elsewhere"
+                findings.append(finding)
+        return findings
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+
+def _local_layer_names(a: FileAnalysis) -> Set[str]:
+    """Called names (last part) that can be one of our layers: the canonical names and import aliases."""
+    names = {_short(q) for q in _LAYERS}
+    names |= {local for local, target in a.imports.items() if target in _LAYERS}
+    return {n for n in names if n in a.calls_by_name}
+
+
+def _layer_of(a: FileAnalysis, call: cst.Call) -> Optional[Tuple[str, _Layer]]:
+    qualified = a.qualified_name(call.func)
+    if qualified is None:
+        return None
+    layer = _LAYERS.get(qualified)
+    return (qualified, layer) if layer is not None else None
+
+
+def _int_literal(node: cst.BaseExpression) -> Optional[int]:
+    if isinstance(node, cst.Integer):
+        return int(node.evaluated_value)
+    return None
+
+
+def _arg_at(call: cst.Call, index: Optional[int], keyword: Optional[str]) -> Optional[cst.Arg]:
+    if keyword is not None:
+        found = keyword_arg(call, keyword)
+        if found is not None:
+            return found
+    if index is None:
+        return None
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[index] if index < len(positional) else None
+
+
+def _has_star(call: cst.Call) -> bool:
+    return any(arg.star for arg in call.args)
+
+
+def _bias_arg(call: cst.Call, layer: _Layer) -> Optional[cst.Arg]:
+    return _arg_at(call, layer.bias_index, "bias")
+
+
+def _match(a: FileAnalysis, producer: cst.Call, norm: cst.Call) -> Optional[_Finding]:
+    """A finding when ``producer`` is a biased Conv/Linear whose output features ``norm`` normalises."""
+    found, norm_found = _layer_of(a, producer), _layer_of(a, norm)
+    if found is None or norm_found is None:
+        return None
+    (pq, pl), (nq, nl) = found, norm_found
+    if pl.kind not in ("conv", "linear") or nl.kind != "bn" or _has_star(producer):
+        return None
+    if nl.dim is not None and nl.dim != pl.dim:
+        return None
+    bias = _bias_arg(producer, pl)
+    if bias is not None and not (isinstance(bias.value, cst.Name) and bias.value.value == "True"):
+        return None  # bias=False, or a value we cannot read (bias=use_bias)
+    out = _arg_at(producer, pl.count_index, pl.count_keyword)
+    features = _arg_at(norm, nl.count_index, nl.count_keyword) if not _has_star(norm) else None
+    if out is not None and features is not None:
+        out_n, features_n = _int_literal(out.value), _int_literal(features.value)
+        if out_n is not None and features_n is not None and out_n != features_n:
+            return None  # it normalises another axis: the bias does not cancel
+    return _Finding(producer, _short(pq), _short(nq))
+
+
+def _finding_for(a: FileAnalysis, expr: cst.BaseExpression, norm: cst.Call, scope: cst.CSTNode) -> Optional[_Finding]:
+    """``expr`` is the module right before ``norm``: a constructor call, or a name bound to one."""
+    if isinstance(expr, cst.Call):
+        return _match(a, expr, norm)
+    if not isinstance(expr, cst.Name):
+        return None
+    value = a.single_value(expr.value, a.scope_of(expr))
+    if not isinstance(value, cst.Call):
+        return None
+    finding = _match(a, value, norm)
+    if finding is None:
+        return None
+    holder = a.scope_of(expr)
+    if not isinstance(holder, cst.FunctionDef) or a.scope_of(value) is not holder:
+        finding.fixable, finding.why_not = False, f"not fixed automatically: `{expr.value}` may be used elsewhere"
+    elif len(m.findall(holder.body, m.Name(expr.value))) != 2:  # its binding and this use
+        finding.fixable, finding.why_not = False, f"not fixed automatically: `{expr.value}` is also used elsewhere"
+    return finding
+
+
+def _is_sequential(a: FileAnalysis, call: cst.CSTNode) -> bool:
+    return isinstance(call, cst.Call) and a.qualified_name(call.func) == _SEQUENTIAL
+
+
+def _module_before(a: FileAnalysis, norm: cst.Call) -> Optional[Tuple[cst.BaseExpression, cst.CSTNode]]:
+    """The expression applied right before ``norm`` in a Sequential, an OrderedDict or a layer list."""
+    parent = a.parent(norm)
+    if isinstance(parent, cst.Arg) and not parent.star:
+        holder = a.parent(parent)
+        if not isinstance(holder, cst.Call):
+            return None
+        if _is_sequential(a, holder) and parent.keyword is None:
+            return _previous_arg(holder, parent)
+        if parent.keyword is not None and _is_ordered_dict_in_sequential(a, holder):
+            return _previous_arg(holder, parent, keywords=True)
+        if call_name(holder) == "append" and parent.keyword is None and len(holder.args) == 1:
+            return _previous_statement_item(a, holder)
+        return None
+    if isinstance(parent, cst.Element):
+        container = a.parent(parent)
+        if not isinstance(container, (cst.List, cst.Tuple)):
+            return None
+        elements = list(container.elements)
+        index = elements.index(parent)
+        if isinstance(container, cst.Tuple) and len(elements) == 2 and index == 1:
+            return _ordered_dict_pair_before(a, container)
+        if not _flows_into_sequential(a, container):
+            return None
+        if index > 0:
+            previous = elements[index - 1]
+            if isinstance(previous, cst.StarredElement):
+                return None
+            return previous.value, container
+        return _previous_statement_item(a, container)
+    return None
+
+
+def _previous_arg(call: cst.Call, arg: cst.Arg, keywords: bool = False):
+    args = list(call.args)
+    index = args.index(arg)
+    if index == 0:
+        return None
+    previous = args[index - 1]
+    if previous.star or (previous.keyword is not None) != keywords:
+        return None
+    return previous.value, call
+
+
+def _is_ordered_dict_in_sequential(a: FileAnalysis, call: cst.Call) -> bool:
+    if not (a.is_qualified(call.func, *_ORDERED_DICT) or (isinstance(call.func, cst.Name) and call.func.value == "OrderedDict")):
+        return False
+    arg = a.parent(call)
+    return isinstance(arg, cst.Arg) and not arg.star and arg.keyword is None and _is_sequential(a, a.parent(arg))
+
+
+def _ordered_dict_pair_before(a: FileAnalysis, pair: cst.Tuple):
+    """``OrderedDict([("conv", Conv2d(...)), ("bn", BatchNorm2d(...))])``: the module of the pair before."""
+    element = a.parent(pair)
+    outer = a.parent(element) if isinstance(element, cst.Element) else None
+    if not isinstance(outer, (cst.List, cst.Tuple)):
+        return None
+    arg = a.parent(outer)
+    if not isinstance(arg, cst.Arg) or arg.star or arg.keyword is not None:
+        return None
+    holder = a.parent(arg)
+    if not isinstance(holder, cst.Call) or not _is_ordered_dict_in_sequential(a, holder):
+        return None
+    elements = list(outer.elements)
+    index = elements.index(element)
+    if index == 0:
+        return None
+    previous = elements[index - 1].value
+    if not isinstance(previous, cst.Tuple) or len(previous.elements) != 2:
+        return None
+    return previous.elements[1].value, holder
+
+
+def _list_name_of(a: FileAnalysis, node: cst.CSTNode) -> Optional[Tuple[str, cst.CSTNode]]:
+    """For a list literal or an ``x.append(...)`` call: the list's name and the small statement."""
+    parent = a.parent(node)
+    if isinstance(node, cst.Call):  # layers.append(module)
+        target = node.func.value if isinstance(node.func, cst.Attribute) else None
+        if isinstance(target, cst.Name) and isinstance(parent, cst.Expr):
+            return target.value, parent
+        return None
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1 and isinstance(parent.targets[0].target, cst.Name):
+        return parent.targets[0].target.value, parent
+    if isinstance(parent, cst.AugAssign) and isinstance(parent.operator, cst.AddAssign) and isinstance(parent.target, cst.Name):
+        return parent.target.value, parent
+    if isinstance(parent, cst.Arg) and not parent.star and parent.keyword is None:
+        call = a.parent(parent)
+        if isinstance(call, cst.Call) and call_name(call) == "extend" and len(call.args) == 1:
+            found = _list_name_of(a, call)
+            return found
+    return None
+
+
+def _flows_into_sequential(a: FileAnalysis, container: cst.CSTNode) -> bool:
+    parent = a.parent(container)
+    if isinstance(parent, cst.Arg) and parent.star == "*" and _is_sequential(a, a.parent(parent)):
+        return True
+    found = _list_name_of(a, container)
+    if found is None:
+        return False
+    name, _ = found
+    return _passed_to_sequential(a, name, a.scope_of(container))
+
+
+def _passed_to_sequential(a: FileAnalysis, name: str, scope: cst.CSTNode) -> bool:
+    for call in a.calls_in(scope):
+        if a.scope_of(call) is not scope or not _is_sequential(a, call):
+            continue
+        for arg in call.args:
+            if arg.star == "*" and isinstance(arg.value, cst.Name) and arg.value.value == name:
+                return True
+    return False
+
+
+def _previous_statement_item(a: FileAnalysis, node: cst.CSTNode):
+    """``node`` (a list literal or ``layers.append`` call) starts a statement that adds to a layer list: the
+    last module the statement right before it added to the same list."""
+    found = _list_name_of(a, node)
+    if found is None:
+        return None
+    name, small = found
+    if isinstance(small, cst.Assign):
+        return None  # `layers = [bn, ...]` starts the list
+    if not _passed_to_sequential(a, name, a.scope_of(node)):
+        return None
+    previous = _previous_small_statement(a, small)
+    if previous is None:
+        return None
+    last = _last_added(previous, name)
+    if last is None:
+        return None
+    return last, node
+
+
+def _previous_small_statement(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
+    line = a.parent(small)
+    if not isinstance(line, cst.SimpleStatementLine):
+        return None
+    index = list(line.body).index(small)
+    if index > 0:
+        return line.body[index - 1]
+    suite = a.parent(line)
+    body = getattr(suite, "body", None)
+    if not isinstance(body, (list, tuple)):
+        return None
+    position = list(body).index(line)
+    if position == 0:
+        return None
+    previous = body[position - 1]
+    if not isinstance(previous, cst.SimpleStatementLine) or not previous.body:
+        return None
+    return previous.body[-1]
+
+
+def _last_added(statement: cst.BaseSmallStatement, name: str) -> Optional[cst.BaseExpression]:
+    """The last module ``statement`` adds to the list ``name``, if it is one of the forms we follow."""
+    sequence = None
+    if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
+        call = statement.value
+        func = call.func
+        if (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == name
+                and func.attr.value in _APPENDERS and len(call.args) == 1 and not call.args[0].star
+                and call.args[0].keyword is None):
+            if func.attr.value == "append":
+                return call.args[0].value
+            sequence = call.args[0].value
+    elif isinstance(statement, cst.AugAssign):
+        if isinstance(statement.target, cst.Name) and statement.target.value == name and isinstance(statement.operator, cst.AddAssign):
+            sequence = statement.value
+    elif isinstance(statement, cst.Assign):
+        if len(statement.targets) == 1 and isinstance(statement.targets[0].target, cst.Name) and statement.targets[0].target.value == name:
+            sequence = statement.value
+    if isinstance(sequence, (cst.List, cst.Tuple)) and sequence.elements:
+        last = sequence.elements[-1]
+        return None if isinstance(last, cst.StarredElement) else last.value
+    return None
+
+
+def _producer_attr_of(a: FileAnalysis, norm_use: cst.Call) -> Optional[str]:
+    """For ``self.bn(...)``: the ``self.<attr>`` module whose output it normalises, if it is direct."""
+    if len(norm_use.args) != 1 or norm_use.args[0].star or norm_use.args[0].keyword is not None:
+        return None
+    value = norm_use.args[0].value
+    if isinstance(value, cst.Call):  # self.bn(self.conv(x))
+        return _self_attr(value.func)
+    if not isinstance(value, cst.Name):
+        return None
+    name = value.value
+    # x = self.conv(x)  then  x = self.bn(x) / return self.bn(x): the conv output is used only here
+    small = a.parent(_outermost_expression(a, norm_use))
+    if isinstance(small, cst.Assign):
+        if not (len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name)
+                and small.targets[0].target.value == name):
+            return None
+    elif not isinstance(small, cst.Return):
+        return None
+    if small.value is None or len(m.findall(small.value, m.Name(name))) != 1:
+        return None
+    previous = _previous_small_statement(a, small)
+    if not (isinstance(previous, cst.Assign) and len(previous.targets) == 1
+            and isinstance(previous.targets[0].target, cst.Name) and previous.targets[0].target.value == name
+            and isinstance(previous.value, cst.Call)):
+        return None
+    return _self_attr(previous.value.func)
+
+
+def _outermost_expression(a: FileAnalysis, node: cst.CSTNode) -> cst.CSTNode:
+    while True:
+        parent = a.parent(node)
+        if parent is None or isinstance(parent, (cst.BaseSmallStatement, cst.BaseCompoundStatement)):
+            return node
+        node = parent
+
+
+def _producer_attr_of_use(a: FileAnalysis, use: cst.Call, facts: _ClassFacts) -> Optional[str]:
+    """For a call ``self.conv(...)``: the BatchNorm attribute that normalises its output right away, if any."""
+    parent = a.parent(use)
+    if isinstance(parent, cst.Arg):  # self.bn(self.conv(x))
+        outer = a.parent(parent)
+        if isinstance(outer, cst.Call):
+            attr = _self_attr(outer.func)
+            if attr is not None and _is_bn_attr(a, attr, facts) and _producer_attr_of(a, outer) is not None:
+                return attr
+        return None
+    if not isinstance(parent, cst.Assign):
+        return None
+    following = _next_small_statement(a, parent)
+    if following is None:
+        return None
+    for call in a.calls_in(following):
+        attr = _self_attr(call.func)
+        if attr is not None and _is_bn_attr(a, attr, facts) and _producer_attr_of(a, call) is not None:
+            return attr
+    return None
+
+
+def _is_bn_attr(a: FileAnalysis, attr: str, facts: _ClassFacts) -> bool:
+    values = facts.assigned.get(attr, ())
+    if len(values) != 1 or not isinstance(values[0], cst.Call):
+        return False
+    found = _layer_of(a, values[0])
+    return found is not None and found[1].kind == "bn"
+
+
+def _next_small_statement(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
+    line = a.parent(small)
+    if not isinstance(line, cst.SimpleStatementLine):
+        return None
+    index = list(line.body).index(small)
+    if index + 1 < len(line.body):
+        return line.body[index + 1]
+    suite = a.parent(line)
+    body = getattr(suite, "body", None)
+    if not isinstance(body, (list, tuple)):
+        return None
+    position = list(body).index(line)
+    if position + 1 >= len(body):
+        return None
+    following = body[position + 1]
+    if not isinstance(following, cst.SimpleStatementLine) or not following.body:
+        return None
+    return following.body[0]
+
+
+# --- the fix ---------------------------------------------------------------------------------------
+
+
+def _with_bias_false(a: FileAnalysis, call: cst.Call) -> Optional[cst.Call]:
+    found = _layer_of(a, call)
+    if found is None or not call.args:
+        return None
+    bias = _bias_arg(call, found[1])
+    if bias is not None:  # bias=True / positional True -> False
+        return call.with_changes(
+            args=[arg.with_changes(value=cst.Name("False")) if arg is bias else arg for arg in call.args]
+        )
+    return append_keyword(call, "bias", cst.Name("False"))
+
+
+def _line_break_like(ws: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:
+    return cst.ParenthesizedWhitespace(
+        first_line=cst.TrailingWhitespace(), empty_lines=[], indent=ws.indent, last_line=ws.last_line
+    )
+
+
+def append_keyword(call: cst.Call, keyword: str, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with ``keyword=value`` added last, in the call's own layout (one argument per line, trailing
+    comma, comments) wherever it has one."""
+    args = list(call.args)
+    new = cst.Arg(
+        value=value,
+        keyword=cst.Name(keyword),
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):  # trailing comma: `..., last,\n)`
+        closing = last.comma.whitespace_after
+        breaks = [arg.comma.whitespace_after for arg in args[:-1] if isinstance(arg.comma, cst.Comma)]
+        breaks.append(call.whitespace_before_args)
+        line_break = next((ws for ws in breaks if isinstance(ws, cst.ParenthesizedWhitespace)), None)
+        if isinstance(closing, cst.ParenthesizedWhitespace) and line_break is not None:
+            args[-1] = last.with_changes(
+                comma=last.comma.with_changes(
+                    whitespace_after=closing.with_changes(indent=line_break.indent, last_line=line_break.last_line)
+                )
+            )
+            args.append(new.with_changes(comma=cst.Comma(whitespace_after=_line_break_like(closing))))
+        else:
+            args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+            args.append(new.with_changes(comma=last.comma))
+    else:
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")), whitespace_after_arg=cst.SimpleWhitespace("")
+        )
+        args.append(new.with_changes(whitespace_after_arg=last.whitespace_after_arg))
+    return call.with_changes(args=args)

@@ -1,0 +1,540 @@
+"""TL501: optimizer-style updates run one parameter at a time."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, List, Optional, Set
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+# In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
+_FOREACH_TWINS = {
+    "add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "copy_", "zero_", "sqrt_", "clamp_min_",
+    "clamp_max_", "maximum_", "minimum_", "neg_", "exp_", "pow_", "abs_", "sign_", "reciprocal_", "sigmoid_",
+    "tanh_", "rsqrt_", "log_",
+}
+# In-place ops that do not make a loop an update loop: initialisation, freezing, gradient resets.
+_NOT_UPDATES = {
+    "requires_grad_", "share_memory_", "zero_", "normal_", "uniform_", "fill_", "random_", "bernoulli_",
+    "exponential_", "geometric_", "cauchy_", "log_normal_", "detach_", "set_", "resize_", "resize_as_",
+    "fill_diagonal_", "copy_", "retain_grad",
+}
+# Methods that return Python values or views: no kernel launch, and their result is not a tensor we track.
+_SCALAR_METHODS = {
+    "item", "numel", "dim", "size", "tolist", "data_ptr", "nelement", "element_size", "is_contiguous",
+    "stride", "get", "keys", "values", "items", "is_floating_point", "is_complex", "get_device",
+    "setdefault", "pop", "append", "extend", "untyped_storage", "storage_offset",
+}
+_NO_LAUNCH_METHODS = {"detach", "view", "view_as", "reshape", "t", "expand", "expand_as", "unsqueeze", "squeeze",
+                      "flatten", "contiguous", "requires_grad_", "retain_grad", "to", "type_as"}
+_SCALAR_ATTRS = {"shape", "dtype", "device", "ndim", "is_sparse", "requires_grad", "is_leaf", "is_cuda", "names"}
+_PASS_THROUGH = {"detach", "clone", "data", "to", "float", "type_as", "view_as", "contiguous"}
+_AUG_OPS = {cst.AddAssign: "add_", cst.SubtractAssign: "sub_", cst.MultiplyAssign: "mul_", cst.DivideAssign: "div_"}
+_INIT_FUNCTION = re.compile(r"init|reset_param", re.IGNORECASE)
+_PARAMS_NAME = re.compile(r"param", re.IGNORECASE)
+_NOT_PARAMS_NAME = re.compile(r"group|name|shape|size|count|num|key|spec|dict", re.IGNORECASE)
+_OPTIMIZER_SKIP = re.compile(r"^torch\.optim\.(lr_scheduler|swa_utils|_functional|_multi_tensor)\b")
+
+
+def _foreach_msg(ops: Iterable[str]) -> str:
+    twins = []
+    for op in ops:
+        if op in _FOREACH_TWINS:
+            twins.append(f"`torch._foreach_{op}`")
+        elif op == "clamp_":
+            twins += ["`torch._foreach_clamp_min_`", "`torch._foreach_clamp_max_`"]
+    twins = list(dict.fromkeys(twins))
+    return ", ".join(twins[:4]) if twins else "`torch._foreach_*` ops"
+
+
+class PerParameterOptimizerLoop(Rule):
+    """## What it does
+    Flags loops over parameters (`for p in model.parameters()`, `for p in group["params"]`, a list of
+    parameters, `zip(ema.parameters(), model.parameters())`) whose body updates the parameters or their
+    per-parameter state in place (`p.add_(...)`, `p.data.add_(...)`, `p -= lr * p.grad`,
+    `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)`), in an
+    `torch.optim.Optimizer.step` override or in free-standing training code. The message says about how many
+    kernel launches per parameter the loop body makes, as far as it can be read from the code.
+
+    It also flags `torch.optim.<Optimizer>(..., foreach=False)`.
+
+    It stays silent on loops that only read the parameters (counting them, logging norms), on loops that
+    only initialise, copy, freeze or reset them (`nn.init.*`, `p.data.normal_()`, `q.copy_(p)`,
+    `p.requires_grad_(False)`, `p.grad.zero_()`), on loops in `__init__`/`init_weights`/`reset_parameters`
+    (they run once), and on loops that only collect tensors into lists for `torch._foreach_*` calls.
+
+    ## Why is this slow?
+    Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
+    CUDA, plus the Python and dispatcher overhead). An AdamW step written per parameter makes about 15
+    launches per parameter: for a model with 300 parameter tensors that is 4,500 tiny launches per step,
+    and the GPU idles waiting for them. The `torch._foreach_*` ops do the same math on the whole list of
+    tensors in a handful of launches. `torch.optim` optimizers use them on CUDA by default, unless
+    `foreach=False` turns them off.
+
+    ## Example
+    ```python
+    import torch
+
+    @torch.no_grad()
+    def sgd_momentum_step(params, bufs, lr=0.1, momentum=0.9):
+        for p, buf in zip(params, bufs):
+            buf.mul_(momentum).add_(p.grad)
+            p.add_(buf, alpha=-lr)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+    ```
+
+    ## Use instead
+    ```python
+    import torch
+
+    @torch.no_grad()
+    def sgd_momentum_step(params, bufs, lr=0.1, momentum=0.9):
+        grads = [p.grad for p in params]
+        torch._foreach_mul_(bufs, momentum)
+        torch._foreach_add_(bufs, grads)
+        torch._foreach_add_(params, bufs, alpha=-lr)
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # or torchlint.runtime.AdamW, a foreach AdamW that matches torch.optim.AdamW
+    ```
+    An EMA update becomes `torch._foreach_lerp_(ema_params, model_params, 1 - decay)`.
+
+    ## Fix safety
+    Loops are reported without a fix: rewriting a loop body into `torch._foreach_*` calls needs the
+    lists built and every op translated, which is its own change.
+
+    Dropping `foreach=False` is a **safe** fix: `foreach=None` (the default) lets PyTorch pick the
+    multi-tensor implementation where every parameter is a plain tensor on a device that supports it (CUDA
+    and other accelerators) and keep the single-tensor one otherwise (CPU, sparse gradients,
+    `differentiable=True`, tensor subclasses), so on the CPU nothing changes at all. Both implementations
+    compute the same update. Two things can differ on an accelerator: results are not guaranteed to be
+    bit-identical to the single-tensor path in every optimizer and option (e.g. `capturable=True` in Adam
+    scales the denominator in another order), so a run is not bit-reproducible against one recorded with
+    `foreach=False`; and peak memory grows by the multi-tensor path's intermediates (e.g. Adam's
+    denominators for all parameters of a device at once, about one extra copy of the parameters). Where
+    either matters, keep `foreach=False` with a `# noqa: TL501`. No finding is made where `fused=` is set
+    (the fused kernel wins over both).
+
+    ## PyTorch versions
+    The multi-tensor path is the default on CUDA since PyTorch 2.0. With an older `--torch-version`,
+    `foreach=None` still means the per-parameter loop, so the finding asks for `foreach=True` and has no
+    fix. The `torch._foreach_*` ops exist since 1.7 (`_foreach_lerp_` since 2.0).
+    """
+
+    code = "TL501"
+    name = "per-parameter-optimizer-loop"
+    message = (
+        "per-parameter update loop: one kernel launch per op and parameter; batch the updates over all "
+        "parameters with `torch._foreach_*` ops (or use `torchlint.runtime.AdamW`)"
+    )
+    summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (
+        r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",
+        r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
+    )
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        for loop in a.loops:
+            if isinstance(loop.node, cst.For):
+                self._check_loop(ctx, a, loop)
+        self._check_foreach_false(ctx, a)
+
+    # --- for p in params: p.add_(...) ------------------------------------------------------------------
+    def _check_loop(self, ctx: RuleContext, a: FileAnalysis, loop: LoopInfo) -> None:
+        node = loop.node
+        assert isinstance(node, cst.For)
+        if node.asynchronous is not None:
+            return
+        params = _param_targets(a, node.iter, node.target)
+        if not params:
+            return
+        function = loop.function
+        while function is not None:
+            if _INIT_FUNCTION.search(function.name):
+                return  # initialisation runs once
+            function = function.parent
+        body = _LoopBody(params, {local for local, target in a.imports.items() if target == "torch"})
+        node.body.visit(body)
+        if not body.updates:
+            return
+        launches = max(body.launches, len(body.updates))
+        ops = list(dict.fromkeys(body.inplace_ops))
+        twins = _foreach_msg(ops)
+        if "lerp_" in ops or (_is_zip_of_params(a, node.iter) and ({"mul_", "add_"} <= set(ops) or "copy_" in ops)):
+            hint = "for an EMA: `torch._foreach_lerp_(ema_params, params, 1 - decay)`"
+        elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"}:
+            hint = "for gradient clipping: `torch.nn.utils.clip_grad_value_`, which uses them"
+        elif "addcdiv_" in ops:
+            hint = "for AdamW: `torchlint.runtime.AdamW`"
+        else:
+            hint = "or a `torch.optim` optimizer; for AdamW, `torchlint.runtime.AdamW`"
+        message = (
+            f"per-parameter update loop: about {launches} kernel launch{'es' if launches != 1 else ''} per "
+            f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
+            f"({hint})"
+        )
+        ctx.report(node.iter, message=message)
+
+    # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
+    def _check_foreach_false(self, ctx: RuleContext, a: FileAnalysis) -> None:
+        if "foreach" not in a.source:
+            return
+        for call in a.calls:
+            arg = keyword_arg(call, "foreach")
+            if arg is None or not (isinstance(arg.value, cst.Name) and arg.value.value == "False"):
+                continue
+            qualified = a.qualified_name(call.func) or ""
+            if not qualified.startswith("torch.optim.") or _OPTIMIZER_SKIP.match(qualified):
+                continue
+            fused = keyword_arg(call, "fused")
+            if fused is not None and not (isinstance(fused.value, cst.Name) and fused.value.value in ("False", "None")):
+                continue  # the fused kernel wins over both
+            optimizer = qualified.rsplit(".", 1)[-1]
+            if ctx.torch_version < (2, 0):
+                ctx.report(
+                    arg,
+                    message=(
+                        f"`{optimizer}(..., foreach=False)` updates one parameter at a time; before PyTorch 2.0 "
+                        "the default is the same loop, so pass `foreach=True` for the multi-tensor kernels"
+                    ),
+                )
+                continue
+            message = (
+                f"`{optimizer}(..., foreach=False)` updates one parameter at a time (several kernel launches "
+                "per parameter); drop it so PyTorch uses the multi-tensor `torch._foreach_*` kernels on CUDA"
+            )
+            new_call = remove_arg(a, call, arg)
+            if new_call is None:
+                ctx.report(arg, message=f"{message} (not fixed automatically: it would drop a comment)")
+                continue
+            ctx.report(arg, message=message, fix=Fix.replace(call, new_call, Applicability.SAFE))
+
+
+# --- which loops iterate parameters ----------------------------------------------------------------
+
+
+def _param_targets(a: FileAnalysis, iterable: cst.BaseExpression, target: cst.BaseExpression) -> Set[str]:
+    """The loop-target names that are parameters (or parameter-like tensors such as state_dict values)."""
+    if isinstance(iterable, cst.Call) and call_name(iterable) == "enumerate" and iterable.args:
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            return _param_targets(a, iterable.args[0].value, target.elements[1].value)
+        return set()
+    if isinstance(iterable, cst.Call) and call_name(iterable) == "zip" and isinstance(iterable.func, cst.Name):
+        if not isinstance(target, (cst.Tuple, cst.List)) or len(target.elements) != len(iterable.args):
+            return set()
+        names: Set[str] = set()
+        for arg, element in zip(iterable.args, target.elements):
+            if not arg.star and arg.keyword is None:
+                names |= _param_targets(a, arg.value, element.value)
+        return names
+    if isinstance(iterable, cst.Call) and call_name(iterable) == "named_parameters":
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            value = target.elements[1].value
+            return {value.value} if isinstance(value, cst.Name) else set()
+        return set()
+    if isinstance(target, cst.Name) and _is_params_expr(a, iterable, depth=0):
+        return {target.value}
+    return set()
+
+
+def _is_params_expr(a: FileAnalysis, expr: cst.BaseExpression, depth: int) -> bool:
+    if depth > 3:
+        return False
+    if isinstance(expr, cst.Call):
+        name = call_name(expr)
+        if name == "parameters" and isinstance(expr.func, cst.Attribute):
+            return True
+        if name == "values" and isinstance(expr.func, cst.Attribute) and isinstance(expr.func.value, cst.Call):
+            return call_name(expr.func.value) == "state_dict"  # ema.state_dict().values()
+        if name in ("list", "tuple", "filter", "reversed") and isinstance(expr.func, cst.Name) and expr.args:
+            return _is_params_expr(a, expr.args[-1].value, depth + 1)
+        return False
+    if isinstance(expr, cst.Subscript):  # group["params"]
+        if len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+            key = expr.slice[0].slice.value
+            return isinstance(key, cst.SimpleString) and key.evaluated_value == "params"
+        return False
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp)):
+        return any(_is_params_expr(a, f.iter, depth + 1) for f in _comp_fors(expr.for_in))
+    name = dotted_name(expr)
+    if name is None:
+        return False
+    last = name.split(".")[-1]
+    if _PARAMS_NAME.search(last) and not _NOT_PARAMS_NAME.search(last):
+        return True
+    if isinstance(expr, cst.Name):
+        value = a.single_value(expr.value, a.scope_of(expr))
+        if value is not None:
+            return _is_params_expr(a, value, depth + 1)
+    return False
+
+
+def _comp_fors(comp_for: cst.CompFor) -> List[cst.CompFor]:
+    out = []
+    while comp_for is not None:
+        out.append(comp_for)
+        comp_for = comp_for.inner_for_in
+    return out
+
+
+def _is_zip_of_params(a: FileAnalysis, iterable: cst.BaseExpression) -> bool:
+    if not (isinstance(iterable, cst.Call) and call_name(iterable) == "zip"):
+        return False
+    return sum(1 for arg in iterable.args if _is_params_expr(a, arg.value, 0)) >= 2
+
+
+# --- what a loop body does ------------------------------------------------------------------------
+
+
+class _LoopBody(cst.CSTVisitor):
+    """Reads one loop body (not nested defs, not state-initialisation branches): the in-place updates of
+    parameters or per-parameter state, and about how many kernel launches one iteration makes."""
+
+    def __init__(self, params: Set[str], torch_names: Set[str]) -> None:
+        super().__init__()
+        self.torch_names = torch_names  # local names of the torch module
+        self.params = set(params)
+        self.tracked = set(params)  # names holding parameters, per-parameter state or values computed from them
+        self.state_names: Set[str] = set()  # names bound to per-parameter state (dicts or their tensors)
+        # names whose in-place update changes a parameter, its gradient or its state: the parameters, the
+        # state, and plain aliases of them (`grad = p.grad`, `buf = state["momentum_buffer"]`)
+        self.mutable = set(params)
+        self.updates: List[cst.CSTNode] = []
+        self.inplace_ops: List[str] = []
+        self.launches = 0
+
+    # nested scopes run elsewhere
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return False
+
+    def visit_Lambda(self, node: cst.Lambda) -> bool:
+        return False
+
+    def visit_If(self, node: cst.If) -> bool:
+        if self._mentions_state(node.test):  # `if len(state) == 0:` / `if "buf" not in state:`: runs once
+            node.test.visit(self)
+            if node.orelse is not None:
+                node.orelse.visit(self)
+            return False
+        return True
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            if isinstance(target.target, cst.Name):
+                name = target.target.value
+                if self._is_state(node.value):
+                    self.state_names.add(name)
+                    self.mutable.add(name)
+                    self.tracked.add(name)
+                elif self._tensorish(node.value):
+                    self.tracked.add(name)
+                    if self._is_alias(node.value):
+                        self.mutable.add(name)
+            elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "data":
+                root = self._root(target.target)
+                if root in self.params and self._is_step(node.value):
+                    self.updates.append(node)  # p.data = p.data - lr * p.grad
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        root = self._root(node.target)
+        if root is None or root not in self.tracked:
+            return
+        self.launches += 1
+        if root in self.mutable:
+            self.updates.append(node)
+            op = _AUG_OPS.get(type(node.operator))
+            if op is not None:
+                self.inplace_ops.append(op)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if self._tensorish(node.left) or self._tensorish(node.right):
+            self.launches += 1
+
+    def visit_Call(self, node: cst.Call) -> None:
+        name = call_name(node)
+        func = node.func
+        if not isinstance(func, cst.Attribute) or name is None:
+            return
+        receiver = func.value
+        root = self._root(receiver)
+        on_tensor = root in self.tracked if root is not None else self._tensorish(receiver)
+        if not on_tensor:
+            dotted = dotted_name(func)
+            if dotted is not None and dotted.split(".")[0] in self.torch_names and any(
+                self._tensorish(arg.value) for arg in node.args
+            ):
+                self.launches += 1  # torch.sqrt(exp_avg_sq), torch.maximum(...)
+            return
+        if name.endswith("_") and not name.startswith("_"):
+            self.launches += 1
+            self.inplace_ops.append(name)
+            if root in self.mutable and (
+                name not in _NOT_UPDATES or (name == "copy_" and any(self._computes(arg.value) for arg in node.args))
+            ):
+                self.updates.append(node)
+        elif name not in _SCALAR_METHODS and name not in _NO_LAUNCH_METHODS:
+            self.launches += 1
+
+    # --- expression helpers --------------------------------------------------------------------
+    def _root(self, expr: cst.BaseExpression) -> Optional[str]:
+        """``exp_avg`` for ``exp_avg.mul_(b)``, ``p`` for ``p.grad.data``, "<state>" for ``self.state[p][k]``."""
+        while True:
+            if isinstance(expr, cst.Call):
+                expr = expr.func
+            elif isinstance(expr, cst.Attribute):
+                if expr.attr.value == "state" and isinstance(expr.value, (cst.Name, cst.Attribute)):
+                    self.tracked.add("<state>")
+                    self.state_names.add("<state>")
+                    self.mutable.add("<state>")
+                    return "<state>"
+                if expr.attr.value in _SCALAR_ATTRS:
+                    return None
+                expr = expr.value
+            elif isinstance(expr, cst.Subscript):
+                expr = expr.value
+            elif isinstance(expr, cst.Name):
+                return expr.value
+            else:
+                return None
+
+    def _is_alias(self, expr: cst.BaseExpression) -> bool:
+        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name."""
+        while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+            if isinstance(expr, cst.Call):
+                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as")):
+                    return False
+                expr = expr.func.value
+            else:
+                expr = expr.value
+        return isinstance(expr, cst.Name) and expr.value in self.mutable
+
+    def _is_state(self, expr: cst.BaseExpression) -> bool:
+        """``self.state[p]``, ``state["exp_avg"]`` where ``state`` is such a dict."""
+        if not isinstance(expr, cst.Subscript):
+            return False
+        root = self._root(expr)
+        return root is not None and root in self.state_names
+
+    def _mentions_state(self, test: cst.BaseExpression) -> bool:
+        names = {n for n in _names_in(test)}
+        return bool(names & self.state_names) or any(
+            isinstance(n, cst.Attribute) and n.attr.value == "state" for n in _attributes_in(test)
+        ) or "state" in names
+
+    def _tensorish(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.BinaryOperation):
+            return self._tensorish(expr.left) or self._tensorish(expr.right)
+        if isinstance(expr, cst.UnaryOperation):
+            return self._tensorish(expr.expression)
+        if isinstance(expr, cst.Call):
+            name = call_name(expr)
+            if name in _SCALAR_METHODS or name in ("len", "isinstance", "float", "int", "bool", "str", "max", "min"):
+                return False
+            if isinstance(expr.func, cst.Attribute):
+                root = self._root(expr.func.value)
+                if root is not None and root in self.tracked:
+                    return True
+                if root is None and self._tensorish(expr.func.value):
+                    return True  # (exp_avg_sq / bc2).sqrt()
+            return any(self._tensorish(arg.value) for arg in expr.args)
+        if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+            root = self._root(expr)
+            return root is not None and root in self.tracked
+        return False
+
+    def _is_step(self, expr: cst.BaseExpression) -> bool:
+        """Arithmetic on the gradient or per-parameter state (not ``fn(p.data)`` or a re-initialisation)."""
+        if not (isinstance(expr, cst.BinaryOperation) and self._tensorish(expr)):
+            return False
+        return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in _attributes_in(expr)) or bool(
+            set(_names_in(expr)) & (self.state_names - {"<state>"})
+        )
+
+    def _computes(self, expr: cst.BaseExpression) -> bool:
+        """True where ``expr`` computes a new tensor from tracked ones (not a plain copy or detach)."""
+        if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)):
+            return self._tensorish(expr)
+        if isinstance(expr, cst.Call):
+            name = call_name(expr)
+            if isinstance(expr.func, cst.Attribute) and name in _PASS_THROUGH:
+                return self._computes(expr.func.value)
+            return self._tensorish(expr)
+        return False
+
+
+def _names_in(expr: cst.CSTNode) -> Iterable[str]:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            yield node.value
+        stack.extend(node.children)
+
+
+def _attributes_in(expr: cst.CSTNode) -> Iterable[cst.Attribute]:
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Attribute):
+            yield node
+        stack.extend(node.children)
+
+
+# --- the fix: drop one argument, keeping the call's layout -------------------------------------------
+
+
+def _has_comment(ws: object) -> bool:
+    if isinstance(ws, cst.ParenthesizedWhitespace):
+        return ws.first_line.comment is not None or any(line.comment is not None for line in ws.empty_lines)
+    return False
+
+
+def remove_arg(a: FileAnalysis, call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
+    """``call`` without ``arg``; None where a comment would be lost."""
+    if "#" in a.module.code_for_node(arg):
+        return None
+    args = list(call.args)
+    index = args.index(arg)
+    if index < len(args) - 1 or index == 0:  # the next argument takes its place (or there is none)
+        del args[index]
+        return call.with_changes(args=args)
+    previous = args[index - 1]
+    if isinstance(arg.comma, cst.Comma):  # `prev, foreach=False,\n)` -> `prev,\n)`
+        closing = arg.comma.whitespace_after
+        mine = previous.comma.whitespace_after if isinstance(previous.comma, cst.Comma) else None
+        if isinstance(mine, cst.ParenthesizedWhitespace) and isinstance(closing, cst.ParenthesizedWhitespace):
+            closing = closing.with_changes(first_line=mine.first_line, empty_lines=mine.empty_lines)
+        elif _has_comment(mine):
+            return None
+        new_previous = previous.with_changes(
+            comma=cst.Comma(
+                whitespace_before=previous.comma.whitespace_before if isinstance(previous.comma, cst.Comma) else cst.SimpleWhitespace(""),
+                whitespace_after=closing,
+            )
+        )
+    else:  # `prev, foreach=False)` -> `prev)`
+        mine = previous.comma.whitespace_after if isinstance(previous.comma, cst.Comma) else None
+        if _has_comment(mine):  # `prev,  # note\n    foreach=False\n)` -> `prev,  # note\n)`
+            closing = arg.whitespace_after_arg
+            if not isinstance(closing, cst.ParenthesizedWhitespace) or _has_comment(closing):
+                return None
+            args[index - 1] = previous.with_changes(
+                comma=previous.comma.with_changes(
+                    whitespace_after=mine.with_changes(indent=closing.indent, last_line=closing.last_line)
+                )
+            )
+            del args[index]
+            return call.with_changes(args=args)
+        new_previous = previous.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=arg.whitespace_after_arg)
+    args[index - 1] = new_previous
+    del args[index]
+    return call.with_changes(args=args)

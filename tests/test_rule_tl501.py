@@ -1,0 +1,82 @@
+"""TL501 per-parameter-optimizer-loop: loop classification, foreach=False fixes and torch versions."""
+
+from fixture_support import fix, lint
+
+HEADER = "import torch\n"
+
+
+def _lint(source):
+    return [(d.line, d.fix.value if d.fix else None, d.message) for d in lint(source, "TL501")]
+
+
+def test_foreach_false_dropped_safely_in_the_middle_and_first():
+    source = HEADER + "from torch.optim import SGD as S\nopt = S(params, foreach=False, lr=0.1)\n"
+    assert [(line, f) for line, f, _ in _lint(source)] == [(3, "safe")]
+    assert fix(source, "TL501", unsafe=False).endswith("opt = S(params, lr=0.1)\n")
+
+
+def test_foreach_true_none_and_schedulers_are_silent():
+    source = HEADER + (
+        "a = torch.optim.Adam(params, foreach=True)\n"
+        "b = torch.optim.Adam(params, foreach=None)\n"
+        "c = torch.optim.Adam(params, fused=True, foreach=False)\n"
+        "d = torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=False)\n"
+    )
+    assert _lint(source) == []
+
+
+def test_old_torch_asks_for_foreach_true_without_fix():
+    source = "# torchlint-fixture: torch-version=1.13\n" + HEADER + "opt = torch.optim.SGD(params, foreach=False)\n"
+    [(line, applicability, message)] = _lint(source)
+    assert applicability is None and "foreach=True" in message
+    assert fix(source, "TL501") == source
+
+
+def test_loop_reported_once_with_launch_count():
+    source = HEADER + (
+        "def step(model, lr):\n"
+        "    for p in model.parameters():\n"
+        "        p.grad.mul_(0.5)\n"
+        "        p.data.add_(p.grad, alpha=-lr)\n"
+    )
+    [(line, applicability, message)] = _lint(source)
+    assert line == 3 and applicability is None
+    assert "about 2 kernel launches per parameter" in message
+
+
+def test_params_list_bound_to_name():
+    source = HEADER + (
+        "def step(model, lr):\n"
+        "    trainable = [p for p in model.parameters() if p.requires_grad]\n"
+        "    for w in trainable:  # resolved through the binding; the loop line names no params\n"
+        "        w.sub_(lr * w.grad)\n"
+        "    for group in opt.param_groups:\n"
+        "        for w in group['params']:\n"
+        "            w.add_(w.grad, alpha=-lr)\n"
+    )
+    assert [line for line, _, _ in _lint(source)] == [4, 7]
+
+
+def test_read_only_and_unrelated_loops_are_silent():
+    source = HEADER + (
+        "def stats(model, batches):\n"
+        "    n = sum(p.numel() for p in model.parameters())\n"
+        "    for p in model.parameters():\n"
+        "        print(p.grad.norm())\n"
+        "    for x in batches:\n"
+        "        x.mul_(2)\n"
+        "    for name in param_names:\n"
+        "        name.strip()\n"
+    )
+    assert _lint(source) == []
+
+
+def test_weight_copy_that_computes_is_an_update():
+    source = HEADER + (
+        "@torch.no_grad()\n"
+        "def ema(ema_model, model, d):\n"
+        "    for e, p in zip(ema_model.parameters(), model.parameters()):\n"
+        "        e.copy_(d * e + (1 - d) * p)\n"
+    )
+    [(_, _, message)] = _lint(source)
+    assert "_foreach_lerp_" in message
