@@ -1,0 +1,482 @@
+"""TL202: evaluation code that records autograd graphs nobody will use."""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, Iterable, List, Optional, Sequence, Set
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal, keyword_arg
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+
+# Grad-mode context managers that switch recording off.
+_NO_GRAD = {
+    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
+    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
+}
+_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
+# Anything in this text means the code wants (or manages) gradients: leave it alone.
+_GRAD_TEXT = re.compile(
+    r"backward|\bautograd\b|requires_grad|enable_grad|set_grad_enabled|retain_grad|zero_grad|\.grad\b"
+    r"|\bgrad\s*\(|\bvjp\b|\bjvp\b|\bjacrev\b|\bjacfwd\b|\bhessian\b"
+)
+_GENERATOR_TEXT = re.compile(r"\byield\b")
+_AWAIT_TEXT = re.compile(r"\bawait\b")
+
+# Words that make a function an evaluation function (the first or last word of its snake_case name).
+_EVAL_WORDS = {"validate", "validation", "evaluate", "evaluation", "eval", "val", "predict", "prediction",
+               "predictions", "infer", "inference"}
+# Framework hooks run under no_grad by their framework (Lightning, Ignite, HF Trainer), and functions whose
+# output is differentiated by their caller.
+_FRAMEWORK_NO_GRAD = re.compile(r"^(validation|val|test|predict|prediction)_step(_end)?$|^on_(validation|test|predict)"
+                                r"|^(validation|test)_epoch_end$")
+_HOOK_NAME = re.compile(r"_step$|^on_|_epoch_end$|^forward$|^__\w+__$|^train|^training|^fit|^compute_loss")
+_EVAL_LOADER = re.compile(r"(^|_)(val|valid|validation|test|testing|eval|evaluation|dev|holdout)"
+                          r"(?=$|_|\d|loader|dataloader|dl|ds|dataset|data|set|batch)", re.IGNORECASE)
+_LOADER = re.compile(r"loader|(^|_)dl($|_)|dataloader|(^|_)ds($|_)|dataset|batches", re.IGNORECASE)
+# Names of things that are models: the last part of the called name.
+_MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "classifier",
+                "generator", "discriminator", "policy", "critic", "actor", "teacher", "student", "autoencoder",
+                "vae", "unet", "transformer", "detector", "segmenter", "regressor", "embedder", "ema"}
+_NOT_MODEL_FIRST_WORDS = {"build", "create", "get", "make", "load", "init", "save", "setup", "wrap", "compile",
+                          "export", "prepare", "import", "to", "is", "has", "count", "num", "print", "log", "add",
+                          "check", "register", "set", "convert", "lower", "fuse", "trace", "script", "freeze", "apply"}
+_CAMEL_MODEL = re.compile(r"^(net|model)[A-Z0-9]\w*$|^[a-z]\w*(Net|Model)$")
+_NET_SUFFIX = re.compile(r"^[a-z]+net\d*$")  # resnet, unet, convnet, mobilenet2
+_MODEL_FACTORIES = re.compile(r"^(torchvision\.models\.|timm\.create_model$|transformers\.)|\.from_pretrained$")
+
+
+class EvalWithoutNoGrad(Rule):
+    """## What it does
+    Flags evaluation code that runs a model with autograd on: a function or loop that puts the model in
+    eval mode (`model.eval()`, `model.train(False)`), is named as evaluation (`validate`, `evaluate`,
+    `eval_*`, `predict`, `infer*`...) or iterates a validation/test loader, and calls the model without
+    `torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)` around it.
+
+    Silent where gradients are wanted or grad mode is handled: code that calls `.backward()`,
+    `torch.autograd.grad`, `requires_grad_()`, reads `.grad`, steps an optimizer or switches grad mode
+    itself (adversarial evaluation, saliency maps, test-time training); functions decorated with
+    `no_grad`/`inference_mode`; functions called from a `no_grad` block or function in the same file, or
+    from a training step (their output may be differentiated); `forward`, `training_step`,
+    `validation_step` and other framework hooks (Lightning and friends already disable gradients there);
+    pytest tests. Methods named `predict`/`evaluate` are flagged only when they also switch to eval mode or
+    iterate an evaluation loader: on their own the name says too little about how the result is used.
+
+    ## Why is this slow?
+    `model.eval()` only changes dropout and batch-norm behaviour; it does not turn autograd off. Every
+    forward pass still records the graph and keeps every intermediate activation alive until the outputs
+    die, so evaluation runs slower and holds several times the memory it needs (often the reason the
+    evaluation batch size cannot match training's).
+
+    ## Example
+    ```python
+    def evaluate(model, val_loader):
+        model.eval()
+        correct = 0
+        for images, labels in val_loader:
+            correct += (model(images).argmax(1) == labels).sum().item()
+        return correct / len(val_loader.dataset)
+    ```
+
+    ## Use instead
+    ```python
+    @torch.no_grad()
+    def evaluate(model, val_loader):
+        model.eval()
+        correct = 0
+        for images, labels in val_loader:
+            correct += (model(images).argmax(1) == labels).sum().item()
+        return correct / len(val_loader.dataset)
+    ```
+
+    ## Fix safety
+    The fix is safe: it adds `@torch.no_grad()` as the innermost decorator of the function (with the
+    file's alias for `torch`, importing `torch` where the file does not), or, for an evaluation loop that is
+    not a function of its own (inside a training function, at module level, under
+    `if __name__ == "__main__":`), wraps the loop in `with torch.no_grad():`. The rule only fires where no
+    gradient is computed in that code, so values are unchanged; outputs no longer carry `grad_fn`.
+
+    There is no fix (report only) for `async def` functions, for loops that `yield` or `await` (a `with`
+    block would leak the grad mode to the consumer), and for generator functions when targeting
+    PyTorch < 2.0.
+
+    ## PyTorch versions
+    `torch.no_grad()` works as a decorator and as a context manager in every supported version. On a
+    generator function the decorator re-enters no-grad mode at every resumption and restores the caller's
+    mode at every `yield` (PyTorch >= 1.8; torchlint offers the fix for generators from 2.0 on).
+    `torch.inference_mode()` (>= 1.9) is faster still, but its tensors cannot later be used in autograd,
+    so the fix does not use it.
+    """
+
+    code = "TL202"
+    name = "eval-without-no-grad"
+    message = "evaluation runs the model with autograd on; disable it with `torch.no_grad()`"
+    summary = "Evaluation/inference code runs the model without torch.no_grad()"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (
+        r"torch",
+        r"\.eval\(\s*\)|\.train\(\s*(mode\s*=\s*)?False|def\s+\w*(?i:valid|eval|val\b|val_|predict|infer)|def\s+test"
+        r"|(?i:val|valid|test|eval|dev|holdout)\w*(?i:loader|dl|ds|dataset|data|batches)",
+    )
+
+    def check(self, ctx: RuleContext) -> None:
+        _Checker(ctx).run()
+
+
+class _Checker:
+    def __init__(self, ctx: RuleContext) -> None:
+        self.ctx = ctx
+        self.a: FileAnalysis = ctx.analysis
+        self.alias = self.a.module_alias("torch")
+        self._text_cache: Dict[cst.CSTNode, str] = {}
+        self._under_no_grad: Dict[str, bool] = {}
+        self.model_classes = self._model_classes()
+
+    # --- driver ------------------------------------------------------------------------------
+    def run(self) -> None:
+        a = self.a
+        if self._grad_globally_off() or not any(v.split(".")[0] == "torch" for v in a.imports.values()):
+            return
+        skip_functions: Set[cst.CSTNode] = set()  # whole functions handled (reported or silenced)
+        base = a.path.replace("\\", "/").rsplit("/", 1)[-1]
+        pytest_file = any(v.split(".")[0] in {"pytest", "unittest"} for v in a.imports.values()) or bool(
+            re.match(r"^(test_.*|.*_test|conftest)\.py$", base))
+        for info in a.functions:
+            if any(f.node in skip_functions for f in self._function_chain(info.parent)):
+                skip_functions.add(info.node)
+                continue
+            verdict = self._check_function(info, pytest_file)
+            if verdict:
+                skip_functions.add(info.node)
+        reported_loops: List[cst.CSTNode] = []
+        for loop in a.loops:
+            node = loop.node
+            if not isinstance(node, cst.For) or node.asynchronous is not None:
+                continue
+            function = loop.function
+            if any(f.node in skip_functions for f in self._function_chain(function)):
+                continue
+            if any(a.contains(outer, node) for outer in reported_loops):
+                continue
+            if self._check_loop(node, function):
+                reported_loops.append(node)
+
+    def _function_chain(self, info: Optional[FunctionInfo]) -> Iterable[FunctionInfo]:
+        while info is not None:
+            yield info
+            info = info.parent
+
+    # --- whole functions ---------------------------------------------------------------------
+    def _check_function(self, info: FunctionInfo, pytest_file: bool) -> bool:
+        """True when the function is settled: reported, or known to run without autograd."""
+        node = info.node
+        assert isinstance(node, cst.FunctionDef)
+        if any("grad" in d or "inference" in d for d in info.decorators):
+            return True
+        if self._called_without_grad(info.name):
+            return True
+        if _FRAMEWORK_NO_GRAD.search(info.name):
+            return True
+        if _HOOK_NAME.search(info.name):
+            return False
+        words = info.name.strip("_").lower().split("_")
+        if words[0] == "test" and (pytest_file or not _has_params(node)):
+            return False  # a pytest test
+        own_calls = self._own_calls(info)
+        eval_receivers, switches_mode = self._eval_switches(info, own_calls)
+        if switches_mode:  # model.train() in here too, or eval() only on some path: a mixed function
+            return False
+        named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
+        eval_loader = any(
+            isinstance(l.node, cst.For) and self._is_eval_loader(l.node.iter)
+            for l in self.a.loops if l.function is info
+        )
+        model_receivers = {r for r in eval_receivers if r == "self" or self._looks_like_model(r.split(".")[-1])}
+        if not (model_receivers or eval_loader or (named and info.class_name is None)):
+            return False
+        text = self._text(node)
+        if _GRAD_TEXT.search(text) or any(self.a.is_optimizer_step(c) for c in own_calls):
+            return False
+        model_calls = [c for c in own_calls if self._is_model_call(c, eval_receivers) and not self._guarded(c, node)]
+        if not model_calls:
+            return False
+        if self._caller_wants_grad(info.name):
+            return True
+        model = dotted_name(model_calls[0].func) or "the model"
+        torch_name = self.alias or "torch"
+        fix = None
+        generator = bool(_GENERATOR_TEXT.search(text))
+        if node.asynchronous is not None or _AWAIT_TEXT.search(text):
+            message = (f"`{info.name}()` evaluates `{model}(...)` with autograd on; "
+                       f"run the model calls inside `with {torch_name}.no_grad():`")
+        else:
+            message = (f"`{info.name}()` evaluates `{model}(...)` with autograd on; "
+                       f"decorate it with `@{torch_name}.no_grad()`")
+            if not generator or self.ctx.torch_version >= (2, 0):
+                decorator = cst.Decorator(decorator=cst.parse_expression(f"{torch_name}.no_grad()"))
+                new = node.with_changes(decorators=[*node.decorators, decorator])
+                fix = Fix.replace(node, new, Applicability.SAFE, self._imports())
+            else:
+                message += " (no fix for a generator before PyTorch 2.0)"
+        self.ctx.report(node.name, message=message, fix=fix)
+        return True
+
+    # --- loops outside evaluation functions ----------------------------------------------------
+    def _check_loop(self, loop: cst.For, function: Optional[FunctionInfo]) -> bool:
+        a = self.a
+        scope = function.node if function is not None else a.module
+        if any(self._guarding_with(anc) for anc in a.ancestors(loop)):
+            return False
+        receivers = self._preceding_eval(loop)
+        if receivers is None:  # the model is put back into train mode just before: not an eval loop
+            return False
+        if not receivers and not self._is_eval_loader(loop.iter):
+            return False
+        text = self._text(loop)
+        if _GRAD_TEXT.search(text):
+            return False
+        calls = [c for c in a.calls_in(loop.body) if a.scope_of(c) is scope]
+        if any(a.is_optimizer_step(c) for c in calls):
+            return False
+        # eval() inside the loop body counts too
+        receivers = receivers | {r for r in (self._eval_receiver(c) for c in calls) if r}
+        model_calls = [c for c in calls if self._is_model_call(c, receivers) and not self._guarded(c, loop)]
+        if not model_calls:
+            return False
+        if function is not None and (self._called_without_grad(function.name) or self._caller_wants_grad(function.name)):
+            return False
+        model = dotted_name(model_calls[0].func) or "the model"
+        torch_name = self.alias or "torch"
+        message = (f"evaluation loop calls `{model}(...)` with autograd on; "
+                   f"wrap it in `with {torch_name}.no_grad():`")
+        fix = None
+        if not _GENERATOR_TEXT.search(text) and not _AWAIT_TEXT.search(text):
+            with_node = cst.With(
+                items=[cst.WithItem(item=cst.parse_expression(f"{torch_name}.no_grad()"))],
+                body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),
+                leading_lines=loop.leading_lines,
+            )
+            fix = Fix.replace(loop, with_node, Applicability.SAFE, self._imports())
+        self.ctx.report(loop.iter, message=message, fix=fix)
+        return True
+
+    def _preceding_eval(self, loop: cst.For) -> Optional[Set[str]]:
+        """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last."""
+        block = self.a.parent(loop)
+        body: Sequence[cst.CSTNode] = getattr(block, "body", ())
+        if not isinstance(body, (list, tuple)) or loop not in body:
+            return set()
+        receivers: Set[str] = set()
+        for statement in reversed(body[: list(body).index(loop)]):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                    call = small.value
+                    receiver = self._eval_receiver(call)
+                    if receiver:
+                        receivers.add(receiver)
+                    elif self._train_receiver(call):
+                        return receivers or None
+        return receivers
+
+    # --- facts -----------------------------------------------------------------------------
+    def _grad_globally_off(self) -> bool:
+        """``torch.set_grad_enabled(False)`` as a module-level statement: the script never records graphs."""
+        for call in self.a.calls_by_name.get("set_grad_enabled", ()):
+            if (self.a.qualified_name(call.func) in _SET_GRAD and call.args and is_literal(call.args[0].value, "False")
+                    and isinstance(self.a.parent(call), cst.Expr) and self.a.function_of(call) is None):
+                return True
+        return False
+
+    def _own_calls(self, info: FunctionInfo) -> List[cst.Call]:
+        return [c for c in self.a.calls_in(info.node) if self.a.function_of(c) is info]
+
+    def _eval_receiver(self, call: cst.Call) -> Optional[str]:
+        """``m`` for ``m.eval()`` / ``m.train(False)`` / ``m.train(mode=False)``."""
+        if not isinstance(call.func, cst.Attribute):
+            return None
+        attr = call.func.attr.value
+        if attr == "eval" and not call.args:
+            return dotted_name(call.func.value)
+        if attr == "train" and len(call.args) == 1 and is_literal(call.args[0].value, "False") and (
+                call.args[0].keyword is None or call.args[0].keyword.value == "mode"):
+            return dotted_name(call.func.value)
+        return None
+
+    def _train_receiver(self, call: cst.Call) -> Optional[str]:
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "train" and self._eval_receiver(call) is None:
+            return dotted_name(call.func.value)
+        return None
+
+    def _eval_switches(self, info: FunctionInfo, calls: List[cst.Call]):
+        """(receivers of unconditional eval() calls, whether the function also switches modes otherwise)."""
+        receivers: Set[str] = set()
+        mixed = False
+        for call in calls:
+            if self._train_receiver(call):
+                mixed = True
+            receiver = self._eval_receiver(call)
+            if receiver is None:
+                continue
+            if any(isinstance(anc, (cst.If, cst.IfExp, cst.Match, cst.BooleanOperation))
+                   for anc in self._ancestors_within(call, info.node)):
+                mixed = True
+            receivers.add(receiver)
+        return receivers, mixed
+
+    def _ancestors_within(self, node: cst.CSTNode, outer: cst.CSTNode) -> Iterable[cst.CSTNode]:
+        for anc in self.a.ancestors(node):
+            if anc is outer:
+                return
+            yield anc
+
+    def _guarding_with(self, node: cst.CSTNode) -> bool:
+        if not isinstance(node, cst.With):
+            return False
+        for item in node.items:
+            expr = item.item
+            if isinstance(expr, (cst.Name, cst.Attribute)):
+                return True  # a context manager made elsewhere (`ctx = torch.no_grad()`): assume it may be
+            if not isinstance(expr, cst.Call):
+                continue
+            called = dotted_name(expr.func) or ""
+            if "grad" in called.lower() or "inference" in called.lower():
+                return True  # a project's own no-grad helper
+            qualified = self.a.qualified_name(expr.func)
+            if qualified in _NO_GRAD:
+                return True
+            if qualified in _SET_GRAD and expr.args and is_literal(expr.args[0].value, "False"):
+                return True
+        return False
+
+    def _guarded(self, call: cst.Call, outer: cst.CSTNode) -> bool:
+        for anc in self._ancestors_within(call, outer):
+            if self._guarding_with(anc):
+                return True
+        return self._guarding_with(outer)
+
+    def _is_eval_loader(self, expr: cst.BaseExpression) -> bool:
+        if isinstance(expr, cst.Call) and expr.args and isinstance(expr.func, cst.Name) and \
+                expr.func.value in {"enumerate", "tqdm", "iter", "zip"}:
+            return any(self._is_eval_loader(arg.value) for arg in expr.args if arg.keyword is None)
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "tqdm":
+            return any(self._is_eval_loader(arg.value) for arg in expr.args if arg.keyword is None)
+        name = dotted_name(expr)
+        if name is None:
+            return False
+        last = name.split(".")[-1]
+        return bool(_EVAL_LOADER.search(last) and _LOADER.search(last))
+
+    def _is_model_call(self, call: cst.Call, receivers: Set[str]) -> bool:
+        name = dotted_name(call.func)
+        if name is None:
+            return False
+        if name in receivers:
+            return True
+        owner, _, last = name.rpartition(".")
+        if owner and last == "forward" and (owner in receivers or self._looks_like_model(owner.split(".")[-1])):
+            return True
+        qualified = self.a.qualified_name(call.func)
+        if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
+            return False
+        if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
+            return True
+        return self._looks_like_model(last)
+
+    def _looks_like_model(self, last: str) -> bool:
+        if _CAMEL_MODEL.match(last):
+            return True
+        words = last.lower().strip("_").split("_")
+        if not words or words[0] in _NOT_MODEL_FIRST_WORDS:
+            return False
+        # `model`, `self.ema_model`, `net_g`, `model2`, `resnet`: the model word ends the name or starts a short one
+        words = [w.rstrip("0123456789") for w in words]
+        if words == ["module"]:  # DataParallel's `model.module(x)`
+            return True
+        return (words[-1] in _MODEL_WORDS or (len(words) <= 2 and words[0] in _MODEL_WORDS)
+                or bool(_NET_SUFFIX.match(words[-1])))
+
+    def _bound_to_model(self, name: cst.Name) -> bool:
+        value = self.a.single_value(name.value, self.a.scope_of(name))
+        if not isinstance(value, cst.Call):
+            return False
+        qualified = self.a.qualified_name(value.func) or ""
+        if _MODEL_FACTORIES.search(qualified):
+            return True
+        return isinstance(value.func, cst.Name) and value.func.value in self.model_classes
+
+    def _model_classes(self) -> Set[str]:
+        """Top-level classes of this file that subclass a torch Module."""
+        out: Set[str] = set()
+        for statement in self.a.module.body:
+            if isinstance(statement, cst.ClassDef):
+                for base in statement.bases:
+                    qualified = self.a.qualified_name(base.value) or dotted_name(base.value) or ""
+                    if qualified.endswith("Module") or qualified in out:
+                        out.add(statement.name.value)
+        return out
+
+    def _called_without_grad(self, name: str, seen: Optional[Set[str]] = None) -> bool:
+        """Some call of ``name`` in this file runs under no_grad (a with block or a no_grad function)."""
+        if name in self._under_no_grad:
+            return self._under_no_grad[name]
+        seen = seen or set()
+        if name in seen:
+            return False
+        seen.add(name)
+        a = self.a
+        result = False
+        for call in a.calls_by_name.get(name, ()):
+            if any(self._guarding_with(anc) for anc in a.ancestors(call)):
+                result = True
+                break
+            caller = a.function_of(call)
+            while caller is not None and isinstance(caller.node, cst.Lambda):
+                caller = caller.parent
+            if caller is not None and (any("grad" in d or "inference" in d for d in caller.decorators)
+                                       or self._called_without_grad(caller.name, seen)):
+                result = True
+                break
+        if not result:  # torch.no_grad()(evaluate)
+            for wrapper in ("no_grad", "inference_mode"):
+                for call in a.calls_by_name.get(wrapper, ()):
+                    outer = a.parent(call)
+                    if isinstance(outer, cst.Call) and outer.func is call and any(
+                            isinstance(arg.value, (cst.Name, cst.Attribute)) and
+                            (dotted_name(arg.value) or "").split(".")[-1] == name for arg in outer.args):
+                        result = True
+        self._under_no_grad[name] = result
+        return result
+
+    def _caller_wants_grad(self, name: str) -> bool:
+        """A call of ``name`` in a training step: its output may be differentiated."""
+        a = self.a
+        for call in a.calls_by_name.get(name, ()):
+            if a.training_loop_of(call) is not None:
+                return True
+            caller = a.function_of(call)
+            scope = caller.node if caller is not None else a.module
+            loops = [l.node for l in a.enclosing_loops(call)]
+            for backward in a.calls_by_name.get("backward", ()):
+                if a.scope_of(backward) is scope and a.comes_before(call, backward) and a.is_backward_call(backward) \
+                        and [l.node for l in a.enclosing_loops(backward)] == loops:
+                    return True
+        return False
+
+    def _text(self, node: cst.CSTNode) -> str:
+        text = self._text_cache.get(node)
+        if text is None:
+            text = self.a.module.code_for_node(node)
+            self._text_cache[node] = text
+        return text
+
+    def _imports(self):
+        return () if self.alias else (ImportRequest("torch"),)
+
+
+def _has_params(node: cst.FunctionDef) -> bool:
+    params = node.params
+    return bool(params.params or params.posonly_params or params.kwonly_params
+                or isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None)

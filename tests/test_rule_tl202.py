@@ -1,0 +1,180 @@
+"""TL202 eval-without-no-grad: aliases, callers, generators and the fix's shape."""
+
+from __future__ import annotations
+
+import textwrap
+
+from fixture_support import fix, lint
+from torchlint.rule import Applicability
+
+
+def _src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+EVALUATE = """
+def evaluate(model, val_loader):
+    model.eval()
+    return [model(x) for x, _ in val_loader]
+"""
+
+
+def test_decorator_uses_the_file_alias():
+    source = _src("import torch as t\n" + EVALUATE)
+    fixed = fix(source, "TL202", unsafe=False)
+    assert "@t.no_grad()\ndef evaluate" in fixed and "import torch\n" not in fixed
+
+
+def test_decorator_adds_import_torch_when_missing():
+    source = _src("from torch import nn\n" + EVALUATE)
+    [d] = lint(source, "TL202")
+    assert d.fix is Applicability.SAFE
+    fixed = fix(source, "TL202")
+    assert "import torch\n" in fixed and "@torch.no_grad()\ndef evaluate" in fixed
+
+
+def test_decorator_is_innermost():
+    source = _src("""
+        import torch
+        class Runner:
+            @staticmethod
+            # keep me
+            def evaluate(model, val_loader):
+                model.eval()
+                return [model(x) for x, _ in val_loader]
+        """)
+    assert "    @staticmethod\n    @torch.no_grad()\n    # keep me\n    def evaluate" in fix(source, "TL202")
+
+
+def test_called_under_no_grad_is_silent():
+    for caller in ("with torch.no_grad():\n    evaluate(m, l)\n",
+                   "@torch.inference_mode()\ndef run(m, l):\n    return evaluate(m, l)\n",
+                   "evaluate = torch.no_grad()(evaluate)\n"):
+        assert lint(_src("import torch\n" + EVALUATE) + caller, "TL202") == [], caller
+
+
+def test_global_set_grad_enabled_false_is_silent():
+    source = _src("import torch\ntorch.set_grad_enabled(False)\n" + EVALUATE)
+    assert lint(source, "TL202") == []
+
+
+def test_output_used_by_a_training_step_is_silent():
+    source = _src("""
+        import torch
+        def predict(model, x):
+            return model(x)
+        def train_step(model, x, y, opt):
+            loss = (predict(model, x) - y).pow(2).mean()
+            loss.backward()
+            opt.step()
+        """)
+    assert lint(source, "TL202") == []
+
+
+def test_method_named_predict_needs_more_than_its_name():
+    source = _src("""
+        import torch
+        class Wrapper:
+            def predict(self, x):
+                return self.model(x)
+        """)
+    assert lint(source, "TL202") == []
+    assert len(lint(source.replace("return self.model", "self.model.eval()\n        return self.model"), "TL202")) == 1
+
+
+def test_loop_after_train_mode_is_silent():
+    source = _src("""
+        import torch
+        def main(model, val_loader):
+            model.eval()
+            model.train()
+            for x in val_loader:
+                model(x)
+        """)
+    assert lint(source, "TL202") == []
+
+
+def test_loop_wrap_keeps_comments_and_indentation():
+    source = _src("""
+        import torch
+        def fit(model, train_loader, val_loader, opt):
+            for x in train_loader:
+                model(x).sum().backward()
+                opt.step()
+            model.eval()
+
+            # validation
+            for x in val_loader:
+                if x is None:
+                    continue
+                model(x)  # forward
+        """)
+    expected = _src("""
+        import torch
+        def fit(model, train_loader, val_loader, opt):
+            for x in train_loader:
+                model(x).sum().backward()
+                opt.step()
+            model.eval()
+
+            # validation
+            with torch.no_grad():
+                for x in val_loader:
+                    if x is None:
+                        continue
+                    model(x)  # forward
+        """)
+    assert fix(source, "TL202", unsafe=False) == expected
+
+
+def test_nested_function_reported_once():
+    source = _src("""
+        import torch
+        def evaluate(model, val_loader):
+            model.eval()
+            def predict(x):
+                return model(x)
+            return [predict(x) for x in val_loader] + [model(x) for x in val_loader]
+        """)
+    assert [d.line for d in lint(source, "TL202")] == [2]
+
+
+def test_generators_depend_on_torch_version():
+    source = _src("""
+        import torch
+        def evaluate(model, val_loader):
+            model.eval()
+            for x in val_loader:
+                yield model(x)
+        """)
+    [new] = lint(source, "TL202")
+    assert new.fix is Applicability.SAFE
+    [old] = lint("# torchlint-fixture: torch-version=1.13\n" + source, "TL202")
+    assert old.fix is None and "PyTorch 2.0" in old.message
+
+
+def test_loop_that_yields_is_report_only():
+    source = _src("""
+        import torch
+        def batches(model, train_loader, val_loader, opt):
+            for x in train_loader:
+                model(x).sum().backward()
+                opt.step()
+            model.eval()
+            for x in val_loader:
+                yield model(x)
+        """)
+    [d] = lint(source, "TL202")
+    assert d.fix is None
+
+
+def test_pytest_functions_are_silent():
+    source = _src("""
+        import torch
+        def test_eval():
+            model = torch.nn.Linear(2, 2)
+            model.eval()
+            assert model(torch.zeros(2)).shape == (2,)
+        """)
+    assert lint(source, "TL202") == []
+    assert lint(source.replace("def test_eval():", "def test_eval(model_fixture):"), "TL202", path="test_model.py") == []
