@@ -68,7 +68,7 @@ def test_check_prints_located_diagnostics_and_summary(project):
     result = invoke("check", ".")
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    assert lines[0].startswith("train.py:4:7: TL501 [*] ")
+    assert lines[0].startswith("train.py:4:51: TL501 [*] ")
     assert "Found 1 problem (1 fixable)." in result.output
 
 
@@ -116,7 +116,7 @@ def test_json_output_shape(project):
     assert result.exit_code == 1
     (item,) = data
     assert set(item) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix", "url"}
-    assert (item["code"], item["path"], item["line"], item["column"]) == ("TL501", "train.py", 4, 7)
+    assert (item["code"], item["path"], item["line"], item["column"]) == ("TL501", "train.py", 4, 51)
     assert item["fix"]["applicability"] == "safe"
     (edit,) = item["fix"]["edits"]
     assert edit["content"] == "torch.optim.SGD(model.parameters(), lr=0.1)"
@@ -292,7 +292,7 @@ def test_noqa_line_and_file(project):
 # --- stdin -----------------------------------------------------------------------------------------
 def test_stdin_check_and_fix(project):
     result = invoke("check", "-", "--stdin-filename", "pkg/train.py", input=SLOW)
-    assert result.exit_code == 1 and "pkg/train.py:4:7: TL501" in result.output
+    assert result.exit_code == 1 and "pkg/train.py:4:51: TL501" in result.output
     result = invoke("fix", "-", "--apply", "--stdin-filename", "pkg/train.py", input=SLOW)
     assert result.exit_code == 0
     assert result.stdout == SLOW.replace(", foreach=False", "")
@@ -308,7 +308,7 @@ def test_bad_files_are_reported_and_the_run_goes_on(project):
     assert "Traceback" not in result.output + result.stderr
     assert "a_syntax.py:3:1: TL000 syntax error" in result.output or "a_syntax.py:2" in result.output
     assert "b_binary.py:2:6: TL000 not valid utf-8" in result.output
-    assert "c_good.py:4:7: TL501" in result.output
+    assert "c_good.py:4:51: TL501" in result.output
 
 
 def test_missing_path_is_reported(project):

@@ -51,7 +51,9 @@ def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
     settings = resolve_settings(config, start if start.exists() else Path.cwd())
     changes: dict = {}
     if opts.get("select"):
+        # As in Ruff, a selection on the command line replaces the file's whole selection, ignores included.
         changes["select"] = parse_selectors(opts["select"], "--select")
+        settings = replace(settings, ignore=(), extend_select=())
     if opts.get("extend_select"):
         changes["extend_select"] = settings.extend_select + parse_selectors(opts["extend_select"], "--extend-select")
     if opts.get("ignore"):

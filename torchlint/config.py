@@ -117,8 +117,10 @@ def _has_torchlint_table(path: Path) -> bool:
     try:
         with path.open("rb") as f:
             return "torchlint" in tomllib.load(f).get("tool", {})
-    except (OSError, tomllib.TOMLDecodeError):
-        return False  # a broken pyproject that is not ours is not our business
+    except OSError:
+        return False
+    except tomllib.TOMLDecodeError as exc:  # it may hold our settings: running without them would mislead
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 
 
 def load_config(path: Path) -> Settings:

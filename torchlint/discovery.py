@@ -19,7 +19,7 @@ DEFAULT_EXCLUDE = (
 
 
 def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
-    return pathspec.PathSpec.from_lines("gitwildmatch", list(patterns))
+    return pathspec.GitIgnoreSpec.from_lines(list(patterns))
 
 
 @dataclass

@@ -54,7 +54,7 @@ def _rule_instances(codes: Tuple[str, ...]) -> Tuple[Rule, ...]:
 
 @lru_cache(maxsize=256)
 def _glob(pattern: str) -> pathspec.PathSpec:
-    return pathspec.PathSpec.from_lines("gitwildmatch", [pattern])
+    return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
 def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
