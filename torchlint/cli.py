@@ -117,7 +117,9 @@ def _cache_dir(opts: dict, settings: Settings) -> Optional[Path]:
 
 def _stdin_result(opts: dict, job: Job) -> FileResult:
     shown = opts.get("stdin_filename") or "-"
-    data = click.get_binary_stream("stdin").read()
+    stream = sys.stdin
+    data = getattr(stream, "buffer", stream).read()
+    data = data.encode("utf-8") if isinstance(data, str) else data
     try:
         source = decode_source(data)
     except SourceError as exc:
