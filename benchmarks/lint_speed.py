@@ -4,7 +4,7 @@
 
 The default tree is the installed ``torch`` package (found without importing it). Every tool runs as its
 own subprocess; peak memory is the largest resident set summed over the tool's process tree, sampled
-every 20 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
+every 50 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
 """
 
 from __future__ import annotations
@@ -40,28 +40,18 @@ def count_tree(tree: Path) -> Tuple[int, int]:
 
 
 def _tree_rss_kib(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants, from /proc."""
-    children: dict = {}
-    rss: dict = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss[int(entry)] = int(line.split()[1])
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
+    """Resident memory of a process and all its descendants, following /proc/<pid>/task/*/children."""
     total, stack = 0, [root_pid]
     while stack:
         pid = stack.pop()
-        total += rss.get(pid, 0)
-        stack.extend(children.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+            for task in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{task}/children") as f:
+                    stack.extend(int(child) for child in f.read().split())
+        except (OSError, ValueError):
+            continue
     return total
 
 
@@ -74,7 +64,7 @@ def timed_run(cmd: Sequence[str], cwd: Optional[Path] = None) -> Tuple[float, fl
     def sample() -> None:
         while proc.poll() is None:
             peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            time.sleep(0.02)
+            time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

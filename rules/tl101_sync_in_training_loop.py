@@ -142,8 +142,8 @@ class SyncInTrainingLoop(Rule):
     summary = "`.item()`, `.cpu()`, `float(tensor)`, `print(tensor)` in every step of a training loop"
     fix_availability = FixAvailability.SOMETIMES
     required_patterns = (
+        r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
         r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
-        r"\.(?:backward|step)\(",
     )
 
     def check(self, ctx: RuleContext) -> None:

@@ -138,7 +138,7 @@ class TensorFromNumpyCopies(Rule):
     message = "`torch.tensor()` copies the NumPy array; use `torch.from_numpy()` to share its memory"
     summary = "torch.tensor() on a NumPy array copies it; torch.from_numpy() does not"
     fix_availability = FixAvailability.SOMETIMES
-    required_patterns = (r"\btensor\s*\(", r"numpy")
+    required_patterns = (r"numpy", r"\btensor\s*\(")  # the rarer one first
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis

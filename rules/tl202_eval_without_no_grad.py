@@ -8,6 +8,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal, keyword_arg
+from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Grad-mode context managers that switch recording off.
@@ -35,6 +36,14 @@ _HOOK_NAME = re.compile(r"_step$|^on_|_epoch_end$|^forward$|^__\w+__$|^train|^tr
 _EVAL_LOADER = re.compile(r"(^|_)(val|valid|validation|test|testing|eval|evaluation|dev|holdout)"
                           r"(?=$|_|\d|loader|dataloader|dl|ds|dataset|data|set|batch)", re.IGNORECASE)
 _LOADER = re.compile(r"loader|(^|_)dl($|_)|dataloader|(^|_)ds($|_)|dataset|batches", re.IGNORECASE)
+# Pre-filter texts (supersets of what the checker accepts; see `may_fire`).
+_EVAL_WORD_TEXT = (r"(?:validate|validation|evaluate|evaluation|eval|val|predict|prediction|predictions|infer"
+                   r"|inference)")
+_EVAL_DEF_TEXT = re.compile(r"def\s+_*(?:(?i:" + _EVAL_WORD_TEXT + r"|test)(?:_\w*)?|\w+_(?i:" + _EVAL_WORD_TEXT
+                            + r"))\s*\(")
+_LOADER_HINTS = ("loader", "dataset", "batches", "dl", "ds")
+_EVAL_LOADER_TEXT = re.compile(r"(?:val|valid|validation|test|testing|eval|evaluation|dev|holdout)\w*"
+                               r"(?:loader|dl|ds|dataset|batches)")
 # Names of things that are models: the last part of the called name.
 _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "classifier",
                 "generator", "discriminator", "policy", "critic", "actor", "teacher", "student", "autoencoder",
@@ -114,11 +123,21 @@ class EvalWithoutNoGrad(Rule):
     message = "evaluation runs the model with autograd on; disable it with `torch.no_grad()`"
     summary = "Evaluation/inference code runs the model without torch.no_grad()"
     fix_availability = FixAvailability.SOMETIMES
+    # What can make code an evaluation candidate: an eval switch, an evaluation-named function, or a loop
+    # over an evaluation loader. Checked in `may_fire` from the cheapest test to the dearest.
     required_patterns = (
         r"torch",
-        r"\.eval\(\s*\)|\.train\(\s*(mode\s*=\s*)?False|def\s+\w*(?i:valid|eval|val\b|val_|predict|infer)|def\s+test"
-        r"|(?i:val|valid|test|eval|dev|holdout)\w*(?i:loader|dl|ds|dataset|data|batches)",
+        r"\.eval\(|\.train\(|" + _EVAL_DEF_TEXT.pattern + "|" + _EVAL_LOADER_TEXT.pattern,
     )
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        if "torch" not in text:
+            return False
+        if ".eval(" in text or ".train(" in text or _EVAL_DEF_TEXT.search(text):
+            return True
+        lower = text.lower()
+        return any(hint in lower for hint in _LOADER_HINTS) and bool(_EVAL_LOADER_TEXT.search(lower))
 
     def check(self, ctx: RuleContext) -> None:
         _Checker(ctx).run()

@@ -134,6 +134,7 @@ class PerParameterOptimizerLoop(Rule):
     summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
     fix_availability = FixAvailability.SOMETIMES
     required_patterns = (
+        r"param|state_dict|foreach",  # a cheap literal gate first: most files stop here
         r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",
         r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
     )

@@ -1,6 +1,6 @@
 """The shared per-file analysis that every rule reads.
 
-One LibCST visitor pass indexes the module: parents and pre-order spans of all nodes, imports, calls,
+One walk over the tree indexes the module: parents and pre-order numbers of all nodes, imports, calls,
 loops, functions and simple name bindings. Everything derived from that index (training loops, numpy
 valued names) is computed lazily, on first use, so a file pays only for what its rules ask. There is no
 LibCST scope analysis: the module's import table answers the questions the rules ask.
@@ -132,16 +132,30 @@ def _child_fields(node_type: type) -> Tuple[str, ...]:
     return names
 
 
-def iter_children(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+_IS_NODE: Dict[type, bool] = {}
+
+
+def _is_node_type(value_type: type) -> bool:
+    known = _IS_NODE.get(value_type)
+    if known is None:  # isinstance against LibCST's ABCs is slow: decide once per type
+        known = _IS_NODE[value_type] = issubclass(value_type, cst.CSTNode)
+    return known
+
+
+def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The child nodes that matter to rules, in source order (no whitespace or punctuation)."""
+    children = []
     for name in _child_fields(type(node)):
         value = getattr(node, name, None)
-        if isinstance(value, cst.CSTNode):
-            yield value
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                if isinstance(item, cst.CSTNode):
-                    yield item
+        value_type = type(value)
+        if value_type is list or value_type is tuple:
+            children.extend(item for item in value if _is_node_type(type(item)))
+        elif _is_node_type(value_type):
+            children.append(value)
+    return children
+
+
+_LEAVING = object()  # marks, on the walk's stack, that the node below it is being left
 
 
 class _Indexer:
@@ -156,27 +170,35 @@ class _Indexer:
         self.loop_stack: List[Optional[LoopInfo]] = [None]
 
     def walk(self, module: cst.Module) -> None:
-        """Pre-order walk without recursion (deep expressions must not hit the recursion limit)."""
-        parents, spans = self.a.parents, self.a.spans
+        """Pre-order walk without recursion (deep expressions must not hit the recursion limit).
+
+        Records each node's parent and pre-order number; only the few node types with a leave handler
+        get a second stack entry, so the walk allocates almost nothing per node.
+        """
+        parents, order = self.a.parents, self.a.order
+        parents[module] = None
         counter = 0
-        stack: List[Tuple[cst.CSTNode, Optional[cst.CSTNode], bool]] = [(module, None, False)]
+        stack: List[object] = [module]
         while stack:
-            node, parent, leaving = stack.pop()
-            if leaving:
-                spans[node][1] = counter
-                leave = _LEAVE.get(type(node))
-                if leave is not None:
-                    leave(self, node)
+            node = stack.pop()
+            if node is _LEAVING:
+                node = stack.pop()
+                _LEAVE[type(node)](self, node)
                 continue
-            parents[node] = parent
-            spans[node] = [counter, counter]
+            order[node] = counter
             counter += 1
-            visit = _VISIT.get(type(node))
+            node_type = type(node)
+            visit = _VISIT.get(node_type)
             if visit is not None:
                 visit(self, node)
-            stack.append((node, parent, True))
-            children = list(iter_children(node))
-            stack.extend((child, node, False) for child in reversed(children))
+                if node_type in _LEAVE:
+                    stack.append(node)
+                    stack.append(_LEAVING)
+            children = iter_children(node)
+            for child in children:
+                parents[child] = node
+            children.reverse()
+            stack.extend(children)
 
     # --- per-type handlers ---------------------------------------------------------------
     def _scope(self) -> ScopeNode:
@@ -302,7 +324,7 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(reversed(list(iter_children(current))))
+        stack.extend(reversed(iter_children(current)))
 
 
 def names_in(node: cst.CSTNode, name: str) -> List[cst.Name]:
@@ -348,6 +370,29 @@ _LEAVE = {
 }
 
 
+class _Spans:
+    """``spans[node]`` is ``(first, end)``: the pre-order numbers its subtree occupies, end exclusive.
+
+    The end is found on demand from the node's last descendant, so the walk stores one number per node.
+    """
+
+    def __init__(self, analysis: "FileAnalysis") -> None:
+        self._order = analysis.order
+        self._ends: Dict[cst.CSTNode, int] = {}
+
+    def __getitem__(self, node: cst.CSTNode) -> Tuple[int, int]:
+        end = self._ends.get(node)
+        if end is None:
+            last = node
+            while True:
+                children = iter_children(last)
+                if not children:
+                    break
+                last = children[-1]
+            end = self._ends[node] = self._order[last] + 1
+        return self._order[node], end
+
+
 class FileAnalysis:
     """Facts about one parsed file, shared by all rules. Build with ``FileAnalysis(module, source)``."""
 
@@ -356,7 +401,8 @@ class FileAnalysis:
         self.source = source
         self.path = path
         self.parents: Dict[cst.CSTNode, Optional[cst.CSTNode]] = {}
-        self.spans: Dict[cst.CSTNode, List[int]] = {}  # pre-order [enter, exit) counters
+        self.order: Dict[cst.CSTNode, int] = {}  # pre-order number of every node
+        self.spans = _Spans(self)  # node -> (first, end) pre-order numbers of its subtree
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.calls: List[cst.Call] = []  # in source order
         self.calls_by_name: Dict[str, List[cst.Call]] = {}
@@ -367,7 +413,7 @@ class FileAnalysis:
         # scope -> name -> assigned values (None where the value is unknown: loop targets, +=, params...)
         self.bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
         _Indexer(self).walk(module)
-        self._call_starts = [self.spans[c][0] for c in self.calls]
+        self._call_starts = [self.order[c] for c in self.calls]
 
     # --- tree navigation -------------------------------------------------------------------------
     def parent(self, node: cst.CSTNode) -> Optional[cst.CSTNode]:
@@ -385,7 +431,7 @@ class FileAnalysis:
         return o[0] <= i[0] and i[1] <= o[1]
 
     def comes_before(self, a: cst.CSTNode, b: cst.CSTNode) -> bool:
-        return self.spans[a][0] < self.spans[b][0]
+        return self.order[a] < self.order[b]
 
     def calls_in(self, node: cst.CSTNode) -> List[cst.Call]:
         """All calls inside ``node`` (itself included), in source order."""

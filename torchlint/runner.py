@@ -117,20 +117,94 @@ def _has_applicable_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool
     return any(d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE) for d in diagnostics)
 
 
-def _process_many(args: Tuple[List[Path], Job]) -> List[FileResult]:
-    paths, job = args
-    return [process_file(p, job) for p in paths]
+# Parsing a file takes about 500 bytes of memory per byte of source (LibCST's tree): two workers on two of
+# the largest files at once would double the peak. Files above this size take turns, holding a lock.
+LARGE_FILE_BYTES = 384 * 1024
+TRIM_AFTER_BYTES = 64 * 1024  # after a file this big, give its memory back before the next one
+_large_file_lock = None
+
+
+def _init_worker(lock) -> None:
+    global _large_file_lock
+    _large_file_lock = lock
+
+
+def _process_in_worker(args: Tuple[Path, Job, int]) -> FileResult:
+    path, job, size = args
+    if size <= LARGE_FILE_BYTES or _large_file_lock is None:
+        result = process_file(path, job)
+    else:
+        _large_file_lock.acquire()
+        try:
+            result = process_file(path, job)
+        finally:
+            release_memory()
+            _large_file_lock.release()
+    if size > TRIM_AFTER_BYTES:
+        release_memory()
+    return result
+
+
+def release_memory() -> None:
+    """Hand freed heap back to the OS. glibc keeps it otherwise, and a worker that parsed one large file
+    would hold its whole peak for the rest of the run."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def schedule(sizes: Dict[Path, int], jobs: int) -> List[Path]:
+    """Largest first, so the workers finish together; after each large file (which takes the lock) come
+    enough small files to keep the other workers busy meanwhile, so they do not wait on the lock."""
+    by_size = sorted(sizes, key=lambda p: -sizes[p])
+    large = [p for p in by_size if sizes[p] > LARGE_FILE_BYTES]
+    small = [p for p in by_size if sizes[p] <= LARGE_FILE_BYTES]
+    queue: List[Path] = []
+    next_small = 0
+    for path in large:
+        queue.append(path)
+        budget = sizes[path] * (jobs - 1)
+        while next_small < len(small) and budget > 0:
+            budget -= sizes[small[next_small]]
+            queue.append(small[next_small])
+            next_small += 1
+    queue.extend(small[next_small:])
+    return queue
 
 
 def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many."""
     if jobs <= 1 or len(paths) < 2 * jobs:
-        return [process_file(p, job) for p in paths]
-    # Interleaved chunks spread big and small files over the workers.
-    chunks = [list(paths[i::jobs * 4]) for i in range(jobs * 4)]
-    by_path: Dict[str, FileResult] = {}
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for results in pool.map(_process_many, [(c, job) for c in chunks if c]):
-            for result in results:
-                by_path[result.path] = result
-    return [by_path[display_path(p)] for p in paths]
+        results = []
+        for path in paths:
+            results.append(process_file(path, job))
+            if _size(path) > TRIM_AFTER_BYTES:
+                release_memory()
+        return results
+    import multiprocessing
+
+    sizes = {p: _size(p) for p in paths}
+    queue = schedule(sizes, jobs)
+    tasks = [(p, job, sizes[p]) for p in queue]
+    context = multiprocessing.get_context()
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
+                             initargs=(context.Lock(),)) as pool:
+        results = dict(zip(queue, pool.map(_process_in_worker, tasks, chunksize=1)))
+    return [results[p] for p in paths]
