@@ -2,8 +2,9 @@
 
     python benchmarks/lint_speed.py [--tree DIR] [--jobs N] [--torchfix EXE] [--ruff EXE]
 
-The default tree is the installed ``torch`` package (found without importing it). Every tool runs as its
-own subprocess; peak memory is the largest resident set summed over the tool's process tree, sampled
+The default tree is the installed ``torch`` package (found without importing it). TorchFix checks about
+2,000 lines/s, so it runs on a subtree (``--torchfix-subtree``, default ``nn``) beside torchlint on the
+same subtree; its ratio is taken there. Every tool runs as its own subprocess; peak memory is the largest proportional set size (Pss) summed over the tool's process tree, sampled
 every 50 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
 """
 
@@ -30,6 +31,15 @@ def default_tree() -> Path:
     return Path(spec.origin).parent
 
 
+def _torch_version(tree: Path) -> str:
+    version_file = tree / "version.py"
+    if version_file.is_file():
+        for line in version_file.read_text().splitlines():
+            if line.startswith("__version__"):
+                return line.split("=", 1)[1].strip().strip("'\"")
+    return ""
+
+
 def count_tree(tree: Path) -> Tuple[int, int]:
     files = lines = 0
     for path in tree.rglob("*.py"):
@@ -40,13 +50,14 @@ def count_tree(tree: Path) -> Tuple[int, int]:
 
 
 def _tree_rss_kib(root_pid: int) -> int:
-    """Resident memory of a process and all its descendants, following /proc/<pid>/task/*/children."""
+    """Memory of a process and all its descendants, following /proc/<pid>/task/*/children. Proportional
+    set size (Pss): pages that forked workers share with their parent count once, not once per process."""
     total, stack = 0, [root_pid]
     while stack:
         pid = stack.pop()
         try:
-            with open(f"/proc/{pid}/statm") as f:
-                total += int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     stack.extend(int(child) for child in f.read().split())
@@ -109,13 +120,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--torchfix", default=shutil.which("torchfix"), help="TorchFix executable")
     parser.add_argument("--ruff", default=shutil.which("ruff"), help="Ruff executable")
     parser.add_argument("--slowest", type=int, default=5, help="how many of the slowest files to list")
+    parser.add_argument("--torchfix-subtree", default="nn", help="part of the tree to compare TorchFix on")
     args = parser.parse_args(argv)
 
     source_tree = (args.tree or default_tree()).resolve()
     torchlint = [sys.executable, "-m", "torchlint"]
     common = ["check", "--select", "ALL", "--exit-zero", "--quiet"]
     files, lines = count_tree(source_tree)
-    rows = []
+    sub_files, sub_lines = count_tree(source_tree / args.torchfix_subtree)
+    rows = []  # (label, lines checked, wall s, peak MiB)
 
     with tempfile.TemporaryDirectory() as scratch:
         # A private copy, so the one-file-changed run can edit a file and the cache lives beside it.
@@ -123,9 +136,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         shutil.copytree(source_tree, tree, ignore=shutil.ignore_patterns("__pycache__"))
         cache = Path(scratch) / "cache"
 
-        def measure(label: str, cmd: Sequence[str], before=None, repeat: int = args.repeat) -> None:
+        def measure(label: str, cmd: Sequence[str], checked: int = lines, before=None, repeat: int = args.repeat):
             wall, peak = median_run(cmd, repeat, before=before)
-            rows.append((label, wall, lines / wall, peak))
+            rows.append((label, checked, wall, peak))
             print(f"  measured {label}: {wall:.2f} s", file=sys.stderr)
 
         measure("torchlint cold, 1 job", [*torchlint, *common, "--no-cache", "-j", "1", str(tree)])
@@ -142,22 +155,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f.write(f"# edit {counter[0]}\n")
 
         measure("torchlint warm, 1 file changed", warm_cmd, before=touch_one_file)
-        if args.torchfix:
-            measure(f"TorchFix --select ALL -j {args.jobs}",
-                    [args.torchfix, "--select", "ALL", "-j", str(args.jobs), str(tree)], repeat=1)
         if args.ruff:
             measure("Ruff --select ALL --no-cache",
                     [args.ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", str(tree)])
+        subtree = tree / args.torchfix_subtree
+        measure(f"torchlint cold, {args.jobs} jobs, {args.torchfix_subtree}/ only",
+                [*torchlint, *common, "--no-cache", "-j", str(args.jobs), str(subtree)], checked=sub_lines)
+        if args.torchfix:
+            measure(f"TorchFix -j {args.jobs}, {args.torchfix_subtree}/ only",
+                    [args.torchfix, "--select", "ALL", "-j", str(args.jobs), str(subtree)], checked=sub_lines, repeat=1)
 
-    torchfix_wall = next((wall for label, wall, _, _ in rows if label.startswith("TorchFix")), None)
-    print(f"\nTree: {source_tree} ({files} files, {lines:,} lines); {os.cpu_count()} cores; "
-          f"python {sys.version.split()[0]}; median of {args.repeat} (TorchFix: 1 run)")
-    header = f"{'run':<36} {'wall s':>8} {'lines/s':>10} {'peak MiB':>9} {'vs TorchFix':>12}"
+    torchfix_rate = next((n / wall for label, n, wall, _ in rows if label.startswith("TorchFix")), None)
+    print(f"\nTree: {source_tree.name} {_torch_version(source_tree)} ({files} files, {lines:,} lines; "
+          f"{args.torchfix_subtree}/: {sub_files} files, {sub_lines:,} lines); {os.cpu_count()} cores; "
+          f"python {sys.version.split()[0]}; median of {args.repeat} runs (TorchFix: 1)")
+    header = f"{'run':<40} {'lines':>10} {'wall s':>8} {'lines/s':>10} {'peak MiB':>9} {'vs TorchFix':>12}"
     print(header)
     print("-" * len(header))
-    for label, wall, rate, peak in rows:
-        ratio = f"{torchfix_wall / wall:.1f}x" if torchfix_wall else "n/a"
-        print(f"{label:<36} {wall:>8.2f} {rate:>10,.0f} {peak:>9.0f} {ratio:>12}")
+    for label, checked, wall, peak in rows:
+        ratio = f"{(checked / wall) / torchfix_rate:.1f}x" if torchfix_rate else "n/a"
+        print(f"{label:<40} {checked:>10,} {wall:>8.2f} {checked / wall:>10,.0f} {peak:>9.0f} {ratio:>12}")
+    print("(vs TorchFix: lines/s over TorchFix's lines/s on the subtree)")
     if args.slowest:
         print(f"\nSlowest files (serial, in-process, cold):")
         for seconds, name in slowest_files(source_tree, args.slowest):

@@ -29,7 +29,7 @@ class ConvNet(nn.Module):
 
 
 def load_split(path: str):
-    images = torch.tensor(np.load(f"{path}/images.npy"))  # copies the whole array
+    images = torch.tensor(np.load(f"{path}/images.npy"))
     labels = torch.tensor(np.load(f"{path}/labels.npy"))
     return TensorDataset(images.float(), labels.long())
 
@@ -53,7 +53,7 @@ def train(model, train_loader, val_loader, device, epochs: int = 10) -> None:
             loss = F.cross_entropy(model(images.to(device)), labels.to(device))
             loss.backward()
             optimizer.step()
-            running_loss += loss.item()  # waits for the GPU every step
+            running_loss += loss.item()
         accuracy = evaluate(model, val_loader, device)
         print(f"epoch {epoch}: loss {running_loss / len(train_loader):.3f}, accuracy {accuracy:.3f}")
 

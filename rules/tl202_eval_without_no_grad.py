@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Dict, Iterable, List, Optional, Sequence, Set
 
@@ -54,6 +55,54 @@ _NOT_MODEL_FIRST_WORDS = {"build", "create", "get", "make", "load", "init", "sav
 _CAMEL_MODEL = re.compile(r"^(net|model)[A-Z0-9]\w*$|^[a-z]\w*(Net|Model)$")
 _NET_SUFFIX = re.compile(r"^[a-z]+net\d*$")  # resnet, unet, convnet, mobilenet2
 _MODEL_FACTORIES = re.compile(r"^(torchvision\.models\.|timm\.create_model$|transformers\.)|\.from_pretrained$")
+
+
+def looks_like_model(last: str) -> bool:
+    """Is a called name (its last part) a model's: `model`, `self.ema_model`, `net_g`, `resnet`, `netG`?"""
+    if _CAMEL_MODEL.match(last):
+        return True
+    words = last.lower().strip("_").split("_")
+    if not words or words[0] in _NOT_MODEL_FIRST_WORDS:
+        return False
+    # `model`, `self.ema_model`, `net_g`, `model2`, `resnet`: the model word ends the name or starts a short one
+    words = [w.rstrip("0123456789") for w in words]
+    if words == ["module"]:  # DataParallel's `model.module(x)`
+        return True
+    return (words[-1] in _MODEL_WORDS or (len(words) <= 2 and words[0] in _MODEL_WORDS)
+            or bool(_NET_SUFFIX.match(words[-1])))
+
+
+_MODEL_SOURCES_TEXT = re.compile(r"from_pretrained|torchvision|timm|transformers|class\s+\w+\s*\([^)]*Module")
+
+
+def _named_function_may_call_model(tree: ast.Module, text: str) -> bool:
+    """A superset of the checker's named-function candidates, from the stdlib ``ast`` (pre-filter only)."""
+    names_may_be_models = bool(_MODEL_SOURCES_TEXT.search(text))  # names bound to factories or local classes
+
+    def is_candidate(function: ast.AST) -> bool:
+        words = function.name.strip("_").lower().split("_")
+        if not (words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"):
+            return False
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call):
+                func = node.func
+                if isinstance(func, ast.Name) and (names_may_be_models or looks_like_model(func.id)):
+                    return True
+                if isinstance(func, ast.Attribute) and (func.attr == "forward" or looks_like_model(func.attr)):
+                    return True
+        return False
+
+    stack = [(tree, False)]
+    while stack:
+        node, in_class = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not in_class and is_candidate(child):
+                    return True
+                stack.append((child, False))
+            else:
+                stack.append((child, in_class or isinstance(child, ast.ClassDef)))
+    return False
 
 
 class EvalWithoutNoGrad(Rule):
@@ -134,10 +183,22 @@ class EvalWithoutNoGrad(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "torch" not in text:
             return False
-        if ".eval(" in text or ".train(" in text or _EVAL_DEF_TEXT.search(text):
+        if ".eval(" in text or ".train(" in text:
             return True
         lower = text.lower()
-        return any(hint in lower for hint in _LOADER_HINTS) and bool(_EVAL_LOADER_TEXT.search(lower))
+        if any(hint in lower for hint in _LOADER_HINTS) and _EVAL_LOADER_TEXT.search(lower):
+            return True
+        return bool(_EVAL_DEF_TEXT.search(text))
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        # Where only an evaluation-named function can make the file a candidate (names like `validate_*` and
+        # `test_*` abound in library code), look for one outside a class that calls something model-like.
+        if ".eval(" in text or ".train(" in text or _EVAL_LOADER_TEXT.search(text.lower()):
+            return True
+        return _named_function_may_call_model(tree, text)
 
     def check(self, ctx: RuleContext) -> None:
         _Checker(ctx).run()
@@ -211,7 +272,7 @@ class _Checker:
             isinstance(l.node, cst.For) and self._is_eval_loader(l.node.iter)
             for l in self.a.loops if l.function is info
         )
-        model_receivers = {r for r in eval_receivers if r == "self" or self._looks_like_model(r.split(".")[-1])}
+        model_receivers = {r for r in eval_receivers if r == "self" or looks_like_model(r.split(".")[-1])}
         if not (model_receivers or eval_loader or (named and info.class_name is None)):
             return False
         text = self._text(node)
@@ -395,27 +456,14 @@ class _Checker:
         if name in receivers:
             return True
         owner, _, last = name.rpartition(".")
-        if owner and last == "forward" and (owner in receivers or self._looks_like_model(owner.split(".")[-1])):
+        if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
             return True
         qualified = self.a.qualified_name(call.func)
         if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
             return False
         if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
             return True
-        return self._looks_like_model(last)
-
-    def _looks_like_model(self, last: str) -> bool:
-        if _CAMEL_MODEL.match(last):
-            return True
-        words = last.lower().strip("_").split("_")
-        if not words or words[0] in _NOT_MODEL_FIRST_WORDS:
-            return False
-        # `model`, `self.ema_model`, `net_g`, `model2`, `resnet`: the model word ends the name or starts a short one
-        words = [w.rstrip("0123456789") for w in words]
-        if words == ["module"]:  # DataParallel's `model.module(x)`
-            return True
-        return (words[-1] in _MODEL_WORDS or (len(words) <= 2 and words[0] in _MODEL_WORDS)
-                or bool(_NET_SUFFIX.match(words[-1])))
+        return looks_like_model(last)
 
     def _bound_to_model(self, name: cst.Name) -> bool:
         value = self.a.single_value(name.value, self.a.scope_of(name))

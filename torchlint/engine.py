@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import warnings
+
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Type
@@ -43,7 +46,23 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
 
 
 def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings) -> List[Rule]:
-    return [rule for rule in rules if rule.may_fire(source, settings)]
+    """The rules that could report something in ``source``: a text stage, then, where every remaining rule
+    has one, an ``ast`` stage (cheaper than the LibCST parse it can save)."""
+    candidates = [rule for rule in rules if rule.may_fire(source, settings)]
+    if candidates and all(rule.has_ast_prefilter for rule in candidates):
+        tree = _stdlib_ast(source)
+        if tree is not None:
+            candidates = [rule for rule in candidates if rule.may_fire_in_ast(tree, source, settings)]
+    return candidates
+
+
+def _stdlib_ast(source: str) -> Optional[ast.Module]:
+    try:
+        with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
+            warnings.simplefilter("ignore")
+            return ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None  # LibCST decides (it also parses syntax newer than this interpreter's)
 
 
 def parse(source: str, path: str) -> cst.Module:

@@ -118,31 +118,10 @@ def _has_applicable_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool
 
 
 # Parsing a file takes about 500 bytes of memory per byte of source (LibCST's tree): two workers on two of
-# the largest files at once would double the peak. Files above this size take turns, holding a lock.
-LARGE_FILE_BYTES = 384 * 1024
-TRIM_AFTER_BYTES = 64 * 1024  # after a file this big, give its memory back before the next one
-_large_file_lock = None
-
-
-def _init_worker(lock) -> None:
-    global _large_file_lock
-    _large_file_lock = lock
-
-
-def _process_in_worker(args: Tuple[Path, Job, int]) -> FileResult:
-    path, job, size = args
-    if size <= LARGE_FILE_BYTES or _large_file_lock is None:
-        result = process_file(path, job)
-    else:
-        _large_file_lock.acquire()
-        try:
-            result = process_file(path, job)
-        finally:
-            release_memory()
-            _large_file_lock.release()
-    if size > TRIM_AFTER_BYTES:
-        release_memory()
-    return result
+# the largest files at once would double the peak. So one worker takes all files above this size, in turn,
+# while the others share the rest.
+LARGE_FILE_BYTES = 320 * 1024
+TRIM_AFTER_BYTES = 32 * 1024  # after a file this big, give its memory back before the next one
 
 
 def release_memory() -> None:
@@ -170,41 +149,33 @@ def _size(path: Path) -> int:
         return 0
 
 
-def schedule(sizes: Dict[Path, int], jobs: int) -> List[Path]:
-    """Largest first, so the workers finish together; after each large file (which takes the lock) come
-    enough small files to keep the other workers busy meanwhile, so they do not wait on the lock."""
+def _process_many(paths: Sequence[Path], job: Job) -> List[FileResult]:
+    results = []
+    for path in paths:
+        results.append(process_file(path, job))
+        if _size(path) > TRIM_AFTER_BYTES:
+            release_memory()
+    return results
+
+
+def schedule(sizes: Dict[Path, int], jobs: int) -> List[List[Path]]:
+    """Work units, in the order the workers should take them: first all large files as one unit (so no
+    two are ever parsed at once), then the other files largest first, one per unit, so the workers finish
+    together."""
     by_size = sorted(sizes, key=lambda p: -sizes[p])
     large = [p for p in by_size if sizes[p] > LARGE_FILE_BYTES]
-    small = [p for p in by_size if sizes[p] <= LARGE_FILE_BYTES]
-    queue: List[Path] = []
-    next_small = 0
-    for path in large:
-        queue.append(path)
-        budget = sizes[path] * (jobs - 1)
-        while next_small < len(small) and budget > 0:
-            budget -= sizes[small[next_small]]
-            queue.append(small[next_small])
-            next_small += 1
-    queue.extend(small[next_small:])
-    return queue
+    units = [large] if large else []
+    return units + [[p] for p in by_size if sizes[p] <= LARGE_FILE_BYTES]
 
 
 def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many."""
     if jobs <= 1 or len(paths) < 2 * jobs:
-        results = []
-        for path in paths:
-            results.append(process_file(path, job))
-            if _size(path) > TRIM_AFTER_BYTES:
-                release_memory()
-        return results
-    import multiprocessing
-
-    sizes = {p: _size(p) for p in paths}
-    queue = schedule(sizes, jobs)
-    tasks = [(p, job, sizes[p]) for p in queue]
-    context = multiprocessing.get_context()
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_init_worker,
-                             initargs=(context.Lock(),)) as pool:
-        results = dict(zip(queue, pool.map(_process_in_worker, tasks, chunksize=1)))
-    return [results[p] for p in paths]
+        return _process_many(paths, job)
+    units = schedule({p: _size(p) for p in paths}, jobs)
+    by_path: Dict[Path, FileResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(_process_many, unit, job) for unit in units]
+        for unit, future in zip(units, futures):
+            by_path.update(zip(unit, future.result()))
+    return [by_path[p] for p in paths]

@@ -1,0 +1,29 @@
+"""A rule's pre-filter may skip a file only where the rule would find nothing in it."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from fixture_support import FIXTURES, fixture_settings
+from torchlint.analysis import FileAnalysis
+from torchlint.engine import rules_that_may_fire
+from torchlint.registry import all_rules
+from torchlint.rule import RuleContext, iter_reports
+
+SAMPLES = sorted(p for p in FIXTURES.rglob("*.py"))
+
+
+@pytest.mark.parametrize("rule", all_rules(), ids=lambda r: r.code)
+def test_prefilter_never_hides_a_finding(rule):
+    assert len(SAMPLES) > 50
+    for path in SAMPLES:
+        source = path.read_text(encoding="utf-8")
+        settings = fixture_settings(source, rule.code)
+        ctx = RuleContext(FileAnalysis(cst.parse_module(source), source), settings)
+        crashes: list = []
+        found = list(iter_reports([rule()], ctx, crashes))
+        assert not crashes
+        if found:
+            kept = rules_that_may_fire([rule()], source, settings)
+            assert kept, f"{rule.code}'s pre-filter skips {path}, where it finds {len(found)}"
