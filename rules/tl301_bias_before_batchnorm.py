@@ -120,7 +120,10 @@ class BiasBeforeBatchNorm(Rule):
     It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
     (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
     and a BatchNorm whose `num_features` differs from the layer's `out_channels`/`out_features` (both written
-    as literals), e.g. a `Linear` on `(N, L, C)` followed by `BatchNorm1d(L)`.
+    as literals), e.g. a `Linear` on `(N, L, C)` followed by `BatchNorm1d(L)`. For a `Linear` the counts must
+    be provably equal (the same literal or the same expression, `Linear(d, hidden)` then
+    `BatchNorm1d(hidden)`): with `Linear(d_model, d_model)` then `BatchNorm1d(seq_len)` the BatchNorm may
+    normalise the sequence axis, where the bias does not cancel.
 
     ## Why is this slow?
     BatchNorm subtracts the per-channel batch mean, so a constant per-channel bias added just before it
@@ -335,7 +338,18 @@ def _match(a: FileAnalysis, producer: cst.Call, norm: cst.Call) -> Optional[_Fin
         out_n, features_n = _int_literal(out.value), _int_literal(features.value)
         if out_n is not None and features_n is not None and out_n != features_n:
             return None  # it normalises another axis: the bias does not cancel
+    if pl.kind == "linear" and not _same_count(a, out, features):
+        # A conv's channels are always BatchNorm's axis, but a Linear on (N, L, C) before BatchNorm1d(L)
+        # normalises L, not the features: only a count provably equal (same literal or same expression,
+        # `Linear(d, hidden)` then `BatchNorm1d(hidden)`) shows the bias cancels.
+        return None
     return _Finding(producer, _short(pq), _short(nq))
+
+
+def _same_count(a: FileAnalysis, out: Optional[cst.Arg], features: Optional[cst.Arg]) -> bool:
+    if out is None or features is None:
+        return False
+    return "".join(a.module.code_for_node(out.value).split()) == "".join(a.module.code_for_node(features.value).split())
 
 
 def _finding_for(a: FileAnalysis, expr: cst.BaseExpression, norm: cst.Call, scope: cst.CSTNode) -> Optional[_Finding]:

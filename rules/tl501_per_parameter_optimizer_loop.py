@@ -171,6 +171,8 @@ class PerParameterOptimizerLoop(Rule):
             hint = "for an EMA: `torch._foreach_lerp_(ema_params, params, 1 - decay)`"
         elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"}:
             hint = "for gradient clipping: `torch.nn.utils.clip_grad_value_`, which uses them"
+        elif ops and set(ops) <= {"mul_", "div_"}:
+            hint = "for scaling gradients or weights: one call covers the whole list"
         elif "addcdiv_" in ops:
             hint = "for AdamW: `torchlint.runtime.AdamW`"
         else:

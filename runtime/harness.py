@@ -88,7 +88,19 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+from torchlint.config import ConfigError, parse_selectors
+
+def _default_fixtures() -> Path:
+    """The checkout's fixtures/ (source or editable install), else the workloads installed with the package."""
+    checkout = Path(__file__).resolve().parent.parent / "fixtures"
+    if checkout.is_dir():
+        return checkout
+    import torchlint.fixtures
+
+    return Path(list(torchlint.fixtures.__path__)[0])
+
+
+FIXTURES = _default_fixtures()
 NOISE_FLOOR = 0.03  # relative: medians closer than 3% are never called faster or slower
 DEFAULT_REPEATS = {"small": 5, "full": 10}
 DEFAULT_WARMUP = {"small": 1, "full": 2}
@@ -689,7 +701,11 @@ def main(argv: Optional[Sequence[str]] = None, fixer: Fixer = real_fixer) -> int
         return int(exc.code or 0)
     try:
         device = resolve_device(args.device)
-        select = tuple(s.strip().upper() for group in args.select for s in group.split(",") if s.strip())
+        try:  # the linter's own selector rules: codes, prefixes or ALL, each matching some rule
+            select = parse_selectors(args.select, "--select")
+        except ConfigError as exc:
+            raise UsageError(str(exc)) from None
+        select = () if "ALL" in select else select
         if args.plot is not None and args.plot.suffix.lower() != ".png":
             raise UsageError("--plot: the file name must end with .png")
         for flag in ("repeats", "warmup"):

@@ -106,6 +106,13 @@ def test_noqa_parsing():
     assert s.is_suppressed("TL101", 5, 3)  # a noqa on the last line of a multi-line finding
 
 
+def test_noqa_inside_strings_does_not_count():
+    s = Suppressions.parse('"""\n# torchlint: noqa\n"""\nx = "# noqa"; y = 1\nz = 2  # note  # noqa: TL101\n')
+    assert not s.is_suppressed("TL101", 2, 2)
+    assert not s.is_suppressed("TL101", 4, 4)
+    assert s.is_suppressed("TL101", 5, 5)
+
+
 class Crashes(Rule):
     """A rule with a bug."""
 

@@ -6,7 +6,11 @@ import os
 
 import pytest
 
-from fixture_support import clean_fixtures, expected_paths, fix, flagged_fixtures, lint, render_diagnostics
+from fixture_support import (
+    clean_fixtures, expected_paths, fix, fixture_settings, flagged_fixtures, lint, render_diagnostics,
+)
+from torchlint.engine import lint_source
+from torchlint.registry import get_rule
 
 UPDATE = os.environ.get("TORCHLINT_UPDATE_SNAPSHOTS") == "1"
 
@@ -61,3 +65,31 @@ def test_clean_fixture_is_silent(item):
     code, path = item
     diagnostics = lint(path.read_text(encoding="utf-8"), code, path=path.name)
     assert render_diagnostics(diagnostics) == ""
+
+
+def apply_edits(source: str, edits) -> str:
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for e in sorted(edits, key=lambda e: (e.line, e.column), reverse=True):
+        start = starts[e.line - 1] + e.column - 1
+        end = starts[e.end_line - 1] + e.end_column - 1
+        source = source[:start] + e.content + source[end:]
+    return source
+
+
+@pytest.mark.parametrize("item", flagged_fixtures(), ids=_id)
+def test_json_edits_of_each_fix_give_valid_code(item):
+    """An editor applying one finding's edits (as JSON gives them) gets what `fix` would write for it."""
+    code, path = item
+    source = path.read_text(encoding="utf-8")
+    diagnostics = lint_source(source, path.name, [get_rule(code)()], fixture_settings(source, code), True).diagnostics
+    fixable = [d for d in diagnostics if d.fix is not None]
+    for d in fixable:
+        assert d.edits, d
+        fixed = apply_edits(source, d.edits)
+        assert fixed != source
+        compile(fixed, f"{path.name} after the edits of {d.line}:{d.column}", "exec")
+    if len(fixable) == 1:
+        assert apply_edits(source, fixable[0].edits) == fix(source, code, unsafe=True)

@@ -17,12 +17,13 @@ from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch
 from torchlint.discovery import discover
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, decode_source
-from torchlint.registry import all_rules, check_selectors, get_rule
+from torchlint.registry import all_rules, get_rule
 from torchlint.reporters import (
     color_diff,
     fixable_counts,
     format_json,
     format_text,
+    statistics_json,
     statistics_lines,
     summary_line,
     unified_diff,
@@ -62,10 +63,7 @@ def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
         changes["torch_version"] = parse_torch_version(opts["torch_version"])
     if opts.get("unsafe_fixes") is not None:
         changes["unsafe_fixes"] = opts["unsafe_fixes"]
-    settings = replace(settings, **changes)
-    check_selectors(settings.select, settings.extend_select, settings.ignore,
-                    *(codes for _, codes in settings.per_file_ignores))
-    return settings
+    return replace(settings, **changes)
 
 
 def common_options(func: Callable) -> Callable:
@@ -133,7 +131,7 @@ def _stdin_result(opts: dict, job: Job) -> FileResult:
 def _emit_diagnostics(diagnostics: List[Diagnostic], opts: dict, settings: Settings, err: bool = False) -> None:
     color = use_color() and not err
     if opts["output_format"] == "json":
-        click.echo(format_json(diagnostics))
+        click.echo(statistics_json(diagnostics, settings.unsafe_fixes) if opts["statistics"] else format_json(diagnostics))
         return
     if opts["statistics"]:
         for line in statistics_lines(diagnostics, settings.unsafe_fixes):
@@ -175,7 +173,8 @@ def check(paths: Tuple[str, ...], **opts) -> None:
 
     def body() -> int:
         settings = _settings_from_options(opts, paths)
-        job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings))
+        job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings),
+                  with_edits=opts["output_format"] == "json" and not opts["statistics"])
         results = [_stdin_result(opts, job)] if paths == ("-",) else _collect(paths, settings, opts, job)
         diagnostics = sorted((d for r in results for d in r.diagnostics), key=lambda d: d.sort_key)
         _emit_diagnostics(diagnostics, opts, settings)

@@ -51,16 +51,20 @@ def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int
 
 
 def parse_selectors(values: Iterable[str], where: str) -> Tuple[str, ...]:
+    """Codes, prefixes or ALL, comma-separated or repeated; each must select at least one rule."""
+    from torchlint.registry import all_rules  # the registry imports this module
+
+    codes = [rule.code for rule in all_rules()]
     out = []
     for raw in values:
         for part in str(raw).split(","):
             selector = part.strip().upper()
             if not selector:
                 continue
-            if not _SELECTOR.match(selector):
+            if not _SELECTOR.match(selector) or not any(selector_matches(selector, code) for code in codes):
                 raise ConfigError(
-                    f"{where}: unknown rule selector {part.strip()!r}; expected a code such as TL201, "
-                    "a prefix such as TL2, or ALL (see `torchlint rules`)"
+                    f"{where}: unknown rule selector {part.strip()!r}: it matches no rule; expected a code such "
+                    "as TL201, a prefix such as TL2, or ALL (run `torchlint rules`)"
                 )
             out.append(selector)
     return tuple(out)
@@ -131,9 +135,11 @@ def load_config(path: Path) -> Settings:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    table = data if path.name == "torchlint.toml" else data.get("tool", {}).get("torchlint", {})
-    if path.name == "torchlint.toml" and "tool" in table and "torchlint" in table["tool"]:
-        table = table["tool"]["torchlint"]
+    # [tool.torchlint] wherever it is; else a pyproject.toml has no settings for us, and any other file
+    # (torchlint.toml, or a file given with --config) holds them at its top level.
+    table = data.get("tool", {}).get("torchlint")
+    if table is None:
+        table = {} if path.name == "pyproject.toml" else data
     values: Dict[str, Any] = {}
     for key, value in table.items():
         if key not in _KEYS:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import difflib
+import os
 import warnings
 
 from collections import Counter
@@ -13,9 +15,10 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
+from torchlint.fixer import FixApplier
 from torchlint.positions import node_spans
 from torchlint.rule import (
-    Applicability, Diagnostic, Edit, ImportRequest, Report, Rule, RuleContext, RuleCrash, iter_reports,
+    Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
 
@@ -70,9 +73,26 @@ def parse(source: str, path: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
+        # CPython's message and position are clearer ("'(' was never closed" at the paren); LibCST's
+        # stand where CPython accepts the code (syntax newer than LibCST's grammar).
+        python_error = _python_syntax_error(source)
+        if python_error is not None:
+            raise python_error from None
         raise SyntaxProblem(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (RecursionError, MemoryError) as exc:  # pathological nesting
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
+
+
+def _python_syntax_error(source: str) -> Optional["SyntaxProblem"]:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(source, "<torchlint>", "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as error:
+        return SyntaxProblem(f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return None
 
 
 class SyntaxProblem(Exception):
@@ -82,7 +102,7 @@ class SyntaxProblem(Exception):
 
 
 def _run_rules(
-    module: cst.Module, source: str, path: str, rules: Sequence[Rule], settings: Settings
+    module: cst.Module, source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
 ) -> Tuple[FileAnalysis, List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics."""
     analysis = FileAnalysis(module, source, path)
@@ -115,34 +135,45 @@ def _run_rules(
             end_line=end_line,
             end_column=end_column + 1,
             fix=report.fix.applicability if report.fix else None,
-            edits=_edits(report, positions, module) if report.fix else (),
-            imports=tuple(_import_text(i) for i in report.fix.imports) if report.fix else (),
+            edits=_text_edits(source, FixApplier(module, analysis, path).render([report]))
+            if report.fix and with_edits else (),
         )
         kept.append((diagnostic, report))
     kept.sort(key=lambda pair: pair[0].sort_key)
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
-def _edits(report: Report, positions, module: cst.Module) -> Tuple[Edit, ...]:
+def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
+    """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
+    old_lines = before.splitlines(keepends=True)
+    new_lines = after.splitlines(keepends=True)
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
     edits = []
-    assert report.fix is not None
-    for node, new in report.fix.replacements.items():
-        line, column, end_line, end_column = positions[node]
-        if isinstance(new, cst.RemovalSentinel):
-            content = ""
-        elif isinstance(new, cst.FlattenSentinel):
-            content = "".join(module.code_for_node(n) for n in new.nodes)
-        else:
-            content = module.code_for_node(new)
-        edits.append(Edit(line, column + 1, end_line, end_column + 1, content))
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
+        prefix = len(os.path.commonprefix([old, new]))
+        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+        start, end = starts[i1] + prefix, starts[i2] - suffix
+        edits.append(Edit(*_line_col(before, start), *_line_col(before, end), new[prefix:len(new) - suffix]))
     return tuple(edits)
 
 
-def _import_text(request: ImportRequest) -> str:
-    return f"from {request.module} import {request.name}" if request.name else f"import {request.module}"
+def _line_col(text: str, offset: int) -> Tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    line = text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
+    return line, offset - line_start + 1
 
 
-def lint_source(source: str, path: str, rules: Sequence[Rule], settings: Settings) -> LintOutcome:
+def lint_source(
+    source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
+) -> LintOutcome:
+    """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output)."""
     candidates = rules_that_may_fire(rules, source, settings)
     if not candidates:
         return LintOutcome([], parsed=False)
@@ -150,14 +181,12 @@ def lint_source(source: str, path: str, rules: Sequence[Rule], settings: Setting
         module = parse(source, path)
     except SyntaxProblem as exc:
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
-    _, _, diagnostics = _run_rules(module, source, path, candidates, settings)
+    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits)
     return LintOutcome(diagnostics, parsed=True)
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
     """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
-    from torchlint.fixer import FixApplier  # the fixer is only needed by `fix`
-
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
     outcome = FixOutcome(source)
     broken: Set[Tuple[str, str]] = set()  # (rule code, node code) of fixes that broke the file

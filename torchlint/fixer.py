@@ -41,13 +41,13 @@ class FixApplier:
     def apply(self, reports: Sequence[Report]) -> PassResult:
         """Apply every fix that does not overlap an earlier one; overlapping ones wait for the next pass."""
         chosen = self._non_overlapping(reports)
-        code = self._render(chosen)
+        code = self.render(chosen)
         if _is_valid(code, self.module.code):
             return PassResult(code, applied=list(chosen))
         # Something broke: try each fix alone to name the culprits, then apply the rest together.
-        good = [r for r in chosen if _is_valid(self._render([r]), self.module.code)]
+        good = [r for r in chosen if _is_valid(self.render([r]), self.module.code)]
         broken = [r for r in chosen if r not in good]
-        code = self._render(good) if good else self.module.code
+        code = self.render(good) if good else self.module.code
         if good and not _is_valid(code, self.module.code):  # fixes that break only together: apply none
             return PassResult(self.module.code, broken=list(chosen))
         return PassResult(code, applied=good, broken=broken)
@@ -64,7 +64,8 @@ class FixApplier:
             chosen.append(report)
         return chosen
 
-    def _render(self, reports: Sequence[Report]) -> str:
+    def render(self, reports: Sequence[Report]) -> str:
+        """The module's code with these (non-overlapping) fixes applied."""
         replacements: Dict[cst.CSTNode, Replacement] = {}
         imports: List[ImportRequest] = []
         for report in reports:

@@ -7,7 +7,7 @@ import pkgutil
 from functools import lru_cache
 from typing import Dict, Tuple, Type
 
-from torchlint.config import ConfigError, selector_matches
+from torchlint.config import ConfigError
 from torchlint.rule import Rule
 
 
@@ -37,12 +37,3 @@ def get_rule(code: str) -> Type[Rule]:
     if rule is None:
         raise ConfigError(f"unknown rule code {code!r}; run `torchlint rules` to list them")
     return rule
-
-
-def check_selectors(*groups: Tuple[str, ...]) -> None:
-    """Every selector must name at least one rule, so typos fail loudly (exit 2)."""
-    codes = [rule.code for rule in all_rules()]
-    for group in groups:
-        for selector in group:
-            if selector != "ALL" and not any(selector_matches(selector, code) for code in codes):
-                raise ConfigError(f"unknown rule selector {selector!r}: it matches no rule; run `torchlint rules`")

@@ -47,6 +47,16 @@ def statistics_lines(diagnostics: Sequence[Diagnostic], unsafe: bool) -> List[st
     ]
 
 
+def statistics_json(diagnostics: Sequence[Diagnostic], unsafe: bool) -> str:
+    counts = Counter(d.code for d in diagnostics)
+    names = {d.code: d.name for d in diagnostics}
+    fixable = Counter(d.code for d in diagnostics if d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE))
+    return json.dumps([
+        {"code": code, "name": names[code], "count": counts[code], "fixable": fixable[code]}
+        for code in sorted(counts, key=lambda c: (-counts[c], c))
+    ], indent=2)
+
+
 def diagnostic_json(d: Diagnostic) -> dict:
     from torchlint.registry import rules_by_code
 
@@ -63,7 +73,6 @@ def diagnostic_json(d: Diagnostic) -> dict:
                 }
                 for e in d.edits
             ],
-            "imports": list(d.imports),
         }
     return {
         "code": d.code,

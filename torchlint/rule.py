@@ -105,9 +105,9 @@ class Diagnostic:
     end_line: int
     end_column: int
     fix: Optional[Applicability] = None
-    # The fix as text edits, for JSON output: what replaces which range (1-based, end exclusive).
+    # The fix as text edits (JSON output only): what replaces which range (1-based, end exclusive). They
+    # give exactly `torchlint fix`'s text for this finding, added imports included.
     edits: Tuple["Edit", ...] = field(default=(), compare=False)
-    imports: Tuple[str, ...] = field(default=(), compare=False)  # imports the fix adds, as statements
 
     @property
     def sort_key(self):
@@ -163,7 +163,9 @@ class Rule:
 
     @classmethod
     def url(cls) -> str:
-        return f"https://github.com/torchlint/torchlint/blob/main/rules/README.md#{cls.code.lower()}"
+        """The rule's source, whose docstring is its documentation (as `torchlint explain` prints it)."""
+        module = cls.__module__.rsplit(".", 1)[-1]
+        return f"https://github.com/torchlint/torchlint/blob/main/rules/{module}.py"
 
     @classmethod
     def patterns_for(cls, settings: "Settings") -> Tuple[str, ...]:

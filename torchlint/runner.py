@@ -44,6 +44,7 @@ class Job:
     apply: bool = False  # write fixes back (fix mode)
     unsafe: bool = False
     cache_dir: Optional[Path] = None  # None: no cache
+    with_edits: bool = False  # render each fix as text edits (JSON output)
 
 
 @lru_cache(maxsize=64)
@@ -75,7 +76,7 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
     rules = rules_for(job.settings, path)
     if job.mode == "check":
-        return FileResult(shown, lint_source(source.text, shown, rules, job.settings).diagnostics)
+        return FileResult(shown, lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics)
     outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe)
     result = FileResult(shown, outcome.errors + outcome.remaining, outcome.applied)
     if outcome.source != source.text:
@@ -93,7 +94,8 @@ def process_file(path: Path, job: Job) -> FileResult:
     cache, key = None, ""
     if job.cache_dir is not None:
         cache = Cache(job.cache_dir)
-        key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version, "lint")
+        key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
+                        "lint+edits" if job.with_edits else "lint")
         cached = cache.get(key, shown)
         # A file with nothing to fix needs no fix pass: fix mode can use check results too.
         if cached is not None and (job.mode == "check" or not _has_applicable_fix(cached, job.unsafe)):

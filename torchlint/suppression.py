@@ -1,14 +1,20 @@
-"""``# noqa`` comments: per line, and ``# torchlint: noqa`` for a whole file."""
+"""``# noqa`` comments: per line, and ``# torchlint: noqa`` on a line of its own for a whole file.
+
+Only real comments count (found with ``tokenize``), never text inside strings or docstrings. This runs only
+for files that have findings.
+"""
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional
+from typing import Dict, FrozenSet
 
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
-_FILE_NOQA = re.compile(r"^\s*#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE | re.MULTILINE)
+_FILE_NOQA = re.compile(r"^#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE)
 
 ALL = frozenset({"*"})
 
@@ -18,32 +24,46 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
     return frozenset(re.split(r"[\s,]+", codes.strip().upper())) if codes else ALL
 
 
+def _comments(source: str) -> Dict[int, tuple]:
+    """line -> (comment text, whether the comment is alone on its line)."""
+    comments: Dict[int, tuple] = {}
+    lines = source.splitlines()
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.COMMENT:
+                line, column = token.start
+                alone = not lines[line - 1][:column].strip() if line <= len(lines) else True
+                comments[line] = (token.string, alone)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # the comments found so far still count
+    return comments
+
+
 @dataclass
 class Suppressions:
     file_codes: FrozenSet[str]
-    lines: List[str]
-    _line_cache: Dict[int, Optional[FrozenSet[str]]]
+    line_codes: Dict[int, FrozenSet[str]]
 
     @classmethod
     def parse(cls, source: str) -> "Suppressions":
         file_codes: FrozenSet[str] = frozenset()
-        for match in _FILE_NOQA.finditer(source):
-            file_codes = file_codes | _codes(match)
-        return cls(file_codes, source.splitlines(), {})
-
-    def _line_codes(self, line: int) -> Optional[FrozenSet[str]]:
-        if line not in self._line_cache:
-            text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
-            match = _LINE_NOQA.search(text) if "#" in text else None
-            self._line_cache[line] = _codes(match) if match else None
-        return self._line_cache[line]
+        line_codes: Dict[int, FrozenSet[str]] = {}
+        for line, (comment, alone) in _comments(source).items():
+            whole_file = _FILE_NOQA.match(comment) if alone else None
+            if whole_file:
+                file_codes = file_codes | _codes(whole_file)
+                continue
+            match = _LINE_NOQA.search(comment)
+            if match:
+                line_codes[line] = _codes(match)
+        return cls(file_codes, line_codes)
 
     def is_suppressed(self, code: str, line: int, end_line: int) -> bool:
         """A ``# noqa`` on the first or the last line of the finding silences it, as does a file-level one."""
         if "*" in self.file_codes or code in self.file_codes:
             return True
         for candidate in {line, end_line}:
-            codes = self._line_codes(candidate)
+            codes = self.line_codes.get(candidate)
             if codes is not None and ("*" in codes or code in codes):
                 return True
         return False
