@@ -5,7 +5,7 @@
 The default tree is the installed ``torch`` package (found without importing it). TorchFix checks about
 2,000 lines/s, so it runs on a subtree (``--torchfix-subtree``, default ``nn``) beside torchlint on the
 same subtree; its ratio is taken there. Every tool runs as its own subprocess; peak memory is the largest proportional set size (Pss) summed over the tool's process tree, sampled
-every 50 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
+every 200 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def timed_run(cmd: Sequence[str], cwd: Optional[Path] = None) -> Tuple[float, fl
     def sample() -> None:
         while proc.poll() is None:
             peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Iterable, List, Optional, Set
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg
+from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
@@ -139,6 +141,12 @@ class PerParameterOptimizerLoop(Rule):
         r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
     )
 
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        return bool(_FOREACH_FALSE_TEXT.search(text)) or _may_have_update_loop(tree)
+
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
         for loop in a.loops:
@@ -217,6 +225,58 @@ class PerParameterOptimizerLoop(Rule):
                 ctx.report(arg, message=f"{message} (not fixed automatically: it would drop a comment)")
                 continue
             ctx.report(arg, message=message, fix=Fix.replace(call, new_call, Applicability.SAFE))
+
+
+# --- the ast pre-filter: a superset of the loops `_check_loop` can report ---------------------------
+_FOREACH_FALSE_TEXT = re.compile(r"foreach\s*=\s*False")
+_PARAMISH_TEXT = re.compile(r"param|state_dict", re.IGNORECASE)
+
+
+def _may_have_update_loop(tree: ast.Module) -> bool:
+    """A ``for`` over something that may be parameters whose body (nested defs aside) may update in place."""
+    bound_to_params = {
+        target.id
+        for node in ast.walk(tree) if isinstance(node, ast.Assign) and _mentions_params(node.value)
+        for target in node.targets if isinstance(target, ast.Name)
+    }
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.For):
+            continue
+        iterable = node.iter
+        if not (_mentions_params(iterable) or (isinstance(iterable, ast.Name) and iterable.id in bound_to_params)):
+            continue
+        if any(_may_update(statement) for statement in node.body):
+            return True
+    return False
+
+
+def _mentions_params(expr: ast.AST) -> bool:
+    for node in ast.walk(expr):
+        if isinstance(node, ast.Name) and _PARAMISH_TEXT.search(node.id):
+            return True
+        if isinstance(node, ast.Attribute) and _PARAMISH_TEXT.search(node.attr):
+            return True
+        if isinstance(node, ast.Constant) and node.value == "params":
+            return True
+    return False
+
+
+def _may_update(statement: ast.AST) -> bool:
+    stack = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, ast.AugAssign):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            attr = node.func.attr
+            if attr.endswith("_") and not attr.startswith("__"):
+                return True
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "data" for t in node.targets):
+            return True
+        stack.extend(ast.iter_child_nodes(node))
+    return False
 
 
 # --- which loops iterate parameters ----------------------------------------------------------------
