@@ -177,7 +177,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{label:<40} {checked:>10,} {wall:>8.2f} {checked / wall:>10,.0f} {peak:>9.0f} {ratio:>12}")
     print("(vs TorchFix: lines/s over TorchFix's lines/s on the subtree)")
     if args.slowest:
-        print(f"\nSlowest files (serial, in-process, cold):")
+        print("\nSlowest files (serial, in-process, cold):")
         for seconds, name in slowest_files(source_tree, args.slowest):
             print(f"  {seconds * 1000:8.1f} ms  {name}")
     return 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator, List, Optional, Set
+from typing import Optional, Set
 
 import libcst as cst
 

@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal, keyword_arg
+from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 

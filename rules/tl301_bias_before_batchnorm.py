@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 import libcst.matchers as m
 
-from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg
+from torchlint.analysis import FileAnalysis, call_name, keyword_arg
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 

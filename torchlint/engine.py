@@ -9,7 +9,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple, Type
+from typing import List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
