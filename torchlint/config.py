@@ -153,7 +153,8 @@ def load_config(path: Path) -> Settings:
 def resolve_settings(config_file: Optional[Path], start: Path, **overrides: Any) -> Settings:
     """File settings (explicit --config, else the nearest file) with CLI overrides on top."""
     path = config_file if config_file is not None else find_config(start)
-    settings = load_config(path) if path is not None else Settings(root=start.resolve())
+    # Without a configuration file, paths (and the cache) are anchored at the current folder, as in Ruff.
+    settings = load_config(path) if path is not None else Settings(root=Path.cwd().resolve())
     given = {k: v for k, v in overrides.items() if v is not None}
     return replace(settings, **given)
 
