@@ -201,9 +201,6 @@ class _Indexer:
             stack.extend(children)
 
     # --- per-type handlers ---------------------------------------------------------------
-    def _scope(self) -> ScopeNode:
-        return self.functions[-1].node if self.functions else self.a.module
-
     def visit_call(self, node: cst.Call) -> None:
         a = self.a
         a.calls.append(node)
@@ -564,10 +561,6 @@ class FileAnalysis:
             if loop.is_training:
                 return loop
         return None
-
-    def loader_loops(self) -> List[LoopInfo]:
-        assert self._loops_classified
-        return [loop for loop in self.loops if loop.iterates_loader]
 
     def _is_loader_expr(self, expr: cst.BaseExpression) -> bool:
         """``loader``, ``enumerate(val_loader)``, ``tqdm(dl)``, a name bound to ``DataLoader(...)``."""

@@ -38,10 +38,6 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)
     config_path: Optional[Path] = None
 
-    def cache_key(self) -> str:
-        """Everything that changes which diagnostics a file gets (paths and root excluded)."""
-        return repr((self.select, self.ignore, self.extend_select, self.torch_version))
-
 
 def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int, int]:
     match = _VERSION.match(str(value).strip())

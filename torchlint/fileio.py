@@ -47,10 +47,6 @@ def decode_source(data: bytes) -> SourceText:
         ) from exc
 
 
-def read_source(path: Path) -> SourceText:
-    return decode_source(read_bytes(path))
-
-
 def read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()

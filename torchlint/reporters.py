@@ -9,7 +9,6 @@ from typing import Dict, List, Sequence
 
 import click
 
-from torchlint.engine import ERROR_CODE
 from torchlint.rule import Applicability, Diagnostic
 
 
@@ -113,7 +112,3 @@ def color_diff(text: str) -> str:
         else:
             out.append(line)
     return "".join(out)
-
-
-def is_error(d: Diagnostic) -> bool:
-    return d.code == ERROR_CODE
