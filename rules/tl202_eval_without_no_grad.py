@@ -116,7 +116,8 @@ class EvalWithoutNoGrad(Rule):
     `torch.autograd.grad`, `requires_grad_()`, reads `.grad`, steps an optimizer or switches grad mode
     itself (adversarial evaluation, saliency maps, test-time training); functions decorated with
     `no_grad`/`inference_mode`; functions called from a `no_grad` block or function in the same file, or
-    from a training step (their output may be differentiated); `forward`, `training_step`,
+    from a training step, directly or through other functions of the file such as a loss function (their
+    output may be differentiated: `model.eval()` there may only freeze BatchNorm); `forward`, `training_step`,
     `validation_step` and other framework hooks (Lightning and friends already disable gradients there);
     pytest tests. Methods named `predict`/`evaluate` are flagged only when they also switch to eval mode or
     iterate an evaluation loader: on their own the name says too little about how the result is used.
@@ -517,9 +518,14 @@ class _Checker:
         self._under_no_grad[name] = result
         return result
 
-    def _caller_wants_grad(self, name: str) -> bool:
-        """A call of ``name`` in a training step: its output may be differentiated."""
+    def _caller_wants_grad(self, name: str, seen: Optional[Set[str]] = None) -> bool:
+        """A call of ``name`` in a training step, directly or through other functions of this file (a helper
+        called by the loss function): its output may be differentiated."""
         a = self.a
+        seen = set() if seen is None else seen
+        if name in seen:
+            return False
+        seen.add(name)
         for call in a.calls_by_name.get(name, ()):
             if a.training_loop_of(call) is not None:
                 return True
@@ -530,6 +536,8 @@ class _Checker:
                 if a.scope_of(backward) is scope and a.comes_before(call, backward) and a.is_backward_call(backward) \
                         and [l.node for l in a.enclosing_loops(backward)] == loops:
                     return True
+            if caller is not None and caller.name != "<lambda>" and self._caller_wants_grad(caller.name, seen):
+                return True
         return False
 
     def _text(self, node: cst.CSTNode) -> str:
