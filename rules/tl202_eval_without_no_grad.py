@@ -155,6 +155,9 @@ class EvalWithoutNoGrad(Rule):
     not a function of its own (inside a training function, at module level, under
     `if __name__ == "__main__":`), wraps the loop in `with torch.no_grad():`. The rule only fires where no
     gradient is computed in that code, so values are unchanged; outputs no longer carry `grad_fn`.
+    What torchlint cannot see is a caller in another file that differentiates the result (a training step
+    importing the function): calls within the file are followed, through helpers too, and silence the rule,
+    but a function shared across modules deserves a look before `fix --apply` (or a `# noqa: TL202`).
 
     There is no fix (report only) for `async def` functions, for loops that `yield` or `await` (a `with`
     block would leak the grad mode to the consumer), and for generator functions when targeting
