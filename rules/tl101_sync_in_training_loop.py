@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Optional, Set
 
@@ -10,6 +11,7 @@ import libcst as cst
 from torchlint.analysis import (
     FileAnalysis, LoopInfo, ScopeNode, call_name, dotted_name, names_in, receiver, target_names, walk,
 )
+from torchlint.ast_index import AstIndex, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
@@ -145,6 +147,16 @@ class SyncInTrainingLoop(Rule):
         r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
         r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
     )
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
+        """A sync call of the shape ``check`` looks at, inside a training loop."""
+        index = index_of(tree)
+        if not any(loop.is_training for loop in index.loops):
+            return False
+        return any(_may_be_sync(index, name) for name in (*_SYNC_METHODS, *_CONVERSIONS, "print"))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -518,6 +530,27 @@ class _Checker:
             conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
         fix = Fix({loop.node: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
         return fix, acc
+
+
+def _may_be_sync(index: AstIndex, name: str) -> bool:
+    """Some call of ``name`` has the form ``_Checker`` reports, in a training loop (the ast stage)."""
+    for info in index.calls_by_name.get(name, ()):
+        call = info.node
+        if name in _SYNC_METHODS:
+            shaped = isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
+        elif name in _CONVERSIONS:
+            shaped = (isinstance(call.func, ast.Name) and name not in index.imports and _positional_count(call) == 1
+                      and len(call.args) + len(call.keywords) == 1)
+        else:  # print
+            shaped = isinstance(call.func, ast.Name) and name not in index.imports and _positional_count(call) > 0
+        if shaped and index.training_loop_of(info) is not None:
+            return True
+    return False
+
+
+def _positional_count(call: ast.Call) -> int:
+    """Arguments without a keyword, as LibCST counts them (``*args`` and ``**kwargs`` included)."""
+    return len(call.args) + sum(1 for keyword in call.keywords if keyword.arg is None)
 
 
 def _is_logging_guard(test: cst.BaseExpression) -> bool:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import List, Optional, Set
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
+from torchlint.analysis import _NDARRAY_METHODS, _NUMPY_ARRAY_FUNCS, FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
+from torchlint.ast_index import AstIndex, AstScope, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # numpy functions whose result is a new, writable, positively strided array nobody else holds
@@ -140,6 +142,25 @@ class TensorFromNumpyCopies(Rule):
     fix_availability = FixAvailability.SOMETIMES
     required_patterns = (r"numpy", r"\btensor\s*\(")  # the rarer one first
 
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
+        """A ``torch.tensor(x)`` call with arguments ``check`` accepts, where ``x`` may be an ndarray."""
+        index = index_of(tree)
+        for info in index.calls_by_name.get("tensor", ()):
+            call = info.node
+            if index.qualified_name(call.func) != "torch.tensor":
+                continue
+            if len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
+                continue
+            if any(k.arg not in _KNOWN_KEYWORDS or (k.arg == "pin_memory" and not _is_false(k.value))
+                   for k in call.keywords):
+                continue
+            if _may_be_array(index, call.args[0], info.function, 0):
+                return True
+        return False
+
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
         for call in a.calls_by_name.get("tensor", ()):
@@ -213,6 +234,29 @@ class TensorFromNumpyCopies(Rule):
         elif not array.fresh:
             message += " (the tensor may then share memory with another array or tensor)"
         ctx.report(call, message=message, fix=Fix.replace(call, fix_call, applicability, imports))
+
+
+_KNOWN_KEYWORDS = {"device", "dtype", "pin_memory", "requires_grad"}
+
+
+def _is_false(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is False
+
+
+def _may_be_array(index: AstIndex, expr: ast.AST, scope: Optional[AstScope], depth: int) -> bool:
+    """The ast stage's ``FileAnalysis.numpy_source``: False only where ``expr`` is certainly no ndarray."""
+    if depth > 4:
+        return False
+    if isinstance(expr, ast.Call):
+        qualified = index.qualified_name(expr.func)
+        if qualified is not None and qualified.startswith("numpy."):
+            return qualified[len("numpy."):] in _NUMPY_ARRAY_FUNCS
+        return isinstance(expr.func, ast.Attribute) and (
+            expr.func.attr == "numpy" or expr.func.attr in _NDARRAY_METHODS)
+    if isinstance(expr, ast.Name):
+        values = index.values_of(expr.id, scope) or (index.values_of(expr.id, None) if scope is not None else [])
+        return bool(values) and all(v is not None and _may_be_array(index, v, scope, depth + 1) for v in values)
+    return False
 
 
 def _show(a: FileAnalysis, expr: cst.BaseExpression) -> str:

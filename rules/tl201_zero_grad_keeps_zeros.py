@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import Iterator, List, Optional, Tuple
 
@@ -9,6 +10,9 @@ import libcst as cst
 import libcst.matchers as m
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, receiver
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -97,6 +101,18 @@ class ZeroGradKeepsZeros(Rule):
     def patterns_for(cls, settings: Settings) -> Tuple[str, ...]:
         return cls.required_patterns if settings.torch_version < (2, 0) else cls._MODERN_PATTERNS
 
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        """A ``zero_grad`` call with arguments ``check`` reports, or a zeroing in a loop over parameters."""
+        index = index_of(tree)
+        old_torch = settings.torch_version < (2, 0)
+        for info in index.calls_by_name.get("zero_grad", ()):
+            if _zero_grad_may_fire(index, info.node, old_torch):
+                return True
+        return any(_loop_may_zero(index, loop) for loop in index.loops)
+
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
         old_torch = ctx.torch_version < (2, 0)
@@ -175,6 +191,76 @@ class ZeroGradKeepsZeros(Rule):
                         "(or call `zero_grad()`)",
                 fix=Fix(replacements, Applicability.UNSAFE),
             )
+
+
+def _zero_grad_may_fire(index: AstIndex, call: ast.Call, old_torch: bool) -> bool:
+    """The ast stage of ``_check_zero_grad``: the call's shape (the load-bearing test is left to ``check``)."""
+    if not isinstance(call.func, ast.Attribute) or len(call.args) + len(call.keywords) > 1:
+        return False
+    if call.keywords:
+        keyword = call.keywords[0]
+        return keyword.arg == "set_to_none" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False
+    if call.args:
+        arg = call.args[0]
+        return isinstance(arg, ast.Constant) and arg.value is False
+    return old_torch and index.imports_torch()
+
+
+def _loop_may_zero(index: AstIndex, loop) -> bool:
+    """The ast stage of ``_check_manual_loop``: a loop over parameters that zeroes its target's grad."""
+    node = loop.node
+    if not isinstance(node, (ast.For, ast.AsyncFor)):
+        return False
+    param = _ast_parameter_target(node)
+    if param is None:
+        return False
+    function = loop.function
+    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            _ZEROING_FUNCTION.search(function.name)
+            or any(arg.arg == "set_to_none" for arg in function.args.args + function.args.kwonlyargs)):
+        return False
+    for call in loop.direct_calls:
+        name = ast_call_name(call)
+        if name == "zero_" and not call.args and not call.keywords and isinstance(call.func, ast.Attribute):
+            if _ast_grad_of(call.func.value, param):
+                return True
+        elif name == "zeros_like" and index.qualified_name(call.func) == "torch.zeros_like":
+            return True  # `p.grad = torch.zeros_like(p)`: the statement's shape is left to `check`
+    return False
+
+
+def _ast_parameter_target(loop) -> Optional[str]:
+    """``_parameter_loop_target`` on the stdlib ast."""
+    target, it = loop.target, loop.iter
+    if isinstance(it, ast.Call) and ast_call_name(it) in {"list", "tuple", "filter"} and (it.args or it.keywords):
+        it = it.keywords[-1].value if it.keywords else it.args[-1]  # the last argument, as LibCST lists them
+        if isinstance(it, ast.Starred):
+            it = it.value
+    named = False
+    if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
+        if it.func.attr == "named_parameters":
+            named = True
+        elif it.func.attr != "parameters":
+            return None
+    elif isinstance(it, ast.Subscript):
+        if not (isinstance(it.slice, ast.Constant) and it.slice.value == "params"):
+            return None
+    else:
+        name = ast_dotted_name(it)
+        if name is None or not _PARAM_NAME.search(name.split(".")[-1]):
+            return None
+    if named:
+        if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(target.elts[1], ast.Name):
+            return target.elts[1].id
+        return None
+    return target.id if isinstance(target, ast.Name) else None
+
+
+def _ast_grad_of(expr: ast.AST, param: str) -> bool:
+    if isinstance(expr, ast.Attribute) and expr.attr == "data":
+        expr = expr.value
+    return (isinstance(expr, ast.Attribute) and expr.attr == "grad"
+            and isinstance(expr.value, ast.Name) and expr.value.id == param)
 
 
 def _imports_torch(a: FileAnalysis) -> bool:

@@ -9,6 +9,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
@@ -72,37 +74,177 @@ def looks_like_model(last: str) -> bool:
             or bool(_NET_SUFFIX.match(words[-1])))
 
 
-_MODEL_SOURCES_TEXT = re.compile(r"from_pretrained|torchvision|timm|transformers|class\s+\w+\s*\([^)]*Module")
-
-
-def _named_function_may_call_model(tree: ast.Module, text: str) -> bool:
-    """A superset of the checker's named-function candidates, from the stdlib ``ast`` (pre-filter only)."""
-    names_may_be_models = bool(_MODEL_SOURCES_TEXT.search(text))  # names bound to factories or local classes
-
-    def is_candidate(function: ast.AST) -> bool:
-        words = function.name.strip("_").lower().split("_")
-        if not (words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"):
-            return False
-        for node in ast.walk(function):
-            if isinstance(node, ast.Call):
-                func = node.func
-                if isinstance(func, ast.Name) and (names_may_be_models or looks_like_model(func.id)):
-                    return True
-                if isinstance(func, ast.Attribute) and (func.attr == "forward" or looks_like_model(func.attr)):
-                    return True
+# --- the ast stage: the checker's candidates on the stdlib ast (a superset of what it reports) ------------
+def _ast_may_report(index: AstIndex, text: str) -> bool:
+    """False only where ``_Checker`` certainly reports nothing: it mirrors the checker's tests on functions
+    and loops, leaving out the ones that only silence (no_grad callers, guards, training callers)."""
+    if not index.imports_torch():
         return False
+    lines = _LineText(text)
+    model_classes = _ast_model_classes(index)
+    own_calls: Dict[ast.AST, List[ast.Call]] = {}
+    for info in index.calls:
+        own_calls.setdefault(info.function, []).append(info.node)
+    for function in index.functions:
+        if _ast_function_may_report(index, function, own_calls.get(function, []), lines, model_classes):
+            return True
+    return any(_ast_loop_may_report(index, loop, lines, model_classes) for loop in index.loops)
 
-    stack = [(tree, False)]
-    while stack:
-        node, in_class = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                if not in_class and is_candidate(child):
-                    return True
-                stack.append((child, False))
-            else:
-                stack.append((child, in_class or isinstance(child, ast.ClassDef)))
+
+class _LineText:
+    """The source lines of a node, as ast numbers them (``\\n``, ``\\r\\n`` or ``\\r`` end a line)."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = _LINE_BREAK.split(text)
+
+    def of(self, first: int, last: int) -> str:
+        return "".join(self.lines[2 * (first - 1): 2 * last])
+
+
+_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+
+
+def _ast_function_may_report(index: AstIndex, function, calls: List[ast.Call], lines: _LineText,
+                             model_classes: Set[str]) -> bool:
+    decorators = [ast_dotted_name(d.func if isinstance(d, ast.Call) else d) or "" for d in function.decorator_list]
+    if any("grad" in d or "inference" in d for d in decorators):
+        return False
+    name = function.name
+    if _FRAMEWORK_NO_GRAD.search(name) or _HOOK_NAME.search(name):
+        return False
+    receivers: Set[str] = set()
+    for call in calls:
+        if _ast_train_receiver(call):
+            return False  # a mixed function
+        receiver = _ast_eval_receiver(call)
+        if receiver:
+            receivers.add(receiver)
+    words = name.strip("_").lower().split("_")
+    named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
+    eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and loop.function is function
+                      and _ast_is_eval_loader(loop.node.iter) for loop in index.loops)
+    model_receivers = {r for r in receivers if r == "self" or looks_like_model(r.split(".")[-1])}
+    if not (model_receivers or eval_loader or (named and index.class_of.get(function) is None)):
+        return False
+    first = function.decorator_list[0].lineno if function.decorator_list else function.lineno
+    if _GRAD_TEXT.search(lines.of(first, function.end_lineno or first)):
+        return False
+    if any(index.is_optimizer_step(call, function) for call in calls):
+        return False
+    return any(_ast_is_model_call(index, call, receivers, function, model_classes) for call in calls)
+
+
+def _ast_loop_may_report(index: AstIndex, loop, lines: _LineText, model_classes: Set[str]) -> bool:
+    node = loop.node
+    if not isinstance(node, ast.For):
+        return False
+    receivers = _ast_preceding_eval(index.block_of.get(node, []), node)
+    if receivers is None or (not receivers and not _ast_is_eval_loader(node.iter)):
+        return False
+    if _GRAD_TEXT.search(lines.of(node.lineno, node.end_lineno or node.lineno)):
+        return False
+    calls = [info.node for info in index.calls if info.function is loop.function and _runs_in(info.loop, loop)]
+    if any(index.is_optimizer_step(call, loop.function) for call in calls):
+        return False
+    receivers = receivers | {r for r in map(_ast_eval_receiver, calls) if r}
+    return any(_ast_is_model_call(index, call, receivers, loop.function, model_classes) for call in calls)
+
+
+def _runs_in(body_loop, loop) -> bool:
+    while body_loop is not None:
+        if body_loop is loop:
+            return True
+        body_loop = body_loop.parent
     return False
+
+
+def _ast_preceding_eval(block: List[ast.stmt], loop: ast.For) -> Optional[Set[str]]:
+    """``_Checker._preceding_eval``: a statement line at a time, the last line first."""
+    position = next((i for i, statement in enumerate(block) if statement is loop), None)
+    if position is None:
+        return set()
+    receivers: Set[str] = set()
+    line_groups: List[List[ast.stmt]] = []
+    for statement in block[:position]:
+        if line_groups and line_groups[-1][0].lineno == statement.lineno:
+            line_groups[-1].append(statement)
+        else:
+            line_groups.append([statement])
+    for group in reversed(line_groups):
+        for statement in group:
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+                receiver = _ast_eval_receiver(statement.value)
+                if receiver:
+                    receivers.add(receiver)
+                elif _ast_train_receiver(statement.value):
+                    return receivers or None
+    return receivers
+
+
+def _ast_eval_receiver(call: ast.Call) -> Optional[str]:
+    if not isinstance(call.func, ast.Attribute):
+        return None
+    attr = call.func.attr
+    if attr == "eval" and not call.args and not call.keywords:
+        return ast_dotted_name(call.func.value)
+    if attr == "train" and len(call.args) + len(call.keywords) == 1:
+        value = call.args[0] if call.args else call.keywords[0].value
+        keyword = None if call.args else call.keywords[0].arg
+        if isinstance(value, ast.Constant) and value.value is False and keyword in (None, "mode"):
+            return ast_dotted_name(call.func.value)
+    return None
+
+
+def _ast_train_receiver(call: ast.Call) -> Optional[str]:
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "train" and _ast_eval_receiver(call) is None:
+        return ast_dotted_name(call.func.value)
+    return None
+
+
+def _ast_is_eval_loader(expr: ast.AST) -> bool:
+    if isinstance(expr, ast.Call) and (expr.args or expr.keywords):
+        wrapped = (isinstance(expr.func, ast.Name) and expr.func.id in {"enumerate", "tqdm", "iter", "zip"}) or (
+            isinstance(expr.func, ast.Attribute) and expr.func.attr == "tqdm")
+        if wrapped:
+            values = [arg.value if isinstance(arg, ast.Starred) else arg for arg in expr.args]
+            values += [keyword.value for keyword in expr.keywords if keyword.arg is None]  # **kwargs
+            return any(_ast_is_eval_loader(value) for value in values)
+    name = ast_dotted_name(expr)
+    if name is None:
+        return False
+    last = name.split(".")[-1]
+    return bool(_EVAL_LOADER.search(last) and _LOADER.search(last))
+
+
+def _ast_is_model_call(index: AstIndex, call: ast.Call, receivers: Set[str], scope, model_classes: Set[str]) -> bool:
+    name = ast_dotted_name(call.func)
+    if name is None:
+        return False
+    if name in receivers:
+        return True
+    owner, _, last = name.rpartition(".")
+    if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
+        return True
+    qualified = index.qualified_name(call.func)
+    if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
+        return False
+    if isinstance(call.func, ast.Name):
+        value = index.single_value(call.func.id, scope)
+        if isinstance(value, ast.Call) and (_MODEL_FACTORIES.search(index.qualified_name(value.func) or "") or (
+                isinstance(value.func, ast.Name) and value.func.id in model_classes)):
+            return True
+    return looks_like_model(last)
+
+
+def _ast_model_classes(index: AstIndex) -> Set[str]:
+    out: Set[str] = set()
+    for statement in index.tree.body:
+        if isinstance(statement, ast.ClassDef):
+            for base in statement.bases:
+                qualified = index.qualified_name(base) or ast_dotted_name(base) or ""
+                if qualified.endswith("Module") or qualified in out:
+                    out.add(statement.name)
+    return out
 
 
 class EvalWithoutNoGrad(Rule):
@@ -198,11 +340,7 @@ class EvalWithoutNoGrad(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        # Where only an evaluation-named function can make the file a candidate (names like `validate_*` and
-        # `test_*` abound in library code), look for one outside a class that calls something model-like.
-        if ".eval(" in text or ".train(" in text or _EVAL_LOADER_TEXT.search(text.lower()):
-            return True
-        return _named_function_may_call_model(tree, text)
+        return _ast_may_report(index_of(tree), text)
 
     def check(self, ctx: RuleContext) -> None:
         _Checker(ctx).run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
@@ -9,6 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torchlint.analysis import FileAnalysis, call_name, keyword_arg
+from torchlint.ast_index import AstIndex, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -179,6 +181,25 @@ class BiasBeforeBatchNorm(Rule):
     fix_availability = FixAvailability.SOMETIMES
     required_patterns = (r"BatchNorm", r"Conv|Linear")
 
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
+        """A torch BatchNorm and a Conv/Linear of the same dimension whose bias ``_match`` would flag."""
+        index = index_of(tree)
+        norm_dims: Set[Optional[int]] = set()
+        producer_dims: Set[Optional[int]] = set()
+        for info in index.calls:
+            qualified = index.qualified_name(info.node.func)
+            layer = _LAYERS.get(qualified) if qualified is not None else None
+            if layer is None:
+                continue
+            if layer.kind == "bn":
+                norm_dims.add(layer.dim)
+            elif _may_have_bias(info.node, layer):
+                producer_dims.add(layer.dim)
+        return bool(producer_dims) and (None in norm_dims or bool(norm_dims & producer_dims))
+
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
         local_names = _local_layer_names(a)
@@ -277,6 +298,16 @@ class BiasBeforeBatchNorm(Rule):
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+def _may_have_bias(call: ast.Call, layer: _Layer) -> bool:
+    """The ast stage of ``_match``'s producer test: no star argument, and ``bias`` absent or ``True``."""
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(k.arg is None for k in call.keywords):
+        return False
+    bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
+    if bias is None and layer.bias_index is not None and layer.bias_index < len(call.args):
+        bias = call.args[layer.bias_index]
+    return bias is None or (isinstance(bias, ast.Constant) and bias.value is True)
 
 
 def _local_layer_names(a: FileAnalysis) -> Set[str]:

@@ -1,0 +1,266 @@
+"""A light index of a file built from the stdlib ``ast``: the pre-filter stage's view of the code.
+
+``ast.parse`` is about six times cheaper than LibCST's parser, and most files have no finding: rules answer
+"certainly nothing here" from this index (``Rule.may_fire_in_ast``), so LibCST parses only the files that
+will report or fix. The index mirrors the facts of ``torchlint.analysis.FileAnalysis`` that rules gate on,
+with the same meaning (the import table, calls by name, loops with the calls that run once per iteration,
+training loops, simple name bindings per scope), so a rule's ast stage can ask the same questions as its
+LibCST check and stay a superset of it. It records; rules interpret. Build it with ``index_of(tree)``: one
+walk per file, shared by every rule.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Union
+
+from torchlint.analysis import _LOADER_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME
+
+AstFunction = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+AstScope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
+AstLoop = Union[ast.For, ast.AsyncFor, ast.While]
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+@dataclass
+class AstLoopInfo:
+    node: AstLoop = field(repr=False)
+    function: Optional[AstFunction] = field(repr=False)
+    parent: Optional["AstLoopInfo"] = field(repr=False)  # the enclosing loop in the same function
+    # Calls that run once per iteration (not in a nested loop, def, lambda or class); the header included,
+    # as in FileAnalysis.
+    direct_calls: List[ast.Call] = field(default_factory=list, repr=False)
+    is_training: bool = False
+
+
+@dataclass
+class AstCallInfo:
+    node: ast.Call = field(repr=False)
+    function: Optional[AstFunction] = field(repr=False)  # the innermost def or lambda around it
+    loop: Optional[AstLoopInfo] = field(repr=False)  # the innermost loop whose body (not header) holds it
+
+
+def dotted_name(node: ast.AST) -> Optional[str]:
+    """``a.b.c`` for a Name/Attribute chain, else None (as ``analysis.dotted_name``)."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def call_name(call: ast.Call) -> Optional[str]:
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def target_names(target: ast.AST) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from target_names(element)
+    elif isinstance(target, ast.Starred):
+        yield from target_names(target.value)
+
+
+def is_literal(node: Optional[ast.AST], value: object) -> bool:
+    """True for the constants True/False/None."""
+    return isinstance(node, ast.Constant) and node.value is value
+
+
+class AstIndex:
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.imports: Dict[str, str] = {}  # local name -> qualified name
+        self.calls: List[AstCallInfo] = []
+        self.calls_by_name: Dict[str, List[AstCallInfo]] = {}
+        self.loops: List[AstLoopInfo] = []
+        self.functions: List[Union[ast.FunctionDef, ast.AsyncFunctionDef]] = []
+        self.class_of: Dict[ast.AST, Optional[ast.ClassDef]] = {}  # function -> the class it is defined in
+        self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
+        self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
+        self._walk(tree)
+        for loop in self.loops:
+            loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
+                                   for c in loop.direct_calls)
+
+    # --- the walk ---------------------------------------------------------------------------------
+    def _walk(self, tree: ast.Module) -> None:
+        # Entries: (node, function, loop, body loop, class). ``loop`` takes the calls that run once per
+        # iteration (its header's too); ``body loop`` is the innermost loop whose body holds the node.
+        # An explicit stack: deep code must not hit the recursion limit.
+        stack: List[tuple] = [(tree, None, None, None, None)]
+        while stack:
+            node, function, loop, body_loop, klass = stack.pop()
+            if type(getattr(node, "body", None)) is list:
+                self._note_blocks(node)
+            if isinstance(node, ast.Call):
+                self._add_call(node, function, loop, body_loop)
+            elif isinstance(node, _FUNCTIONS):
+                if not isinstance(node, ast.Lambda):
+                    self.functions.append(node)
+                    self.class_of[node] = klass
+                    self._bind(node.name, None, function)
+                    for arg in _all_args(node.args):
+                        self._bind(arg.arg, None, node)
+                # the class stays: a def nested in a method still counts as the class's (FunctionInfo.class_name)
+                stack.extend((child, node, None, None, klass) for child in ast.iter_child_nodes(node))
+                continue
+            elif isinstance(node, ast.ClassDef):
+                stack.extend((child, function, None, None, node) for child in ast.iter_child_nodes(node))
+                continue
+            elif isinstance(node, _LOOPS):
+                info = AstLoopInfo(node, function, loop)
+                self.loops.append(info)
+                if isinstance(node, ast.While):
+                    header: List[ast.AST] = [node.test]
+                else:
+                    header = [node.target, node.iter]
+                    for name in target_names(node.target):
+                        self._bind(name, None, function)
+                stack.extend((child, function, info, body_loop, klass) for child in header)
+                stack.extend((child, function, info, info, klass) for child in node.body + node.orelse)
+                continue
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.asname is not None:
+                        self.imports[alias.asname] = alias.name
+                    else:
+                        root = alias.name.split(".")[0]
+                        self.imports[root] = root
+            elif isinstance(node, ast.ImportFrom):
+                if not node.level and node.module is not None:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+            elif isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        self._bind(target.id, node.value, function)
+                    else:
+                        for name in target_names(target):
+                            self._bind(name, None, function)
+            elif isinstance(node, ast.AnnAssign):
+                if isinstance(node.target, ast.Name) and node.value is not None:
+                    self._bind(node.target.id, node.value, function)
+            elif isinstance(node, ast.AugAssign):
+                if isinstance(node.target, ast.Name):
+                    self._bind(node.target.id, None, function)
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    if item.optional_vars is not None:
+                        for name in target_names(item.optional_vars):
+                            self._bind(name, None, function)
+            stack.extend((child, function, loop, body_loop, klass) for child in ast.iter_child_nodes(node))
+
+    def _note_blocks(self, node: ast.AST) -> None:
+        for block in (node.body, getattr(node, "orelse", None), getattr(node, "finalbody", None)):  # type: ignore
+            if block:
+                for statement in block:
+                    if isinstance(statement, _LOOPS):
+                        self.block_of[statement] = block
+
+    def _add_call(self, node: ast.Call, function: Optional[AstFunction], loop: Optional[AstLoopInfo],
+                  body_loop: Optional[AstLoopInfo]) -> None:
+        if loop is not None:
+            loop.direct_calls.append(node)
+        info = AstCallInfo(node, function, body_loop)
+        self.calls.append(info)
+        name = call_name(node)
+        if name is not None:
+            self.calls_by_name.setdefault(name, []).append(info)
+
+    def _bind(self, name: str, value: Optional[ast.AST], function: Optional[AstFunction]) -> None:
+        scope = function if function is not None else self.tree
+        self.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
+
+    # --- questions, with the meaning FileAnalysis gives them ---------------------------------------
+    def qualified_name(self, node: ast.AST) -> Optional[str]:
+        name = dotted_name(node)
+        if name is None:
+            return None
+        root, _, rest = name.partition(".")
+        target = self.imports.get(root)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+    def imports_torch(self) -> bool:
+        return any(target.split(".")[0] == "torch" for target in self.imports.values())
+
+    def values_of(self, name: str, scope: Optional[AstScope]) -> List[Optional[ast.AST]]:
+        return self.bindings.get(scope if scope is not None else self.tree, {}).get(name, [])
+
+    def single_value(self, name: str, scope: Optional[AstScope]) -> Optional[ast.AST]:
+        for candidate in (scope if scope is not None else self.tree, self.tree):
+            values = self.values_of(name, candidate)
+            if values:
+                return values[0] if len(values) == 1 else None
+        return None
+
+    def is_backward_call(self, call: ast.Call) -> bool:
+        if call_name(call) != "backward":
+            return False
+        return isinstance(call.func, ast.Attribute) or self.qualified_name(call.func) == "torch.autograd.backward"
+
+    def is_optimizer_step(self, call: ast.Call, scope: Optional[AstScope]) -> bool:
+        """As ``FileAnalysis.is_optimizer_step``; ``scope`` is the def or lambda around the call."""
+        if call_name(call) != "step" or not isinstance(call.func, ast.Attribute):
+            return False
+        owner = dotted_name(call.func.value)
+        if owner is None:
+            return False
+        last = owner.split(".")[-1]
+        if _SCHEDULER_NAME.search(last):
+            return False
+        if _OPTIMIZER_NAME.search(last):
+            return True
+        if "scaler" in last.lower() and (call.args or call.keywords):
+            return True
+        if isinstance(call.func.value, ast.Name):
+            value = self.single_value(call.func.value.id, scope)
+            if isinstance(value, ast.Call):
+                qualified = self.qualified_name(value.func) or ""
+                return qualified.startswith("torch.optim.") and ".lr_scheduler" not in qualified
+        return False
+
+    def training_loop_of(self, call: AstCallInfo) -> Optional[AstLoopInfo]:
+        loop = call.loop
+        while loop is not None:
+            if loop.is_training:
+                return loop
+            loop = loop.parent
+        return None
+
+    def is_loader_name(self, expr: ast.AST) -> bool:
+        name = dotted_name(expr)
+        return name is not None and bool(_LOADER_NAME.search(name.split(".")[-1]))
+
+
+def _all_args(args: ast.arguments) -> Iterator[ast.arg]:
+    yield from args.posonlyargs
+    yield from args.args
+    yield from args.kwonlyargs
+    if args.vararg is not None:
+        yield args.vararg
+    if args.kwarg is not None:
+        yield args.kwarg
+
+
+def index_of(tree: ast.Module) -> AstIndex:
+    """The index of ``tree``, built on first use and kept on the tree for the other rules."""
+    index = getattr(tree, "_torchlint_index", None)
+    if index is None:
+        index = AstIndex(tree)
+        tree._torchlint_index = index  # type: ignore[attr-defined]
+    return index
