@@ -7,9 +7,8 @@ import re
 from typing import Iterator, List, Optional, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
-from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, receiver
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, names_in, receiver
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
@@ -268,7 +267,7 @@ def _imports_torch(a: FileAnalysis) -> bool:
 
 
 def _mentions(node: cst.CSTNode, name: str) -> bool:
-    return bool(m.findall(node, m.Name(name)))
+    return bool(names_in(node, name))
 
 
 def _parameter_loop_target(a: FileAnalysis, loop: cst.For) -> Optional[str]:

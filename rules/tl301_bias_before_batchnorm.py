@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
-import libcst.matchers as m
 
-from torchlint.analysis import FileAnalysis, call_name, keyword_arg
+from torchlint.analysis import FileAnalysis, call_name, keyword_arg, names_in, walk
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -67,11 +66,19 @@ class _ClassFacts:
     bias_refs: Set[str] = field(default_factory=set)
 
 
-class _ClassCollector(cst.CSTVisitor):
+class _ClassCollector:
+    """A pre-order walk with visit_<Node> handlers, like a CSTVisitor (not one: subclassing libcst's classes
+    here would load libcst whenever the rule is imported, see docs/architecture.md)."""
+
     def __init__(self, facts: _ClassFacts) -> None:
-        super().__init__()
         self.facts = facts
         self.skip: Set[cst.CSTNode] = set()  # self.<attr> nodes already accounted for
+
+    def run(self, tree: cst.CSTNode) -> None:
+        for node in walk(tree):
+            handler = getattr(self, f"visit_{type(node).__name__}", None)
+            if handler is not None:
+                handler(node)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -270,7 +277,7 @@ class BiasBeforeBatchNorm(Rule):
         facts = cache.get(klass)
         if facts is None:
             facts = _ClassFacts()
-            klass.visit(_ClassCollector(facts))
+            _ClassCollector(facts).run(klass)
             cache[klass] = facts
         findings = []
         for norm_attr in norm_attrs:
@@ -398,7 +405,7 @@ def _finding_for(a: FileAnalysis, expr: cst.BaseExpression, norm: cst.Call, scop
     holder = a.scope_of(expr)
     if not isinstance(holder, cst.FunctionDef) or a.scope_of(value) is not holder:
         finding.fixable, finding.why_not = False, f"not fixed automatically: `{expr.value}` may be used elsewhere"
-    elif len(m.findall(holder.body, m.Name(expr.value))) != 2:  # its binding and this use
+    elif len(names_in(holder.body, expr.value)) != 2:  # its binding and this use
         finding.fixable, finding.why_not = False, f"not fixed automatically: `{expr.value}` is also used elsewhere"
     return finding
 
@@ -603,7 +610,7 @@ def _producer_attr_of(a: FileAnalysis, norm_use: cst.Call) -> Optional[str]:
             return None
     elif not isinstance(small, cst.Return):
         return None
-    if small.value is None or len(m.findall(small.value, m.Name(name))) != 1:
+    if small.value is None or len(names_in(small.value, name)) != 1:
         return None
     previous = _previous_small_statement(a, small)
     if not (isinstance(previous, cst.Assign) and len(previous.targets) == 1

@@ -374,3 +374,19 @@ def test_console_script_runs_and_never_imports_torch(project):
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert result.stderr.strip().endswith("NO-TORCH"), result.stderr
+
+
+def test_check_loads_no_fixer_machinery_until_a_file_needs_it(project):
+    """Start-up time: `check` imports libcst.codemod / libcst.matchers / the fixer only for a finding."""
+    write(project / "clean.py", CLEAN)
+    probe = (
+        "import sys\nfrom torchlint.cli import main\n"
+        "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('libcst.codemod', 'libcst.matchers', 'torchlint.fixer') if m in sys.modules]\n"
+        "print('LOADED', heavy, file=sys.stderr)\n"
+    )
+    clean = subprocess.run([sys.executable, "-c", probe, str(project / "clean.py")], capture_output=True, text=True)
+    assert clean.stderr.strip().endswith("LOADED []"), clean.stderr
+    write(project / "train.py", SLOW)
+    slow = subprocess.run([sys.executable, "-c", probe, str(project / "train.py")], capture_output=True, text=True)
+    assert "torchlint.fixer" in slow.stderr, slow.stderr  # the probe can see a load

@@ -12,13 +12,19 @@ import bisect
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-ScopeNode = Union[cst.Module, cst.FunctionDef, cst.Lambda]
-LoopNode = Union[cst.For, cst.While]
+# Nothing here touches libcst at import time: the command line defers loading it until a file reaches the
+# LibCST stage (most runs of `torchlint check one_file.py` never do; see docs/architecture.md).
+if TYPE_CHECKING:
+    ScopeNode = Union[cst.Module, cst.FunctionDef, cst.Lambda]
+    LoopNode = Union[cst.For, cst.While]
+else:  # only annotations use these names
+    ScopeNode = "Union[cst.Module, cst.FunctionDef, cst.Lambda]"
+    LoopNode = "Union[cst.For, cst.While]"
 
 _OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
 _SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
@@ -111,20 +117,24 @@ _SKIPPED_FIELDS = {
     "star", "asynchronous", "leading_lines", "lines_after_decorators", "trailing_whitespace", "header",
     "footer", "newline", "indent", "encoding", "default_indent", "default_newline", "has_trailing_newline",
 }
-# Where a node's dataclass fields are not in source order.
-_SOURCE_ORDER = {
-    cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
-    cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
-    cst.IfExp: ("body", "test", "orelse"),
-    cst.Arg: ("keyword", "value"),
-}
+@lru_cache(maxsize=None)
+def _source_order() -> Dict[type, Tuple[str, ...]]:
+    """Where a node's dataclass fields are not in source order."""
+    return {
+        cst.FunctionDef: ("decorators", "name", "type_parameters", "params", "returns", "body"),
+        cst.ClassDef: ("decorators", "name", "type_parameters", "bases", "keywords", "body"),
+        cst.IfExp: ("body", "test", "orelse"),
+        cst.Arg: ("keyword", "value"),
+    }
+
+
 _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
 def _child_fields(node_type: type) -> Tuple[str, ...]:
     names = _CHILD_FIELDS.get(node_type)
     if names is None:
-        names = _SOURCE_ORDER.get(node_type) or tuple(
+        names = _source_order().get(node_type) or tuple(
             f.name for f in dataclasses.fields(node_type)
             if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace")
         )
@@ -176,6 +186,7 @@ class _Indexer:
         get a second stack entry, so the walk allocates almost nothing per node.
         """
         parents, order = self.a.parents, self.a.order
+        visit_table, leave_table = _handlers()
         parents[module] = None
         counter = 0
         stack: List[object] = [module]
@@ -183,15 +194,15 @@ class _Indexer:
             node = stack.pop()
             if node is _LEAVING:
                 node = stack.pop()
-                _LEAVE[type(node)](self, node)
+                leave_table[type(node)](self, node)
                 continue
             order[node] = counter
             counter += 1
             node_type = type(node)
-            visit = _VISIT.get(node_type)
+            visit = visit_table.get(node_type)
             if visit is not None:
                 visit(self, node)
-                if node_type in _LEAVE:
+                if node_type in leave_table:
                     stack.append(node)
                     stack.append(_LEAVING)
             children = iter_children(node)
@@ -344,27 +355,37 @@ def _target_names(target: cst.CSTNode) -> Iterator[str]:
         yield from _target_names(target.value)
 
 
-_VISIT = {
-    cst.Call: _Indexer.visit_call,
-    cst.FunctionDef: _Indexer.visit_function,
-    cst.Lambda: _Indexer.visit_function,
-    cst.ClassDef: _Indexer.visit_class,
-    cst.For: _Indexer.visit_loop,
-    cst.While: _Indexer.visit_loop,
-    cst.Import: _Indexer.visit_import,
-    cst.ImportFrom: _Indexer.visit_import_from,
-    cst.Assign: _Indexer.visit_assign,
-    cst.AnnAssign: _Indexer.visit_ann_assign,
-    cst.AugAssign: _Indexer.visit_aug_assign,
-    cst.With: _Indexer.visit_with,
-}
-_LEAVE = {
-    cst.FunctionDef: _Indexer.leave_function,
-    cst.Lambda: _Indexer.leave_function,
-    cst.ClassDef: _Indexer.leave_class,
-    cst.For: _Indexer.leave_loop,
-    cst.While: _Indexer.leave_loop,
-}
+@lru_cache(maxsize=None)
+def _handlers():
+    """The walk's (visit, leave) handlers by node type, built on first use (they name libcst's classes)."""
+    return _visit_handlers(), _leave_handlers()
+
+
+def _visit_handlers():
+    return {
+        cst.Call: _Indexer.visit_call,
+        cst.FunctionDef: _Indexer.visit_function,
+        cst.Lambda: _Indexer.visit_function,
+        cst.ClassDef: _Indexer.visit_class,
+        cst.For: _Indexer.visit_loop,
+        cst.While: _Indexer.visit_loop,
+        cst.Import: _Indexer.visit_import,
+        cst.ImportFrom: _Indexer.visit_import_from,
+        cst.Assign: _Indexer.visit_assign,
+        cst.AnnAssign: _Indexer.visit_ann_assign,
+        cst.AugAssign: _Indexer.visit_aug_assign,
+        cst.With: _Indexer.visit_with,
+    }
+
+
+def _leave_handlers():
+    return {
+        cst.FunctionDef: _Indexer.leave_function,
+        cst.Lambda: _Indexer.leave_function,
+        cst.ClassDef: _Indexer.leave_class,
+        cst.For: _Indexer.leave_loop,
+        cst.While: _Indexer.leave_loop,
+    }
 
 
 class _Spans:

@@ -11,7 +11,11 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import click
 
-from torchlint import __version__
+from torchlint.deferred import defer_import
+
+defer_import("libcst")  # before anything imports it: loaded when the first file reaches LibCST
+
+from torchlint import __version__  # noqa: E402 - after defer_import
 from torchlint.cache import CACHE_DIR_NAME
 from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch_version, resolve_settings
 from torchlint.discovery import discover

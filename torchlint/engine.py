@@ -15,8 +15,6 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
-from torchlint.fixer import FixApplier
-from torchlint.positions import node_spans
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
@@ -112,6 +110,9 @@ def _run_rules(
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     if not reports:
         return analysis, [], crash_diagnostics
+    from torchlint.fixer import FixApplier  # loads libcst.codemod: only where there is something to show
+    from torchlint.positions import node_spans
+
     wanted = [r.node for r in reports] + [n for r in reports if r.fix for n in r.fix.replacements]
     positions = node_spans(module, wanted)
     suppressions = Suppressions.parse(source)
@@ -210,6 +211,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         ]
         if not fixable:
             break
+        from torchlint.fixer import FixApplier
+
         applier = FixApplier(module, analysis, path)
         result = applier.apply(fixable)
         for report in result.broken:

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor
 
 from torchlint.analysis import FileAnalysis
 from torchlint.rule import ImportRequest, Replacement, Report
@@ -79,6 +77,9 @@ class FixApplier:
 
 
 def _add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:
+    from libcst.codemod import CodemodContext  # about 100 ms to import: only for fixes that add an import
+    from libcst.codemod.visitors import AddImportsVisitor
+
     context = CodemodContext()
     for request in dict.fromkeys(requests):
         AddImportsVisitor.add_needed_import(context, request.module, request.name)

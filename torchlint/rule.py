@@ -39,8 +39,12 @@ class FixAvailability(str, enum.Enum):
     ALWAYS = "always"
 
 
-# What may stand in for a node: a new node, several statements, or nothing.
-Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+# What may stand in for a node: a new node, several statements, or nothing. (A string at run time: this
+# module must not touch libcst when imported, see docs/architecture.md.)
+if TYPE_CHECKING:
+    Replacement = Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]
+else:
+    Replacement = "Union[cst.CSTNode, cst.FlattenSentinel, cst.RemovalSentinel]"
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -174,6 +173,8 @@ def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many."""
     if jobs <= 1 or len(paths) < 2 * jobs:
         return _process_many(paths, job)
+    from concurrent.futures import ProcessPoolExecutor  # imports multiprocessing: not for one file
+
     units = schedule({p: _size(p) for p in paths}, jobs)
     by_path: Dict[Path, FileResult] = {}
     with ProcessPoolExecutor(max_workers=jobs) as pool:
