@@ -19,3 +19,35 @@ def test_large_files_share_one_unit_so_they_never_run_at_once():
 def test_without_large_files_every_file_is_its_own_unit():
     sizes = {Path("a.py"): 5, Path("b.py"): 50, Path("c.py"): 20}
     assert schedule(sizes, jobs=2) == [[Path("b.py")], [Path("c.py")], [Path("a.py")]]
+
+
+def test_a_warm_run_reads_the_cache_before_starting_workers(tmp_path, monkeypatch):
+    import torchlint.runner as runner
+    from torchlint.config import Settings
+
+    sources = {
+        "slow.py": "import torch\nopt = torch.optim.SGD(params, lr=0.1, foreach=False)\n",
+        "clean.py": "import torch\nx = torch.zeros(3)\n",
+    }
+    paths = []
+    for i in range(6):
+        for name, text in sources.items():
+            path = tmp_path / f"{i}_{name}"
+            path.write_text(text)
+            paths.append(path)
+    job = runner.Job(Settings(root=tmp_path), cache_dir=tmp_path / ".cache")
+    cold = runner.run(paths, job, jobs=1)  # fills the cache
+    dispatched = []
+    monkeypatch.setattr(runner, "_run_files", lambda rest, job, jobs: dispatched.append(list(rest)) or [])
+    warm = runner.run(paths, job, jobs=2)
+    assert dispatched == []  # every file answered from the cache, no worker started
+    assert [(r.path, r.diagnostics) for r in warm] == [(r.path, r.diagnostics) for r in cold]
+    assert any(r.diagnostics for r in warm)
+    paths[0].write_text(sources["clean.py"] + "# edited\n")
+    monkeypatch.undo()
+    calls = []
+    real = runner._run_files
+    monkeypatch.setattr(runner, "_run_files", lambda rest, job, jobs: calls.append(list(rest)) or real(rest, job, jobs))
+    again = runner.run(paths, job, jobs=2)
+    assert calls == [[paths[0]]]  # only the edited file is checked again
+    assert again[0].diagnostics == [] and [r.diagnostics for r in again[1:]] == [r.diagnostics for r in cold[1:]]

@@ -93,11 +93,9 @@ def process_file(path: Path, job: Job) -> FileResult:
     cache, key = None, ""
     if job.cache_dir is not None:
         cache = Cache(job.cache_dir)
-        key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
-                        "lint+edits" if job.with_edits else "lint")
-        cached = cache.get(key, shown)
-        # A file with nothing to fix needs no fix pass: fix mode can use check results too.
-        if cached is not None and (job.mode == "check" or not _has_applicable_fix(cached, job.unsafe)):
+        key = _cache_key(cache, data, path, job)
+        cached = _usable(cache.get(key, shown), job)
+        if cached is not None:
             return FileResult(shown, cached)
     try:
         result = process_source(source, shown, path, job)
@@ -112,6 +110,37 @@ def process_file(path: Path, job: Job) -> FileResult:
         except (OSError, UnicodeEncodeError) as exc:
             result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
     return result
+
+
+def _cache_key(cache: Cache, data: bytes, path: Path, job: Job) -> str:
+    return cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
+                     "lint+edits" if job.with_edits else "lint")
+
+
+def _usable(cached: Optional[List[Diagnostic]], job: Job) -> Optional[List[Diagnostic]]:
+    """A file with nothing to fix needs no fix pass: fix mode can use check results too."""
+    if cached is not None and (job.mode == "check" or not _has_applicable_fix(cached, job.unsafe)):
+        return cached
+    return None
+
+
+def cached_results(paths: Sequence[Path], job: Job) -> Dict[Path, FileResult]:
+    """The files whose results the cache already holds, looked up here in the main process: a warm run then
+    starts no worker for them (sending a file to a worker costs more than reading its cache entry)."""
+    if job.cache_dir is None:
+        return {}
+    cache = Cache(job.cache_dir)
+    hits: Dict[Path, FileResult] = {}
+    for path in paths:
+        try:
+            data = read_bytes(path)
+        except SourceError:
+            continue  # process_file reports it
+        shown = display_path(path)
+        cached = _usable(cache.get(_cache_key(cache, data, path, job), shown), job)
+        if cached is not None:
+            hits[path] = FileResult(shown, cached)
+    return hits
 
 
 def _has_applicable_fix(diagnostics: Sequence[Diagnostic], unsafe: bool) -> bool:
@@ -171,6 +200,15 @@ def schedule(sizes: Dict[Path, int], jobs: int) -> List[List[Path]]:
 
 def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many."""
+    hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
+    if not hits:
+        return _run_files(paths, job, jobs)
+    rest = [p for p in paths if p not in hits]
+    fresh = dict(zip(rest, _run_files(rest, job, jobs))) if rest else {}
+    return [hits[p] if p in hits else fresh[p] for p in paths]
+
+
+def _run_files(paths: Sequence[Path], job: Job, jobs: int) -> List[FileResult]:
     if jobs <= 1 or len(paths) < 2 * jobs:
         return _process_many(paths, job)
     from concurrent.futures import ProcessPoolExecutor  # imports multiprocessing: not for one file
