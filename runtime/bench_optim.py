@@ -1,11 +1,13 @@
 """Per-step time of AdamW implementations on a few parameter-shape lists.
 
     python -m torchlint.runtime.bench_optim [--device cpu|cuda|auto] [--steps N]
-        [--warmup N] [--shapes small|all] [--threads N] [--json FILE]
+        [--warmup N] [--shapes small|all] [--threads N] [--json FILE] [--crossover]
 
-Variants: the seed-style loop (ReferenceAdamW), our AdamW (foreach=True, the
-default, foreach=False), torch.optim.AdamW (foreach=False, foreach=True,
-fused=True). Each step is timed on its own (CUDA events on CUDA,
+Variants: the seed-style loop (ReferenceAdamW), our AdamW (foreach=False: the
+loop, foreach=True, fused=True, and the default, which is fused wherever torch
+has the kernel), torch.optim.AdamW (foreach=False, foreach=True, fused=True).
+``--crossover`` instead measures our loop against our foreach path per tensor
+size: the table behind ``CPU_FOREACH_MAX_NUMEL`` (the choice with fused=False). Each step is timed on its own (CUDA events on CUDA,
 ``time.perf_counter`` on the CPU); the variants are interleaved round-robin so
 that drifting noise hits all of them alike; the median over steps is reported.
 
@@ -29,7 +31,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from .adamw import AdamW
+from .adamw import AdamW, uses_fused_by_default
 from .reference import ReferenceAdamW
 
 Shape = Tuple[int, ...]
@@ -72,14 +74,41 @@ def variants(device: torch.device) -> Dict[str, Callable[[List[torch.Tensor]], t
         "seed loop (ReferenceAdamW)": lambda ps: ReferenceAdamW(ps),
         "ours foreach=False": lambda ps: AdamW(ps, foreach=False),
         "ours foreach=True": lambda ps: AdamW(ps, foreach=True),
-        "ours default": lambda ps: AdamW(ps),
         "torch foreach=False": lambda ps: torch.optim.AdamW(ps, foreach=False),
         "torch foreach=True": lambda ps: torch.optim.AdamW(ps, foreach=True),
     }
-    if device.type == "cuda" or hasattr(torch, "_fused_adamw_"):
-        # torch 2.4+ has a CPU fused kernel too; shown for reference.
+    fused = uses_fused_by_default(torch.zeros(1, device=device))
+    if fused:  # torch 2.4+ has a CPU fused kernel too
+        out["ours fused=True"] = lambda ps: AdamW(ps, fused=True)
+    out["ours default" + (" (fused)" if fused else " (foreach/loop)")] = lambda ps: AdamW(ps)
+    if fused:
         out["torch fused=True"] = lambda ps: torch.optim.AdamW(ps, fused=True)
     return out
+
+
+# The per-tensor sizes of the crossover table in adamw.py (numel, count): about the same total work each.
+CROSSOVER_SHAPES = [(256, 400), (4096, 200), (8192, 100), (16384, 100), (65536, 40), (1_000_000, 8), (4_000_000, 8)]
+
+
+def crossover(device: torch.device, steps: int, warmup: int) -> List[Tuple[int, int, float, float]]:
+    """(numel, count, loop ms, foreach ms) per size for our AdamW with fused=False: where foreach stops paying."""
+    rows = []
+    for numel, count in CROSSOVER_SHAPES:
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        params = [torch.randn(numel, generator=gen).to(device).requires_grad_() for _ in range(count)]
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=gen).to(device)
+        optimizers = {"loop": AdamW(params, foreach=False), "foreach": AdamW(params, foreach=True)}
+        timer = _Timer(device)
+        times: Dict[str, List[float]] = {name: [] for name in optimizers}
+        for i in range(warmup + steps):
+            for name, opt in optimizers.items():
+                ms = timer(opt.step)
+                if i >= warmup:
+                    times[name].append(ms)
+        rows.append((numel, count, statistics.median(times["loop"]), statistics.median(times["foreach"])))
+        del params, optimizers
+    return rows
 
 
 class _Timer:
@@ -144,6 +173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
                         help="default: small on the CPU, all on CUDA")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--crossover", action="store_true", help="measure the loop/foreach crossover instead")
     args = parser.parse_args(argv)
 
     device_name = args.device
@@ -162,6 +192,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
         + (" (GPT-2 scaled down: 2 blocks, vocab 4096)" if which == "small" else "")
         + f" | median of {steps} steps after {args.warmup} warm-up, variants interleaved"
     )
+    if args.crossover:
+        print(f"AdamW loop vs foreach (ours, fused=False) | torch {torch.__version__} | device {device} | "
+              f"threads {torch.get_num_threads()} | median of {steps} steps after {args.warmup} warm-up, interleaved")
+        print(f"{'numel per tensor x count':>26} {'loop ms':>9} {'foreach ms':>11} {'loop/foreach':>13}")
+        for numel, count, loop_ms, foreach_ms in crossover(device, steps, args.warmup):
+            print(f"{numel:>15,} x {count:>6} {loop_ms:>11.2f} {foreach_ms:>11.2f} {loop_ms / foreach_ms:>13.2f}", flush=True)
+        return {}
     print(header)
     print("'/torch foreach' = time / torch.optim.AdamW(foreach=True) time (lower is better); "
           "'seed loop/x' = speedup over the seed-style loop")

@@ -25,6 +25,14 @@ from torchlint.runtime import bench_optim  # noqa: E402
 EXACT = dict(rtol=0, atol=0)
 STEPS = 20
 
+
+def torch_twin(foreach):
+    """The torch.optim.AdamW that ours matches bit for bit: the loop, or with neither foreach nor fused given
+    (our default picks torch's fused kernel where this torch has one for the CPU) torch's fused path."""
+    if foreach is None and adamw_module.uses_fused_by_default(torch.zeros(1)):
+        return dict(fused=True)
+    return dict(foreach=False)
+
 # (shape, dtype) per parameter: mixed shapes (incl. 0-d and empty), fp32/fp64/bf16.
 PARAM_SPECS = [
     ((3, 5), torch.float32),
@@ -88,7 +96,7 @@ GROUP_CONFIGS = {
 @pytest.mark.parametrize("config", sorted(GROUP_CONFIGS))
 def test_matches_torch_adamw(config, foreach):
     ours = run(AdamW, GROUP_CONFIGS[config], foreach=foreach)
-    theirs = run(torch.optim.AdamW, GROUP_CONFIGS[config], foreach=False)
+    theirs = run(torch.optim.AdamW, GROUP_CONFIGS[config], **torch_twin(foreach))
     assert_same_run(*ours, *theirs, **EXACT)
 
 
@@ -97,7 +105,7 @@ def test_tensor_lr_matches_torch(foreach):
     # torch's own foreach rejects a tensor lr without capturable; ours reads it on the host.
     groups = [dict(lr=torch.tensor(0.01)), dict(lr=torch.tensor(3e-3), amsgrad=True, weight_decay=0.3)]
     ours = run(AdamW, groups, foreach=foreach)
-    theirs = run(torch.optim.AdamW, groups, foreach=False)
+    theirs = run(torch.optim.AdamW, groups, **torch_twin(foreach))
     assert_same_run(*ours, *theirs, **EXACT)
 
 
@@ -221,7 +229,7 @@ def test_nan_and_inf_grads_behave_like_torch(foreach):
             opt.step()
         return params, opt
 
-    ours, theirs = go(AdamW, foreach=foreach), go(torch.optim.AdamW, foreach=False)
+    ours, theirs = go(AdamW, foreach=foreach), go(torch.optim.AdamW, **torch_twin(foreach))
     assert torch.isnan(ours[0][0]).any()  # propagated, not masked
     for pa, pb in zip(ours[0], theirs[0]):
         torch.testing.assert_close(pa, pb, equal_nan=True, **EXACT)
@@ -320,8 +328,39 @@ def test_default_splits_a_group_between_paths(monkeypatch):
     monkeypatch.setattr(adamw_module, "_single_tensor_adamw", spy("loop", adamw_module._single_tensor_adamw))
     small, large = torch.zeros(10, requires_grad=True), torch.zeros(100, 100, requires_grad=True)
     small.grad, large.grad = torch.ones_like(small), torch.ones_like(large)
-    AdamW([small, large], amsgrad=True).step()
+    AdamW([small, large], amsgrad=True, fused=False).step()
     assert calls == {"foreach": [[(10,)]], "loop": [[(100, 100)]]}
+
+
+def test_default_is_torchs_fused_kernel_where_this_torch_has_one(monkeypatch):
+    fused_calls = []
+    real = adamw_module._fused_adamw
+    monkeypatch.setattr(adamw_module, "_fused_adamw", lambda params, *a, **k: fused_calls.append(len(params)) or real(params, *a, **k))
+    params = make_params()
+    set_random_grads(params, torch.Generator().manual_seed(0))
+    opt = AdamW(params)
+    opt.step()
+    has_cpu_kernel = hasattr(torch, "_fused_adamw_") and "cpu" in adamw_module._fused_devices()
+    assert fused_calls == ([len(params)] if has_cpu_kernel else [])
+    assert adamw_module.uses_fused_by_default(torch.zeros(3)) == has_cpu_kernel
+    assert not adamw_module.uses_fused_by_default(torch.zeros(3, dtype=torch.int64))  # floating point only
+    fused_calls.clear()
+    AdamW(params, foreach=False).step()  # an explicit path is kept
+    AdamW(params, fused=False).step()
+    assert fused_calls == []
+
+
+def test_default_fused_resumes_a_loop_checkpoint():
+    # A checkpoint written by the loop path (a CPU step) continues on the fused default like torch's fused.
+    gen = torch.Generator().manual_seed(7)
+    params = make_params()
+    checkpoint = copy.deepcopy(_train(functools.partial(AdamW, foreach=False), params, 3, gen).state_dict())
+    resumed = _train(AdamW, params, 3, gen, state_dict=checkpoint)
+    gen = torch.Generator().manual_seed(7)
+    twin_params = make_params()
+    twin_checkpoint = copy.deepcopy(_train(functools.partial(torch.optim.AdamW, foreach=False), twin_params, 3, gen).state_dict())
+    twin = _train(functools.partial(torch.optim.AdamW, **torch_twin(None)), twin_params, 3, gen, state_dict=twin_checkpoint)
+    assert_same_run(params, resumed, twin_params, twin, **EXACT)
 
 
 # --- the seed-style reference ------------------------------------------------------
