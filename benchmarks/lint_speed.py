@@ -1,11 +1,22 @@
-"""How fast torchlint checks a large real tree, beside TorchFix and Ruff in the same run.
+"""How fast torchlint checks a real tree, side by side in one run with its yardsticks.
 
-    python benchmarks/lint_speed.py [--tree DIR] [--jobs N] [--torchfix EXE] [--ruff EXE]
+    python benchmarks/lint_speed.py [--tree DIR ...] [--jobs N] [--repeat N] [--ruff EXE]
+                                    [--baseline CHECKOUT] [--torchfix EXE] [--slowest N]
 
-The default tree is the installed ``torch`` package (found without importing it). TorchFix checks about
-2,000 lines/s, so it runs on a subtree (``--torchfix-subtree``, default ``nn``) beside torchlint on the
-same subtree; its ratio is taken there. Every tool runs as its own subprocess; peak memory is the largest proportional set size (Pss) summed over the tool's process tree, sampled
-every 200 ms from /proc. Times are medians of ``--repeat`` runs. Prints a table, then the slowest files.
+For each tree (default: the installed ``torch`` package, found without importing it) it measures, each as its
+own subprocess, median of ``--repeat`` runs:
+
+- the floor: reading and ``ast.parse`` of every file, one core (what any Python-based linter pays);
+- torchlint cold (``--no-cache``) with one job and with ``--jobs`` jobs; warm (a filled cache) with both;
+- ``--baseline``: the same cold one-job run of another torchlint checkout (e.g. the commit before a change);
+- Ruff ``--select ALL``, one thread, no cache, one line per finding (``--output-format concise``), honestly
+  comparable: Ruff's default output prints code snippets;
+- TorchFix (``--torchfix``), on the ``--torchfix-subtree`` only (it checks about 2,000 lines/s).
+
+Peak memory is the largest proportional set size (Pss) summed over the tool's process tree, sampled every
+100 ms from /proc. It also counts the files each stage lets through (text, stdlib-ast, LibCST) and the files
+with a finding, and checks that the findings equal the baseline's (``--baseline``), rule for rule. Ratios are
+what to quote on a shared machine: every row of a tree is measured in the same run.
 """
 
 from __future__ import annotations
@@ -21,7 +32,18 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+# A subprocess that times the floor: read and ast.parse every file, one core.
+_AST_FLOOR = """
+import ast, pathlib, sys, warnings
+warnings.simplefilter("ignore")
+for path in sorted(pathlib.Path(sys.argv[1]).rglob("*.py")):
+    try:
+        ast.parse(path.read_bytes())
+    except (SyntaxError, ValueError):
+        pass
+"""
 
 
 def default_tree() -> Path:
@@ -29,15 +51,6 @@ def default_tree() -> Path:
     if spec is None or spec.origin is None:
         sys.exit("torch is not installed here: pass --tree DIR")
     return Path(spec.origin).parent
-
-
-def _torch_version(tree: Path) -> str:
-    version_file = tree / "version.py"
-    if version_file.is_file():
-        for line in version_file.read_text().splitlines():
-            if line.startswith("__version__"):
-                return line.split("=", 1)[1].strip().strip("'\"")
-    return ""
 
 
 def count_tree(tree: Path) -> Tuple[int, int]:
@@ -49,9 +62,8 @@ def count_tree(tree: Path) -> Tuple[int, int]:
     return files, lines
 
 
-def _tree_rss_kib(root_pid: int) -> int:
-    """Memory of a process and all its descendants, following /proc/<pid>/task/*/children. Proportional
-    set size (Pss): pages that forked workers share with their parent count once, not once per process."""
+def _tree_pss_kib(root_pid: int) -> int:
+    """Memory of a process and all its descendants (Pss: pages shared with a forked parent count once)."""
     total, stack = 0, [root_pid]
     while stack:
         pid = stack.pop()
@@ -61,45 +73,83 @@ def _tree_rss_kib(root_pid: int) -> int:
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     stack.extend(int(child) for child in f.read().split())
-        except (OSError, ValueError):
+        except (OSError, ValueError, StopIteration):
             continue
     return total
 
 
-def timed_run(cmd: Sequence[str], cwd: Optional[Path] = None) -> Tuple[float, float, int]:
-    """(wall seconds, peak MiB over the process tree, exit code)."""
+def timed_run(cmd: Sequence[str], cwd: Optional[Path] = None, env: Optional[dict] = None) -> Tuple[float, float, bytes]:
+    """(wall seconds, peak MiB over the process tree, stdout)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     peak = [0]
 
     def sample() -> None:
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            time.sleep(0.2)
+            peak[0] = max(peak[0], _tree_pss_kib(proc.pid))
+            time.sleep(0.1)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    _, err = proc.communicate()
+    out, err = proc.communicate()
     wall = time.perf_counter() - start
     sampler.join()
     if proc.returncode not in (0, 1):
-        print(f"warning: {cmd[0]} exited {proc.returncode}: {err.decode(errors='replace')[-500:]}", file=sys.stderr)
-    return wall, peak[0] / 1024, proc.returncode
+        print(f"warning: {cmd[:3]} exited {proc.returncode}: {err.decode(errors='replace')[-800:]}", file=sys.stderr)
+    return wall, peak[0] / 1024, out
 
 
-def median_run(cmd: Sequence[str], repeat: int, cwd: Optional[Path] = None, before=None) -> Tuple[float, float]:
-    walls, peaks = [], []
+def median_run(cmd: Sequence[str], repeat: int, cwd=None, env=None, before=None) -> Tuple[float, float, bytes]:
+    walls, peaks, out = [], [], b""
     for _ in range(repeat):
         if before is not None:
             before()
-        wall, peak, _ = timed_run(cmd, cwd)
+        wall, peak, out = timed_run(cmd, cwd, env)
         walls.append(wall)
         peaks.append(peak)
-    return statistics.median(walls), max(peaks)
+    return statistics.median(walls), max(peaks), out
+
+
+def findings(output: bytes, tree: Path, cwd: Path) -> List[Tuple[str, str]]:
+    """(code, the whole line with the path relative to the tree) per finding: path, position, message and fix
+    marker. Paths are shown relative to the run's working folder."""
+    out = []
+    for line in output.decode(errors="replace").splitlines():
+        shown, _, rest = line.partition(":")
+        line = f"{os.path.relpath((cwd / shown).resolve(), tree.resolve())}:{rest}"
+        code = next((word for word in line.split() if word[:2] == "TL" and word[2:5].isdigit()), "?")
+        out.append((code, line))
+    return sorted(out)
+
+
+def stage_counts(tree: Path) -> Dict[str, int]:
+    """Files that pass each pre-filter stage with every rule selected (in this process, no timing)."""
+    from torchlint.config import Settings
+    from torchlint.engine import _stdlib_ast
+    from torchlint.fileio import SourceError, decode_source
+    from torchlint.registry import all_rules
+
+    settings = Settings(root=tree)
+    rules = [rule() for rule in all_rules()]
+    counts = {"files": 0, "text stage": 0, "LibCST": 0}
+    for path in sorted(tree.rglob("*.py")):
+        counts["files"] += 1
+        try:
+            text = decode_source(path.read_bytes()).text
+        except (SourceError, OSError):
+            continue
+        candidates = [rule for rule in rules if rule.may_fire(text, settings)]
+        if not candidates:
+            continue
+        counts["text stage"] += 1
+        parsed = _stdlib_ast(text) if all(rule.has_ast_prefilter for rule in candidates) else None
+        if parsed is None or any(rule.may_fire_in_ast(parsed, text, settings) for rule in candidates):
+            counts["LibCST"] += 1
+    return counts
 
 
 def slowest_files(tree: Path, count: int) -> List[Tuple[float, str]]:
-    """Time each file alone in this process (serial, no cache): where a cold run spends its time."""
+    """Each file alone in this process (serial, no cache): where a cold run spends its time."""
     from torchlint.config import Settings
     from torchlint.runner import Job, process_file
 
@@ -112,74 +162,100 @@ def slowest_files(tree: Path, count: int) -> List[Tuple[float, str]]:
     return sorted(timings, reverse=True)[:count]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tree", type=Path, default=None, help="folder to check (default: the installed torch)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
-    parser.add_argument("--torchfix", default=shutil.which("torchfix"), help="TorchFix executable")
-    parser.add_argument("--ruff", default=shutil.which("ruff"), help="Ruff executable")
-    parser.add_argument("--slowest", type=int, default=5, help="how many of the slowest files to list")
-    parser.add_argument("--torchfix-subtree", default="nn", help="part of the tree to compare TorchFix on")
-    args = parser.parse_args(argv)
-
-    source_tree = (args.tree or default_tree()).resolve()
+def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
     torchlint = [sys.executable, "-m", "torchlint"]
-    common = ["check", "--select", "ALL", "--exit-zero", "--quiet"]
+    common = ["check", "--select", "ALL", "--exit-zero", "--quiet"]  # one line per finding, no summary
     files, lines = count_tree(source_tree)
-    sub_files, sub_lines = count_tree(source_tree / args.torchfix_subtree)
-    rows = []  # (label, lines checked, wall s, peak MiB)
+    rows: List[Tuple[str, float, float]] = []  # (label, wall s, peak MiB)
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed torchlint has its bytecode cached
 
     with tempfile.TemporaryDirectory() as scratch:
-        # A private copy, so the one-file-changed run can edit a file and the cache lives beside it.
-        tree = Path(scratch) / "tree"
-        shutil.copytree(source_tree, tree, ignore=shutil.ignore_patterns("__pycache__"))
+        tree = Path(scratch) / "tree"  # a private copy: the cache lives beside it, nothing else writes there
+        shutil.copytree(source_tree, tree, ignore=shutil.ignore_patterns("__pycache__", ".torchlint_cache"))
         cache = Path(scratch) / "cache"
 
-        def measure(label: str, cmd: Sequence[str], checked: int = lines, before=None, repeat: int = args.repeat):
-            wall, peak = median_run(cmd, repeat, before=before)
-            rows.append((label, checked, wall, peak))
-            print(f"  measured {label}: {wall:.2f} s", file=sys.stderr)
+        def measure(label: str, cmd: Sequence[str], cwd=None, repeat: int = args.repeat) -> bytes:
+            wall, peak, out = median_run(cmd, repeat, cwd=cwd, env=env)
+            rows.append((label, wall, peak))
+            print(f"  {source_tree.name}: {label}: {wall:.2f} s, {peak:.0f} MiB", file=sys.stderr, flush=True)
+            return out
 
-        measure("torchlint cold, 1 job", [*torchlint, *common, "--no-cache", "-j", "1", str(tree)])
+        timed_run([*torchlint, "--version"], env=env)  # write bytecode before timing anything
+        measure("ast.parse of every file, 1 core", [sys.executable, "-c", _AST_FLOOR, str(tree)])
+        cold_one = measure("torchlint cold, 1 job", [*torchlint, *common, "--no-cache", "-j", "1", str(tree)])
         measure(f"torchlint cold, {args.jobs} jobs", [*torchlint, *common, "--no-cache", "-j", str(args.jobs), str(tree)])
-        warm_cmd = [*torchlint, *common, "--cache-dir", str(cache), "-j", str(args.jobs), str(tree)]
-        timed_run(warm_cmd)  # fill the cache
-        measure("torchlint warm cache", warm_cmd)
-        victim = tree / "nn" / "modules" / "conv.py"
-        counter = [0]
-
-        def touch_one_file() -> None:
-            counter[0] += 1
-            with victim.open("a", encoding="utf-8") as f:
-                f.write(f"# edit {counter[0]}\n")
-
-        measure("torchlint warm, 1 file changed", warm_cmd, before=touch_one_file)
+        warm = [*torchlint, *common, "--cache-dir", str(cache)]
+        timed_run([*warm, "-j", str(args.jobs), str(tree)], env=env)  # fill the cache
+        measure("torchlint warm, 1 job", [*warm, "-j", "1", str(tree)])
+        measure(f"torchlint warm, {args.jobs} jobs", [*warm, "-j", str(args.jobs), str(tree)])
+        ours, before = findings(cold_one, tree, Path.cwd()), None
+        if args.baseline:
+            baseline_out = measure(f"baseline ({args.baseline.name}) cold, 1 job",
+                                   [sys.executable, "-m", "torchlint", *common, "--no-cache", "-j", "1", str(tree)],
+                                   cwd=args.baseline, repeat=args.baseline_repeat)
+            before = findings(baseline_out, tree, args.baseline)
         if args.ruff:
-            measure("Ruff --select ALL --no-cache",
-                    [args.ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero", "--quiet", str(tree)])
-        subtree = tree / args.torchfix_subtree
-        measure(f"torchlint cold, {args.jobs} jobs, {args.torchfix_subtree}/ only",
-                [*torchlint, *common, "--no-cache", "-j", str(args.jobs), str(subtree)], checked=sub_lines)
+            ruff_env = dict(env, RAYON_NUM_THREADS="1")
+            wall, peak, _ = median_run([args.ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero",
+                                        "--output-format", "concise", str(tree)], args.repeat, env=ruff_env)
+            rows.append(("Ruff --select ALL, 1 thread, concise", wall, peak))
+        torchfix_rows = []
         if args.torchfix:
-            measure(f"TorchFix -j {args.jobs}, {args.torchfix_subtree}/ only",
-                    [args.torchfix, "--select", "ALL", "-j", str(args.jobs), str(subtree)], checked=sub_lines, repeat=1)
+            subtree = tree / args.torchfix_subtree
+            sub_files, sub_lines = count_tree(subtree)
+            ours, _, _ = median_run([*torchlint, *common, "--no-cache", "-j", str(args.jobs), str(subtree)], args.repeat, env=env)
+            theirs, _, _ = timed_run([args.torchfix, "--select", "ALL", "-j", str(args.jobs), str(subtree)], env=env)
+            torchfix_rows = [(f"torchlint, {args.torchfix_subtree}/ ({sub_lines:,} lines)", ours),
+                             (f"TorchFix, {args.torchfix_subtree}/", theirs)]
 
-    torchfix_rate = next((n / wall for label, n, wall, _ in rows if label.startswith("TorchFix")), None)
-    print(f"\nTree: {source_tree.name} {_torch_version(source_tree)} ({files} files, {lines:,} lines; "
-          f"{args.torchfix_subtree}/: {sub_files} files, {sub_lines:,} lines); {os.cpu_count()} cores; "
-          f"python {sys.version.split()[0]}; median of {args.repeat} runs (TorchFix: 1)")
-    header = f"{'run':<40} {'lines':>10} {'wall s':>8} {'lines/s':>10} {'peak MiB':>9} {'vs TorchFix':>12}"
+    stages = stage_counts(source_tree)
+    floor = rows[0][1]
+    print(f"\nTree: {source_tree} ({files:,} files, {lines:,} lines); {os.cpu_count()} cores; python "
+          f"{sys.version.split()[0]}; median of {args.repeat} runs (baseline: {args.baseline_repeat})")
+    header = f"{'run':<44} {'wall s':>8} {'x ast.parse':>12} {'lines/s':>11} {'peak MiB':>9}"
     print(header)
     print("-" * len(header))
-    for label, checked, wall, peak in rows:
-        ratio = f"{(checked / wall) / torchfix_rate:.1f}x" if torchfix_rate else "n/a"
-        print(f"{label:<40} {checked:>10,} {wall:>8.2f} {checked / wall:>10,.0f} {peak:>9.0f} {ratio:>12}")
-    print("(vs TorchFix: lines/s over TorchFix's lines/s on the subtree)")
+    for label, wall, peak in rows:
+        print(f"{label:<44} {wall:>8.2f} {wall / floor:>11.2f}x {lines / wall:>11,.0f} {peak:>9.0f}")
+    for label, wall in torchfix_rows:
+        print(f"{label:<44} {wall:>8.2f}")
+    with_finding = len({line.split(":", 1)[0] for _, line in ours})
+    print(f"Files: {stages['files']:,}; past the text stage {stages['text stage']:,}; parsed by LibCST "
+          f"{stages['LibCST']:,}; with a finding {with_finding:,}; findings {len(ours):,} "
+          + " ".join(f"{code}={sum(1 for f in ours if f[0] == code)}" for code in sorted({f[0] for f in ours})))
+    if before is not None:
+        if before == ours:
+            print(f"Findings identical to the baseline's ({len(ours):,}).")
+        else:
+            lost, new = sorted(set(before) - set(ours)), sorted(set(ours) - set(before))
+            print(f"FINDINGS DIFFER from the baseline's: {len(lost)} lost, {len(new)} new")
+            for item in lost[:10]:
+                print(f"  lost: {item}")
+            for item in new[:10]:
+                print(f"  new:  {item}")
     if args.slowest:
-        print("\nSlowest files (serial, in-process, cold):")
+        print("Slowest files (serial, in-process, cold):")
         for seconds, name in slowest_files(source_tree, args.slowest):
             print(f"  {seconds * 1000:8.1f} ms  {name}")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tree", type=Path, action="append", help="folder to check (repeatable; default: torch)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    parser.add_argument("--baseline", type=Path, default=None, help="another torchlint checkout to compare with")
+    parser.add_argument("--baseline-repeat", type=int, default=1)
+    parser.add_argument("--ruff", default=shutil.which("ruff"), help="Ruff executable")
+    parser.add_argument("--torchfix", default=None, help="TorchFix executable")
+    parser.add_argument("--torchfix-subtree", default="nn")
+    parser.add_argument("--slowest", type=int, default=0, help="list the N slowest files")
+    args = parser.parse_args(argv)
+    if args.baseline is not None:
+        args.baseline = args.baseline.resolve()
+    for tree in args.tree or [default_tree()]:
+        bench_tree(tree.resolve(), args)
     return 0
 
 

@@ -56,20 +56,28 @@ Scalar = Union[float, Tensor]
 #     1,000,000 x   8             31.51       32.57         0.97
 #
 # Our foreach path cuts CPU lists into L2-sized chunks (CPU_FOREACH_CHUNK_NUMEL
-# below), which removes most of that penalty. Ours, 2 threads, 21 steps:
+# below), which removes most of that penalty. Re-measured after the loop stopped
+# keeping the previous tensor's temporaries alive (`python -m
+# torchlint.runtime.bench_optim --crossover --threads 1 --steps 15`, ours with
+# fused=False, on a shared 2-core machine under load 10-14: ratios only):
 #
 #     numel per tensor x count   loop ms   foreach ms   loop/foreach
-#           256 x 400              9.82        5.75         1.71
-#         4,096 x 200              6.47        5.27         1.23
-#         8,192 x 100              3.76        3.31         1.14
-#        16,384 x 100              5.04        4.97         1.01
-#        65,536 x  40              4.22        4.87         0.87
+#           256 x 400             62.79       44.87         1.40
+#         4,096 x 200             73.19       63.29         1.16
+#         8,192 x 100             55.48       37.36         1.49
+#        16,384 x 100             68.14       71.73         0.95
+#        65,536 x  40             75.75      100.85         0.75
+#     1,000,000 x   8            195.53      199.60         0.98
+#     4,000,000 x   8            815.86      811.91         1.00
 #
-# So on the CPU foreach pays for small tensors only; the crossover is near 16k
-# elements. The default therefore decides per tensor: CPU tensors of at most
-# CPU_FOREACH_MAX_NUMEL elements (with margin below the crossover) go through
-# the foreach path, larger ones through the loop (both paths give the same
-# numbers bit for bit on the CPU, so a group can be split between them).
+# So on the CPU foreach pays for small tensors only; the crossover is still
+# between 8k and 16k elements, and for large tensors the two now tie. When the
+# fused kernel is not used, the default therefore decides per tensor: CPU
+# tensors of at most CPU_FOREACH_MAX_NUMEL elements go through the foreach path,
+# larger ones through the loop (both paths give the same numbers bit for bit on
+# the CPU, so a group can be split between them). Where torch has a fused kernel
+# for the device (CPU since 2.4), the default is fused instead: 2 to 6x faster
+# than either on every shape measured (benchmarks/results/optim_cpu_*.txt).
 CPU_FOREACH_MAX_NUMEL = 8192
 
 
