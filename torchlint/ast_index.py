@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Union
+from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 from torchlint.analysis import _LOADER_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME
 
 AstFunction = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
 AstScope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
 AstLoop = Union[ast.For, ast.AsyncFor, ast.While]
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
 
@@ -96,72 +95,86 @@ class AstIndex:
 
     # --- the walk ---------------------------------------------------------------------------------
     def _walk(self, tree: ast.Module) -> None:
-        # Entries: (node, function, loop, body loop, class). ``loop`` takes the calls that run once per
-        # iteration (its header's too); ``body loop`` is the innermost loop whose body holds the node.
-        # An explicit stack: deep code must not hit the recursion limit.
-        stack: List[tuple] = [(tree, None, None, None, None)]
-        while stack:
-            node, function, loop, body_loop, klass = stack.pop()
-            if type(getattr(node, "body", None)) is list:
-                self._note_blocks(node)
-            if isinstance(node, ast.Call):
-                self._add_call(node, function, loop, body_loop)
-            elif isinstance(node, _FUNCTIONS):
-                if not isinstance(node, ast.Lambda):
-                    self.functions.append(node)
-                    self.class_of[node] = klass
-                    self._bind(node.name, None, function)
-                    for arg in _all_args(node.args):
-                        self._bind(arg.arg, None, node)
-                # the class stays: a def nested in a method still counts as the class's (FunctionInfo.class_name)
-                stack.extend((child, node, None, None, klass) for child in ast.iter_child_nodes(node))
-                continue
-            elif isinstance(node, ast.ClassDef):
-                stack.extend((child, function, None, None, node) for child in ast.iter_child_nodes(node))
-                continue
-            elif isinstance(node, _LOOPS):
-                info = AstLoopInfo(node, function, loop)
-                self.loops.append(info)
-                if isinstance(node, ast.While):
-                    header: List[ast.AST] = [node.test]
+        # Frames of (function, loop, body loop, class, nodes): the nodes share that context. ``loop`` takes
+        # the calls that run once per iteration (its header's too); ``body loop`` is the innermost loop whose
+        # body holds the node. An explicit stack: deep code must not hit the recursion limit.
+        frames: List[tuple] = [(None, None, None, None, [tree])]
+        imports: List[Union[ast.Import, ast.ImportFrom]] = []
+        while frames:
+            function, loop, body_loop, klass, nodes = frames.pop()
+            for node in nodes:
+                kind = type(node)
+                if kind in _BLOCK_TYPES:
+                    self._note_blocks(node)
+                if kind is ast.Call:
+                    self._add_call(node, function, loop, body_loop)
+                elif kind in _FUNCTION_TYPES:
+                    if kind is not ast.Lambda:
+                        self.functions.append(node)
+                        self.class_of[node] = klass
+                        self._bind(node.name, None, function)
+                        for arg in _all_args(node.args):
+                            self._bind(arg.arg, None, node)
+                    # the class stays: a def nested in a method still counts as the class's
+                    # (FunctionInfo.class_name)
+                    frames.append((node, None, None, klass, _children(node)))
+                    continue
+                elif kind is ast.ClassDef:
+                    frames.append((function, None, None, node, _children(node)))
+                    continue
+                elif kind in _LOOP_TYPES:
+                    info = AstLoopInfo(node, function, loop)
+                    self.loops.append(info)
+                    if kind is ast.While:
+                        header: List[ast.AST] = [node.test]
+                    else:
+                        header = [node.target, node.iter]
+                        for name in target_names(node.target):
+                            self._bind(name, None, function)
+                    frames.append((function, info, body_loop, klass, header))
+                    frames.append((function, info, info, klass, node.body + node.orelse))
+                    continue
+                elif kind is ast.Import or kind is ast.ImportFrom:
+                    imports.append(node)
+                    continue
+                elif kind is ast.Assign:
+                    for target in node.targets:
+                        if type(target) is ast.Name:
+                            self._bind(target.id, node.value, function)
+                        else:
+                            for name in target_names(target):
+                                self._bind(name, None, function)
+                elif kind is ast.AnnAssign:
+                    if type(node.target) is ast.Name and node.value is not None:
+                        self._bind(node.target.id, node.value, function)
+                elif kind is ast.AugAssign:
+                    if type(node.target) is ast.Name:
+                        self._bind(node.target.id, None, function)
+                elif kind is ast.With or kind is ast.AsyncWith:
+                    for item in node.items:
+                        if item.optional_vars is not None:
+                            for name in target_names(item.optional_vars):
+                                self._bind(name, None, function)
+                children = _children(node)
+                if children:
+                    frames.append((function, loop, body_loop, klass, children))
+        # The walk's order is not the source's: record imports in source order, so that the last binding of
+        # a name wins as in FileAnalysis (`try: from x import A` / `except: from y import B as A`).
+        for statement in sorted(imports, key=lambda i: (i.lineno, i.col_offset)):
+            self._add_import(statement)
+
+    def _add_import(self, node: Union[ast.Import, ast.ImportFrom]) -> None:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname is not None:
+                    self.imports[alias.asname] = alias.name
                 else:
-                    header = [node.target, node.iter]
-                    for name in target_names(node.target):
-                        self._bind(name, None, function)
-                stack.extend((child, function, info, body_loop, klass) for child in header)
-                stack.extend((child, function, info, info, klass) for child in node.body + node.orelse)
-                continue
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    if alias.asname is not None:
-                        self.imports[alias.asname] = alias.name
-                    else:
-                        root = alias.name.split(".")[0]
-                        self.imports[root] = root
-            elif isinstance(node, ast.ImportFrom):
-                if not node.level and node.module is not None:
-                    for alias in node.names:
-                        if alias.name != "*":
-                            self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif isinstance(node, ast.Assign):
-                for target in node.targets:
-                    if isinstance(target, ast.Name):
-                        self._bind(target.id, node.value, function)
-                    else:
-                        for name in target_names(target):
-                            self._bind(name, None, function)
-            elif isinstance(node, ast.AnnAssign):
-                if isinstance(node.target, ast.Name) and node.value is not None:
-                    self._bind(node.target.id, node.value, function)
-            elif isinstance(node, ast.AugAssign):
-                if isinstance(node.target, ast.Name):
-                    self._bind(node.target.id, None, function)
-            elif isinstance(node, (ast.With, ast.AsyncWith)):
-                for item in node.items:
-                    if item.optional_vars is not None:
-                        for name in target_names(item.optional_vars):
-                            self._bind(name, None, function)
-            stack.extend((child, function, loop, body_loop, klass) for child in ast.iter_child_nodes(node))
+                    root = alias.name.split(".")[0]
+                    self.imports[root] = root
+        elif not node.level and node.module is not None:
+            for alias in node.names:
+                if alias.name != "*":
+                    self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
 
     def _note_blocks(self, node: ast.AST) -> None:
         for block in (node.body, getattr(node, "orelse", None), getattr(node, "finalbody", None)):  # type: ignore
@@ -245,6 +258,41 @@ class AstIndex:
     def is_loader_name(self, expr: ast.AST) -> bool:
         name = dotted_name(expr)
         return name is not None and bool(_LOADER_NAME.search(name.split(".")[-1]))
+
+
+_FUNCTION_TYPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
+_LOOP_TYPES = frozenset({ast.For, ast.AsyncFor, ast.While})
+_BLOCK_TYPES = frozenset(t for t in vars(ast).values()
+                         if isinstance(t, type) and issubclass(t, ast.AST) and "body" in getattr(t, "_fields", ())
+                         and t not in (ast.Lambda, ast.IfExp, ast.Expression, ast.Interactive))
+
+
+def _leaf_types() -> frozenset:
+    """Node types that hold no call, binding or statement: the walk never enters them."""
+    leaves = {ast.Name, ast.Constant, ast.Pass, ast.Break, ast.Continue, ast.alias, ast.Global, ast.Nonlocal}
+    for base in (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop):
+        leaves.update(base.__subclasses__())
+    return frozenset(leaves)
+
+
+_LEAVES = _leaf_types()
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _children(node: ast.AST) -> List[ast.AST]:
+    """``ast.iter_child_nodes`` without the leaves, as a list."""
+    kind = type(node)
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f for f in kind._fields if f not in ("ctx", "op", "type_comment"))
+    out = []
+    for name in names:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            out.extend(item for item in value if isinstance(item, ast.AST) and type(item) not in _LEAVES)
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            out.append(value)
+    return out
 
 
 def _all_args(args: ast.arguments) -> Iterator[ast.arg]:

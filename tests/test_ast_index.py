@@ -1,0 +1,83 @@
+"""The ast stage's index means what FileAnalysis means: same imports, calls, loops, training loops, bindings."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+import libcst as cst
+import pytest
+
+from fixture_support import FIXTURES
+from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import index_of
+
+SAMPLES = sorted(FIXTURES.rglob("*.py"))
+
+TRICKY = textwrap.dedent(
+    """\
+    import torch as t, numpy
+    import os.path
+    try:
+        from torch.optim.lr_scheduler import LRScheduler
+    except ImportError:
+        from torch.optim.lr_scheduler import _LRScheduler as LRScheduler
+    from . import sibling
+    from x import *
+
+    def train(model, loader, opt):
+        import torch.nn.functional as F
+        for x, y in tqdm(loader):
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            print(loss.item())
+            for k in range(3):
+                helper(lambda: log(k))
+        while cond(opt):
+            pass
+
+    class Trainer:
+        def fit(self):
+            def inner():
+                for batch in self.data:
+                    self.optimizer.step()
+            return inner
+    """
+)
+
+
+def _facts_cst(source: str):
+    a = FileAnalysis(cst.parse_module(source), source)
+    loops = sorted((type(l.node).__name__, len(l.direct_calls), l.is_training) for l in a.loops)
+    calls = {name: len(calls) for name, calls in a.calls_by_name.items()}
+    functions = sorted((f.name, f.class_name is not None) for f in a.functions)
+    return a.imports, loops, calls, functions
+
+
+def _facts_ast(source: str):
+    index = index_of(ast.parse(source))
+    kinds = {"AsyncFor": "For"}
+    loops = sorted((kinds.get(type(l.node).__name__, type(l.node).__name__), len(l.direct_calls), l.is_training)
+                   for l in index.loops)
+    calls = {name: len(calls) for name, calls in index.calls_by_name.items()}
+    functions = sorted((f.name, index.class_of[f] is not None) for f in index.functions)
+    return index.imports, loops, calls, functions
+
+
+def test_tricky_module_has_the_same_facts():
+    assert _facts_ast(TRICKY) == _facts_cst(TRICKY)
+    index = index_of(ast.parse(TRICKY))
+    assert index.imports["LRScheduler"] == "torch.optim.lr_scheduler._LRScheduler"  # the last binding wins
+    assert index.qualified_name(ast.parse("t.nn.Linear", mode="eval").body) == "torch.nn.Linear"
+    printed = index.calls_by_name["print"][0]
+    assert index.training_loop_of(printed) is not None
+    logged = index.calls_by_name["log"][0]
+    assert index.training_loop_of(logged) is None  # inside a lambda: not run by the loop
+    assert index.training_loop_of(index.calls_by_name["tqdm"][0]) is None  # the loop's header
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_fixture_has_the_same_facts(path):
+    source = path.read_text(encoding="utf-8")
+    assert _facts_ast(source) == _facts_cst(source)
