@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from torchlint.analysis import FileAnalysis, call_name, keyword_arg
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -163,7 +163,12 @@ class BiasBeforeBatchNorm(Rule):
       (training from scratch gives the same function as before);
     - code that reads the layer's `.bias` (an init loop calling `nn.init.zeros_(m.bias)` without an
       `if m.bias is not None` guard, weight-transfer scripts) now gets `None`.
-    No fix is offered where the layer is also used without the BatchNorm (a module bound to a name that
+    No fix is offered where the file reads a layer's `.bias` without an `is not None` check (an init loop
+    `for m in self.modules(): if isinstance(m, nn.Conv2d): m.bias.data.zero_()`, a `weights_init(m)` testing
+    `classname.find("Conv") != -1`, `nn.init.zeros_(block[0].bias)`) unless an `isinstance` or class-name
+    test around it names only other layer types: after the fix that code would fail on `None`. Code in other
+    files that reads the bias cannot be seen. No fix is offered either where the layer is also used without
+    the BatchNorm (a module bound to a name that
     is used elsewhere, a `self.conv` called elsewhere or whose `.bias` the class reads): the finding is
     still reported.
 
@@ -209,8 +214,19 @@ class BiasBeforeBatchNorm(Rule):
             for finding in self._forward_findings(a, norm, class_facts):
                 record(finding)
 
+        hazards: Optional[List[_BiasUse]] = None
         for producer in sorted(order, key=lambda c: a.spans[c][0]):
             finding = findings[producer]
+            if finding.fixable:
+                if hazards is None:
+                    hazards = _unguarded_bias_uses(a)
+                use = next((h for h in hazards if h.may_touch(finding.producer_name)), None)
+                if use is not None:
+                    finding.fixable = False
+                    finding.why_not = (
+                        f"not fixed automatically: `{use.code}` reads a `.bias` without an `is not None` check "
+                        "and would fail once this bias is `None`"
+                    )
             message = (
                 f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, which subtracts the "
                 f"per-channel batch mean and cancels the bias: pass `bias=False`"
@@ -638,6 +654,127 @@ def _next_small_statement(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.B
     if not isinstance(following, cst.SimpleStatementLine) or not following.body:
         return None
     return following.body[0]
+
+
+# --- unguarded `.bias` uses: what `bias=False` would break --------------------------------------------
+
+
+@dataclass
+class _BiasUse:
+    """A ``<expr>.bias`` read with no ``is not None`` check, and the layer types its ``if``s restrict it to."""
+
+    code: str
+    types: Optional[Set[str]]  # isinstance(m, T) / type(m) is T: class names; None: any layer
+    substrings: Optional[Set[str]]  # "Conv" in classname / classname.find("Conv") != -1
+
+    def may_touch(self, layer: str) -> bool:
+        if self.types is None and self.substrings is None:
+            return True
+        if self.types is not None and any(t == layer or t not in _KNOWN_OTHER_TYPES for t in self.types):
+            return True
+        return self.substrings is not None and any(s in layer for s in self.substrings)
+
+
+# Layer classes an isinstance check can name that are not (and are no base class of) a Conv or Linear.
+_KNOWN_OTHER_TYPES = {
+    _short(q) for q in _LAYERS
+} | {
+    "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Embedding", "EmbeddingBag",
+    "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "MultiheadAttention", "PReLU", "RMSNorm",
+    "LocalResponseNorm", "Bilinear", "Identity",
+}
+
+
+def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
+    """Every ``x.bias`` in the file that would fail on ``None`` (``m.bias.data.zero_()``,
+    ``nn.init.zeros_(m.bias)``), outside an ``if ... bias is not None`` guard. ``self.bias`` (the module's
+    own parameter) and ``self.conv.bias`` (checked per class) are left out."""
+    uses = []
+    for node in m.findall(a.module, m.Attribute(attr=m.Name("bias"))):
+        base = node.value
+        if isinstance(base, cst.Name) and base.value == "self" or _self_attr(base) is not None:
+            continue
+        parent = a.parent(node)
+        if isinstance(parent, cst.AssignTarget) or _is_none_test(parent, node):
+            continue
+        if _is_bias_guarded(a, node):
+            continue
+        types, substrings = _type_guards(a, node)
+        statement = a.enclosing_statement(node)
+        code = a.module.code_for_node(statement if isinstance(statement, cst.SimpleStatementLine) else node).strip()
+        uses.append(_BiasUse(code.splitlines()[0][:80] if code else "x.bias", types, substrings))
+    return uses
+
+
+def _is_none_test(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:
+    """``x.bias is None`` / ``x.bias is not None`` / ``x.bias != None``."""
+    if not isinstance(parent, cst.Comparison) or parent.left is not node or len(parent.comparisons) != 1:
+        return False
+    target = parent.comparisons[0]
+    return isinstance(target.operator, (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual)) and _is_none(target.comparator)
+
+
+def _is_none(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _guarding_tests(a: FileAnalysis, node: cst.CSTNode):
+    """The tests of the ``if``s (statements and expressions) whose true branch holds ``node``, and the left
+    operands of an ``and`` it is on the right of."""
+    child = node
+    for ancestor in a.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            yield ancestor.test
+        elif isinstance(ancestor, cst.BooleanOperation) and isinstance(ancestor.operator, cst.And) and child is ancestor.right:
+            yield ancestor.left
+        elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return
+        child = ancestor
+
+
+def _is_bias_guarded(a: FileAnalysis, node: cst.Attribute) -> bool:
+    for test in _guarding_tests(a, node):
+        for comparison in m.findall(test, m.Comparison()):
+            left = comparison.left
+            named_bias = (isinstance(left, cst.Attribute) and left.attr.value == "bias") or (
+                isinstance(left, cst.Call) and call_name(left) == "getattr" and len(left.args) >= 2
+                and isinstance(left.args[1].value, cst.SimpleString) and left.args[1].value.evaluated_value == "bias")
+            if named_bias and any(isinstance(c.operator, (cst.IsNot, cst.NotEqual)) and _is_none(c.comparator)
+                                  for c in comparison.comparisons):
+                return True
+    return False
+
+
+def _type_guards(a: FileAnalysis, node: cst.CSTNode) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+    """Layer class names that ``isinstance``/``type`` checks around ``node`` name, and class-name substrings
+    that ``"Conv" in classname`` / ``classname.find("Conv") != -1`` checks look for (None: no such check)."""
+    types: Optional[Set[str]] = None
+    substrings: Optional[Set[str]] = None
+    for test in _guarding_tests(a, node):
+        if m.findall(test, m.UnaryOperation(operator=m.Not())):
+            continue  # `not isinstance(...)`: it names what the branch is not
+        for call in m.findall(test, m.Call()):
+            name = call_name(call)
+            if name in ("isinstance", "issubclass") and len(call.args) == 2:
+                spec = call.args[1].value
+                parts = [e.value for e in spec.elements] if isinstance(spec, (cst.Tuple, cst.List)) else [spec]
+                found = {(dotted_name(p) or "?").rsplit(".", 1)[-1] for p in parts}
+                types = found if types is None else types & found
+            elif name in ("find", "startswith", "endswith", "index") and call.args:
+                text = call.args[0].value
+                if isinstance(text, cst.SimpleString):
+                    substrings = (substrings or set()) | {text.evaluated_value}
+        for comparison in m.findall(test, m.Comparison()):
+            for target in comparison.comparisons:
+                if isinstance(target.operator, cst.In) and isinstance(comparison.left, cst.SimpleString):
+                    substrings = (substrings or set()) | {comparison.left.evaluated_value}
+                elif isinstance(target.operator, (cst.Is, cst.Equal)) and isinstance(comparison.left, cst.Call) \
+                        and call_name(comparison.left) == "type":
+                    found = {(dotted_name(target.comparator) or "?").rsplit(".", 1)[-1]}
+                    types = found if types is None else types & found
+    if types is not None and substrings is not None:
+        return types, None  # both forms: the isinstance check is the precise one
+    return types, substrings
 
 
 # --- the fix ---------------------------------------------------------------------------------------
