@@ -24,6 +24,7 @@ _GRAD_TEXT = re.compile(
     r"|\bgrad\s*\(|\bvjp\b|\bjvp\b|\bjacrev\b|\bjacfwd\b|\bhessian\b"
 )
 _GENERATOR_TEXT = re.compile(r"\byield\b")
+_NO_GRAD_TEXT = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _AWAIT_TEXT = re.compile(r"\bawait\b")
 
 # Words that make a function an evaluation function (the first or last word of its snake_case name).
@@ -55,6 +56,7 @@ _NOT_MODEL_FIRST_WORDS = {"build", "create", "get", "make", "load", "init", "sav
                           "gen", "new", "default", "instantiate", "construct"}
 _CAMEL_MODEL = re.compile(r"^(net|model)[A-Z0-9]\w*$|^[a-z]\w*(Net|Model)$")
 _NET_SUFFIX = re.compile(r"^[a-z]+net\d*$")  # resnet, unet, convnet, mobilenet2
+_CLASS_NAME = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)*$")  # PEP 8 class names: `Model`, `ResNet18`
 _MODEL_FACTORIES = re.compile(r"^(torchvision\.models\.|timm\.create_model$|transformers\.)|\.from_pretrained$")
 
 
@@ -123,7 +125,11 @@ class EvalWithoutNoGrad(Rule):
     pytest tests. Methods named `predict`/`evaluate` are flagged only when they also switch to eval mode or
     iterate an evaluation loader: on their own the name says too little about how the result is used.
     Registered factories (`@register_model def test_resnet(...)`) build a model and are skipped; a
-    constructor call (`Encoder(...)`, a class imported or defined in the file) is not a forward pass.
+    constructor call (`Encoder(...)`, a class imported or defined in the file, any `CamelCase(...)`) is not
+    a forward pass. Also silent: tests in pytest/unittest files (`test_*`, `testFoo`, their loops included),
+    functions that enter `torch.no_grad()` through `stack.enter_context(...)`, and functions the file never
+    calls but hands to other code (`inference_on_dataset(eval_fn, ...)`, a returned closure): the code
+    that runs them sets the grad mode.
 
     A module counts as a model when its name looks like one (`model`, `netD`, `generator`), when the code
     calls it after its `.eval()` (`G_AB.eval(); G_AB(x)`, also `enc = Encoder(...).eval()`), when it is bound
@@ -277,8 +283,15 @@ class _Checker:
         if _HOOK_NAME.search(info.name):
             return False
         words = info.name.strip("_").lower().split("_")
-        if words[0] == "test" and (pytest_file or not _has_params(node)):
+        if pytest_file and info.name.startswith("test"):
+            return True  # a test (`test_roi_heads`, unittest's `testKeypointHead`): a one-off run, loops included
+        if words[0] == "test" and not _has_params(node):
             return False  # a pytest test
+        if any(call_name(c) == "enter_context" and _NO_GRAD_TEXT.search(self._text(c))
+               for c in self.a.calls_in(node)):
+            return True  # `stack.enter_context(torch.no_grad())`: the rest of the function runs without autograd
+        if self._only_passed_along(info):
+            return True  # `inference_on_dataset(eval_wrapper, ...)`: the code it is handed to sets grad mode
         own_calls = self._own_calls(info)
         eval_receivers, switches_mode = self._eval_switches(info, own_calls)
         if switches_mode:  # model.train() in here too, or eval() only on some path: a mixed function
@@ -486,8 +499,11 @@ class _Checker:
         if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
             return False
         if isinstance(call.func, cst.Name) and call.func.value[:1].isupper() and (
-                call.func.value in self.a.imports or call.func.value in self._top_level_classes()):
+                call.func.value in self.a.imports or call.func.value in self._top_level_classes()
+                or _CLASS_NAME.match(call.func.value)):
             return False  # `Encoder(...)` builds a module; running it is a call of what it returns
+        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and last not in _NOT_A_RUN:
+            return True  # `agent.eval()` then `agent.get_action(obs)`
         if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
             return True
         if isinstance(call.func, cst.Name) and self._runs_model_argument(call, receivers):
@@ -508,7 +524,9 @@ class _Checker:
             if not (given in receivers or looks_like_model(given) or self._bound_to_model(arg.value)):
                 continue
             param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-            if param is not None and any(_runs(c, param) for c in self.a.calls_in(helper.node)):
+            if param is None or any("grad" in d or "inference" in d for d in helper.decorators):
+                continue
+            if any(_runs(c, param) and not self._guarded(c, helper.node) for c in self.a.calls_in(helper.node)):
                 return True
         return False
 
@@ -600,6 +618,19 @@ class _Checker:
                 return True
         return False
 
+    def _only_passed_along(self, info: FunctionInfo) -> bool:
+        """The function is never called in this file, only handed to another call as an argument."""
+        name = info.name
+        if self.a.calls_by_name.get(name):
+            return False
+        if info.parent is not None and any(isinstance(r, cst.Return) and isinstance(r.value, cst.Name)
+                                           and r.value.value == name for r in _walk_nodes(info.parent.node)):
+            return True  # a closure returned to the caller, who decides the grad mode it runs in
+        for call in self.a.calls:
+            if any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
+                return True
+        return False
+
     def _returns_nothing(self, name: str) -> bool:
         """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no
         stores into attributes, items, globals or lists it did not create."""
@@ -631,7 +662,8 @@ class _Checker:
 
 
 _NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_parameters", "state_dict", "modules",
-              "load_state_dict", "zero_grad", "apply", "children", "named_modules", "buffers", "half", "float"}
+              "load_state_dict", "zero_grad", "apply", "children", "named_modules", "buffers", "half", "float",
+              "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type"}  # HF generate() is no-grad itself
 
 
 def _runs(call: cst.Call, param: str) -> bool:
