@@ -247,7 +247,7 @@ class BiasBeforeBatchNorm(Rule):
                 continue
             if finding.condition is not None:
                 test = a.module.code_for_node(finding.condition).strip()
-                exact = f"not {test}" if isinstance(finding.condition, (cst.Name, cst.Attribute)) else f"not ({test})"
+                exact = _negated(a, finding.condition)
                 message = (
                     f"`{finding.producer_name}` feeds straight into `{finding.norm_name}` when `{test}` is true, and "
                     f"the BatchNorm cancels the bias there: pass `bias={exact}`"
@@ -580,14 +580,15 @@ def _flows_into_sequential(a: FileAnalysis, container: cst.CSTNode) -> bool:
     return _passed_to_sequential(a, name, a.scope_of(container))
 
 
-def _passed_to_sequential(a: FileAnalysis, name: str, scope: cst.CSTNode) -> bool:
+def _passed_to_sequential(a: FileAnalysis, name: str, scope: cst.CSTNode, follow_returns: bool = True) -> bool:
     for call in a.calls_in(scope):
         if a.scope_of(call) is not scope or not _is_sequential(a, call):
             continue
         for arg in call.args:
             if arg.star == "*" and isinstance(arg.value, cst.Name) and arg.value.value == name:
                 return True
-    return isinstance(scope, cst.FunctionDef) and _returns_name(scope, name) and _spliced_into_sequential(a, scope.name.value)
+    return (follow_returns and isinstance(scope, cst.FunctionDef) and _returns_name(scope, name)
+            and _spliced_into_sequential(a, scope.name.value))
 
 
 def _returns_name(function: cst.FunctionDef, name: str) -> bool:
@@ -599,6 +600,17 @@ def _spliced_into_sequential(a: FileAnalysis, helper: str) -> bool:
     for call in a.calls_by_name.get(helper, ()):
         arg = a.parent(call)
         if isinstance(arg, cst.Arg) and arg.star == "*" and _is_sequential(a, a.parent(arg)):
+            return True
+        # layers.extend(helper(...)) / layers += helper(...), then nn.Sequential(*layers)
+        holder = a.parent(arg) if isinstance(arg, cst.Arg) and not arg.star and arg.keyword is None else None
+        if isinstance(holder, cst.Call) and call_name(holder) == "extend" and len(holder.args) == 1:
+            found = _list_name_of(a, holder)
+        elif isinstance(arg, cst.AugAssign) and isinstance(arg.operator, cst.AddAssign) and arg.value is call \
+                and isinstance(arg.target, cst.Name):
+            found = (arg.target.value, arg)
+        else:
+            found = None
+        if found is not None and _passed_to_sequential(a, found[0], a.scope_of(call), follow_returns=False):
             return True
     return False
 
@@ -910,6 +922,15 @@ def _with_bias(a: FileAnalysis, call: cst.Call, value: cst.BaseExpression) -> Op
     if bias is not None:  # bias=True / positional True -> the new value
         return call.with_changes(args=[arg.with_changes(value=value) if arg is bias else arg for arg in call.args])
     return append_keyword(call, "bias", value)
+
+
+def _negated(a: FileAnalysis, test: cst.BaseExpression) -> str:
+    """``not <test>`` as code; ``if not first:`` gives ``first`` (the layers only test ``bias`` for truth)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        return a.module.code_for_node(inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, (cst.Name, cst.Attribute)) else inner).strip()
+    code = a.module.code_for_node(test).strip()
+    return f"not {code}" if isinstance(test, (cst.Name, cst.Attribute)) else f"not ({code})"
 
 
 def _is_pure(test: cst.BaseExpression) -> bool:
