@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, List, Optional, Set
+from typing import Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+from ._foreach_rewrite import NoFix, loop_context, rewrite_loop
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
 _FOREACH_TWINS = {
@@ -190,7 +192,21 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        ctx.report(node.iter, message=message)
+        fix, reason = self._rewrite(ctx, a, node)
+        if fix is None:
+            message += f"; no automatic fix: {reason}"
+        ctx.report(node.iter, message=message, fix=fix)
+
+    def _rewrite(self, ctx: RuleContext, a: FileAnalysis, node: cst.For) -> Tuple[Optional[Fix], str]:
+        """The unsafe fix lifting the loop into `torch._foreach_*` calls, or None and the reason there is none."""
+        where = loop_context(a, node, ctx.torch_version)
+        if where is None:
+            return None, "the file does not import torch"
+        try:
+            statements = rewrite_loop(node, where)
+        except NoFix as reason:
+            return None, str(reason)
+        return Fix({node: cst.FlattenSentinel(statements)}, Applicability.UNSAFE), ""
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
     def _check_foreach_false(self, ctx: RuleContext, a: FileAnalysis) -> None:
@@ -295,7 +311,14 @@ def _param_targets(a: FileAnalysis, iterable: cst.BaseExpression, target: cst.Ba
         for arg, element in zip(iterable.args, target.elements):
             if not arg.star and arg.keyword is None:
                 names |= _param_targets(a, arg.value, element.value)
+        if names:  # zip(shadow, params): the partner of a parameter is a per-parameter tensor too (an EMA copy)
+            names |= {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
         return names
+    if _is_state_dict_items(iterable):  # for k, v in ema.state_dict().items()
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            value = target.elements[1].value
+            return {value.value} if isinstance(value, cst.Name) else set()
+        return set()
     if isinstance(iterable, cst.Call) and call_name(iterable) == "named_parameters":
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
             value = target.elements[1].value
@@ -304,6 +327,13 @@ def _param_targets(a: FileAnalysis, iterable: cst.BaseExpression, target: cst.Ba
     if isinstance(target, cst.Name) and _is_params_expr(a, iterable, depth=0):
         return {target.value}
     return set()
+
+
+def _is_state_dict_items(iterable: cst.BaseExpression) -> bool:
+    return (
+        isinstance(iterable, cst.Call) and call_name(iterable) == "items" and isinstance(iterable.func, cst.Attribute)
+        and isinstance(iterable.func.value, cst.Call) and call_name(iterable.func.value) == "state_dict"
+    )
 
 
 def _is_params_expr(a: FileAnalysis, expr: cst.BaseExpression, depth: int) -> bool:
