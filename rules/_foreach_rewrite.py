@@ -173,13 +173,6 @@ class HostName:
     bound_at: int  # index of the statement that binds it
 
 
-@dataclass
-class _Out:
-    """The foreach section as it is built: statements, each with the comments of the statement it came from."""
-
-    lines: List[Tuple[str, Sequence[cst.EmptyLine]]] = field(default_factory=list)
-
-
 # --- the rewriter -------------------------------------------------------------------------------------------------
 
 
@@ -199,9 +192,9 @@ class LoopRewriter:
         self.body_bound: Set[str] = set()  # every name the loop body binds
         self.taken = set(ctx.taken_names)
         self.collected_hosts: Dict[str, str] = {}  # host name -> list name
+        self.collected_exprs: Dict[str, str] = {}  # per-parameter scalar expression -> list of float() of it
         self.env: Dict[str, str] = {}  # body name -> list name in the foreach section
         self.tensor_names: Set[str] = set()  # names the tensor statements bind (temporaries)
-        self.uses_lerp_end: Set[str] = set()  # roots used as a lerp end: collected in the EMA's dtype
         self.preferred_name: Optional[str] = None  # the name the next fresh list is bound to
         self.lerp_pairs: List[Tuple[str, str]] = []  # (EMA root, averaged root) of each lerp
         self.rebound_aliases: List[Tuple[str, str]] = []  # (list name, alias) collected as their own list
@@ -269,8 +262,11 @@ class LoopRewriter:
             if not isinstance(body, cst.IndentedBlock):
                 raise NoFix("the loop body is on the loop's line")
             last = statements[-1] if statements else None
+            updates_before = any(isinstance(small, (cst.Expr, cst.AugAssign))
+                                 for statement in statements[:-1] for small in self._flatten_one(statement))
             if (
-                isinstance(last, cst.If) and last.orelse is None and self._is_metadata_test(last.test)
+                isinstance(last, cst.If) and last.orelse is None and not updates_before
+                and self._is_metadata_test(last.test)
                 and not self._is_init_test(last.test)
                 and not (len(last.body.body) == 1 and self._is_exit(last.body.body[0]))
             ):
@@ -368,6 +364,8 @@ class LoopRewriter:
             if self._is_init_test(small.test):
                 return "reads_values" if self._read_init(small) else "init"
             if self._is_invariant(small.test):
+                if self._only_host_statements(small, index):
+                    return "host"  # `if corrected: scale = lr ** 2 / max_lr`: scalars only, first pass
                 return None  # an `if` on a loop-invariant condition: lifted around the foreach calls
             raise NoFix(f"`if {self._short(small.test)}:` decides per parameter")
         if isinstance(small, (cst.Pass,)):
@@ -380,28 +378,19 @@ class LoopRewriter:
             target = small.targets[0].target
             value = small.value
             if isinstance(target, cst.Name):
-                name = target.value
-                if self._is_state_access(value):
-                    if name in self.state_dicts or name in self.aliases:
-                        raise NoFix(f"`{name}` is bound twice")
-                    self.state_dicts.add(name)
-                    return "state"
-                if name in self.aliases or name in self.tensor_names:
-                    return None  # rebinding a per-parameter tensor name: done on the lists
-                root = self._root_key(value)
-                if root is not None:
-                    key, kind = root
-                    if kind == "tensor":
-                        if name in self.hosts:
-                            raise NoFix(f"`{name}` is bound twice")
-                        self.aliases[name] = key
-                        return "alias"
-                    self._bind_host(name, index, per_param=True, maybe_tensor=kind == "host_tensor")
-                    return "host"
-                if self._is_host_expr(value):
-                    self._bind_host(name, index, self._is_per_param(value), self._maybe_tensor(value))
-                    return "host"
-                return None
+                return self._binding_kind(target.value, value, index)
+            if (isinstance(target, cst.Tuple) and isinstance(value, cst.Tuple)
+                    and len(target.elements) == len(value.elements)
+                    and all(isinstance(e.value, cst.Name) for e in target.elements)
+                    and not any(isinstance(e, cst.StarredElement) for e in value.elements)):
+                # `exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]`: one binding per pair
+                kinds = {self._binding_kind(t.value.value, v.value, index)  # type: ignore[union-attr]
+                         for t, v in zip(target.elements, value.elements)}
+                if None in kinds:
+                    if kinds != {None}:
+                        raise NoFix(f"`{self._short(small)}` binds tensors and scalars together")
+                    raise NoFix(f"`{self._short(small)}` computes several tensors in one statement")
+                return "alias"
             if isinstance(target, cst.Subscript) and self._state_entry_kind(target) in ("host_tensor", "number"):
                 if self._is_host_expr(value):
                     return "host"
@@ -432,6 +421,49 @@ class LoopRewriter:
         if isinstance(small, cst.Raise):
             return "filter"
         raise NoFix(f"`{self._short(small)}` cannot be lifted")
+
+    def _only_host_statements(self, node: cst.If, index: int) -> bool:
+        """Every branch binds host scalars only (checked without binding anything: a tensor branch is
+        classified later, statement by statement)."""
+        for branch in self._if_branches(node):
+            for statement in branch:
+                for small in self._flatten_one(statement):
+                    if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                        target = small.targets[0].target
+                        if isinstance(target, cst.Name) and target.value not in self.aliases \
+                                and target.value not in self.tensor_names and self._root_key(small.value) is None \
+                                and self._is_host_expr(small.value):
+                            continue
+                    return False
+        for branch in self._if_branches(node):
+            for statement in branch:
+                for small in self._flatten_one(statement):
+                    self._first_pass_kind(small, index)
+        return True
+
+    def _binding_kind(self, name: str, value: cst.BaseExpression, index: int) -> Optional[str]:
+        """How ``name = value`` stays in the first pass ("state", "alias", "host"), or None: a tensor statement."""
+        if self._is_state_access(value):
+            if name in self.state_dicts or name in self.aliases:
+                raise NoFix(f"`{name}` is bound twice")
+            self.state_dicts.add(name)
+            return "state"
+        if name in self.aliases or name in self.tensor_names:
+            return None  # rebinding a per-parameter tensor name: done on the lists
+        root = self._root_key(value)
+        if root is not None:
+            key, kind = root
+            if kind == "tensor":
+                if name in self.hosts:
+                    raise NoFix(f"`{name}` is bound twice")
+                self.aliases[name] = key
+                return "alias"
+            self._bind_host(name, index, per_param=True, maybe_tensor=kind == "host_tensor")
+            return "host"
+        if self._is_host_expr(value):
+            self._bind_host(name, index, self._is_per_param(value), self._maybe_tensor(value))
+            return "host"
+        return None
 
     def _bind_host(self, name: str, index: int, per_param: bool, maybe_tensor: bool) -> None:
         if name in self.aliases or name in self.state_dicts:
@@ -497,8 +529,6 @@ class LoopRewriter:
                 return "tensor" if self._mentions_targets(value.args[0].value) else "unknown"
             if isinstance(value.func, cst.Attribute) and name in _NEW_LIKE_METHODS:
                 return "tensor" if self._mentions_targets(value.func.value) else "unknown"
-        if isinstance(value, cst.ParenthesizedWhitespace):
-            return "unknown"
         return "unknown"
 
     def _mentions_targets(self, expr: cst.BaseExpression) -> bool:
@@ -658,7 +688,15 @@ class LoopRewriter:
             return False
 
     def _is_invariant(self, expr: cst.BaseExpression) -> bool:
-        return self._is_host_expr(expr) and not (_names(expr) & self.body_bound)
+        """The same for every parameter: no per-parameter name (a name the body binds from invariants only,
+        like `nesterov = group["nesterov"]`, counts as invariant)."""
+        if not self._is_host_expr(expr):
+            return False
+        for name in _names(expr) & self.body_bound:
+            host = self.hosts.get(name)
+            if host is None or host.per_param:
+                return False
+        return True
 
     def _is_metadata_test(self, test: cst.BaseExpression) -> bool:
         """A test on metadata only: ``p.grad is None``, ``v.dtype.is_floating_point``, ``not p.requires_grad``."""
@@ -950,8 +988,7 @@ class LoopRewriter:
             raise NoFix(f"calls `{name}`, which the rewrite cannot lift")
         method = func.attr.value
         if not method.endswith("_") or method.startswith("_"):
-            if self._value(call, codes):
-                raise NoFix(f"`{self._short(call)}` computes a value and drops it")
+            raise NoFix(f"`{self._short(call)}` is not an in-place update the rewrite knows")
         receiver = func.value
         if isinstance(receiver, cst.Call) and isinstance(receiver.func, cst.Attribute) and receiver.func.attr.value.endswith("_") \
                 and not receiver.func.attr.value.startswith("_"):
@@ -1029,7 +1066,7 @@ class LoopRewriter:
                 raise NoFix(f"`{self._short(call)}`: arguments the rewrite does not know")
             other = self._value(positional[0].value, codes)
             if "alpha" in keywords:
-                alpha = self._scalar(keywords["alpha"])
+                alpha = self._scalar(keywords["alpha"], "alphas")
                 if not isinstance(other, TList) or alpha.per_param:
                     raise NoFix(f"`{self._short(call)}`: `alpha=` with a scalar or per-parameter value")
                 return [other], {"alpha": alpha}
@@ -1043,7 +1080,7 @@ class LoopRewriter:
             t2 = self._tensor(positional[1].value, codes)
             if "value" not in keywords:
                 return [t1, t2], {}
-            value = self._scalar(keywords["value"])
+            value = self._scalar(keywords["value"], f"{op}_values")
             if value.per_param:
                 return [t1, t2, value], {}
             return [t1, t2], {"value": value}
@@ -1060,7 +1097,7 @@ class LoopRewriter:
             if len(args) != 1 or args[0].keyword is not None:
                 raise NoFix(f"`{self._short(call)}`: arguments the rewrite does not know")
             return [self._tensor(args[0].value, codes)], {}
-        raise NoFix(f"`.{op}_()` has no `torch._foreach_*` twin the rewrite knows")
+        raise NoFix(f"`.{op}()` has no `torch._foreach_*` twin the rewrite knows")
 
     def _call(self, op: str, target: TList, values: Sequence[Value], keywords: Optional[Dict[str, Scalar]] = None) -> str:
         parts = [target.code] + [v.code for v in values]
@@ -1076,7 +1113,7 @@ class LoopRewriter:
             return TList(self._bind_fresh(value, codes), fresh=True)
         return value
 
-    def _value(self, expr: cst.BaseExpression, codes: List[str], materialize_as: Optional[str] = None) -> Value:
+    def _value(self, expr: cst.BaseExpression, codes: List[str]) -> Value:
         # per-parameter roots and names
         try:
             found = self._root_key(expr)
@@ -1102,11 +1139,11 @@ class LoopRewriter:
             left = self._value(expr.left, codes)
             right = self._value(expr.right, codes)
             if isinstance(left, TList):
-                return self._out_of_place(op, left, [right], {}, codes, materialize_as)
+                return self._out_of_place(op, left, [right], {}, codes)
             # scalar on the left: only the commutative ops and scalar ** tensor are exact
             assert isinstance(right, TList)
             if op in ("add", "mul"):
-                return self._out_of_place(op, right, [left], {}, codes, materialize_as)
+                return self._out_of_place(op, right, [left], {}, codes)
             if op == "pow" and not left.per_param:
                 return TList(f"{self.torch}._foreach_pow({left.code}, {right.code})", fresh=True, named=False)
             raise NoFix(f"`{self._short(expr)}`: a scalar {'minus' if op == 'sub' else 'over'} a tensor has no exact foreach form")
@@ -1114,13 +1151,13 @@ class LoopRewriter:
             if isinstance(expr.operator, cst.Minus):
                 inner = self._value(expr.expression, codes)
                 assert isinstance(inner, TList)
-                return self._out_of_place("neg", inner, [], {}, codes, materialize_as)
+                return self._out_of_place("neg", inner, [], {}, codes)
             raise NoFix(f"`{self._short(expr)}`: a unary operator without a foreach twin")
         if isinstance(expr, cst.Call):
-            return self._call_value(expr, codes, materialize_as)
+            return self._call_value(expr, codes)
         raise NoFix(f"`{self._short(expr)}` cannot be lifted")
 
-    def _call_value(self, call: cst.Call, codes: List[str], materialize_as: Optional[str]) -> Value:
+    def _call_value(self, call: cst.Call, codes: List[str]) -> Value:
         func = call.func
         name = call_name(call) or ""
         dotted = dotted_name(func) or ""
@@ -1129,7 +1166,7 @@ class LoopRewriter:
                 raise NoFix(f"calls `{dotted}`, which the rewrite cannot lift")
             first = self._tensor(call.args[0].value, codes)
             rest = call.with_changes(func=cst.Attribute(cst.Name("_"), cst.Name(name)), args=call.args[1:])
-            return self._method_value(name, first, rest, codes, materialize_as)
+            return self._method_value(name, first, rest, codes)
         if not isinstance(func, cst.Attribute):
             raise NoFix(f"calls `{dotted or self._short(func)}`, which the rewrite cannot lift")
         if name.endswith("_") and not name.startswith("_"):  # an in-place chain used as a value
@@ -1138,39 +1175,36 @@ class LoopRewriter:
             inner = self._tensor(func.value, codes)
             return TList(f"[t.clone() for t in {inner.code}]", fresh=True, named=False)
         receiver = self._tensor(func.value, codes)
-        return self._method_value(name, receiver, call, codes, materialize_as)
+        return self._method_value(name, receiver, call, codes)
 
-    def _method_value(self, name: str, receiver: TList, call: cst.Call, codes: List[str], materialize_as: Optional[str]) -> Value:
+    def _method_value(self, name: str, receiver: TList, call: cst.Call, codes: List[str]) -> Value:
         if name == "clamp":
             low, high = self._clamp_bounds(call.args, codes)
             result = receiver
-            first = True
             for op, bound in (("clamp_min", low), ("clamp_max", high)):
-                if bound is None:
-                    continue
-                result = self._out_of_place(op, result, [bound], {}, codes, materialize_as if first else None)
-                first = False
+                if bound is not None:
+                    result = self._out_of_place(op, result, [bound], {}, codes)
             return result
         if name == "lerp":
             end, weight = self._positional(call.args, 2, ("end", "weight"), call)
-            return self._out_of_place("lerp", receiver, [self._tensor(end, codes), self._scalar(weight)], {}, codes, materialize_as)
+            return self._out_of_place("lerp", receiver, [self._tensor(end, codes), self._scalar(weight)], {}, codes)
         if name in ("detach", "contiguous") and not call.args and receiver.fresh:
             return receiver
         values, keywords = self._op_args(name, call.args, call, codes)
-        return self._out_of_place(name, receiver, values, keywords, codes, materialize_as)
+        return self._out_of_place(name, receiver, values, keywords, codes)
 
     def _out_of_place(self, op: str, receiver: TList, values: Sequence[Value], keywords: Dict[str, Scalar],
-                      codes: List[str], materialize_as: Optional[str]) -> TList:
+                      codes: List[str]) -> TList:
         """``op`` applied to a list: in place on a fresh unnamed list (after binding it), else a new list."""
         if op in ("add", "sub", "mul", "div", "pow") and values and isinstance(values[0], Scalar) and keywords:
             raise NoFix(f"`{op}` with a scalar and `alpha=`")
         if receiver.fresh and not receiver.named:
-            name = self._bind_fresh(receiver, codes, materialize_as)
+            name = self._bind_fresh(receiver, codes)
             codes.append(self._call(op + "_", TList(name), values, keywords))
             return TList(name, fresh=True)
         return TList(self._call(op, receiver, values, keywords), fresh=True, named=False)
 
-    def _bind_fresh(self, value: TList, codes: List[str], materialize_as: Optional[str] = None) -> str:
+    def _bind_fresh(self, value: TList, codes: List[str]) -> str:
         name = self.preferred_name
         self.preferred_name = None
         if name is None:
@@ -1192,7 +1226,9 @@ class LoopRewriter:
         return False
 
     # scalars
-    def _scalar(self, expr: cst.BaseExpression) -> Scalar:
+    def _scalar(self, expr: cst.BaseExpression, role: str = "scalars") -> Scalar:
+        """A scalar argument: as written where it is the same for every parameter, else a list per parameter
+        (``role`` names a list collected for a whole expression, e.g. ``addcdiv_values``)."""
         if self._mentions_tensor(expr):
             raise NoFix(f"`{self._short(expr)}` is used as a scalar but holds a tensor")
         if not self._is_host_expr(expr):
@@ -1206,16 +1242,36 @@ class LoopRewriter:
         code = _code(self.module, expr).strip()
         if not per_param:
             return Scalar(code)
-        lists = [self._collect_host(n) for n in per_param]
         if isinstance(expr, cst.Name):
-            return Scalar(lists[0], per_param=True)
-        if any(self.hosts[n].maybe_tensor for n in per_param) and not (
-            isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, cst.Name)
-        ):
-            raise NoFix(f"`{self._short(expr)}` computes with per-parameter 0-d tensors; bind it to a name first")
+            return Scalar(self._collect_host(expr.value), per_param=True)
+        if any(self.hosts[n].maybe_tensor for n in per_param) and not self._floats_at_leaves(expr, set(per_param)):
+            # It may compute on 0-d tensors (rounding in float32): evaluate it as written in the first pass and
+            # collect float() of it, which is what the op does with a 0-d tensor passed as a scalar.
+            if code not in self.collected_exprs:
+                self.collected_exprs[code] = self._fresh(role)
+            return Scalar(self.collected_exprs[code], per_param=True)
+        lists = [self._collect_host(n) for n in per_param]
         if len(per_param) == 1:
             return Scalar(f"[{code} for {per_param[0]} in {lists[0]}]", per_param=True)
         return Scalar(f"[{code} for {', '.join(per_param)} in zip({', '.join(lists)})]", per_param=True)
+
+    def _floats_at_leaves(self, expr: cst.BaseExpression, names: Set[str]) -> bool:
+        """Each per-parameter name is turned into a python float before any arithmetic (``-x``,
+        ``math.sqrt(x)``, ``float(x)``): then computing on the collected floats gives the same numbers."""
+        for node in walk(expr):
+            if not (isinstance(node, cst.Name) and node.value in names):
+                continue
+            parent = self.ctx.analysis.parent(node)
+            if isinstance(parent, cst.UnaryOperation) and isinstance(parent.operator, cst.Minus):
+                continue  # negation is exact
+            if isinstance(parent, cst.Arg):
+                call = self.ctx.analysis.parent(parent)
+                if isinstance(call, cst.Call) and len(call.args) == 1 and (
+                    (dotted_name(call.func) or "").startswith("math.") or call_name(call) in ("float", "abs")
+                ):
+                    continue
+            return False
+        return True
 
     def _collect_host(self, name: str) -> str:
         if name not in self.collected_hosts:
@@ -1257,21 +1313,24 @@ class LoopRewriter:
             target = call.func.value
             parts = self._weighted_sum(call.args[0].value, target)
             if parts is not None:
-                end, weight, d = parts
-                if _is_one_minus(weight, d, self.module):
-                    return self._lerp_code(target, end, weight)
+                return self._lerp_code(target, *parts)
         return None
 
     def _weighted_sum(self, expr: cst.BaseExpression, target: cst.BaseExpression):
-        """``d * e + (1 - d) * p`` (either order of each product) -> (p, 1 - d, d), with e being ``target``."""
+        """``d * e + (1 - d) * p`` (products and terms in either order) -> (p, 1 - d), with e being ``target``."""
         if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add)):
             return None
         first, second = self._product(expr.left), self._product(expr.right)
         if first is None or second is None:
             return None
         (a_tensor, a_scalar), (b_tensor, b_scalar) = first, second
-        if self._same_root(a_tensor, target) and not self._same_root(b_tensor, target):
-            return b_tensor, b_scalar, a_scalar
+        if self._same_root(b_tensor, target):  # `tau * p + (1 - tau) * e`: the average's term second
+            (a_tensor, a_scalar), (b_tensor, b_scalar) = (b_tensor, b_scalar), (a_tensor, a_scalar)
+        if not self._same_root(a_tensor, target) or self._same_root(b_tensor, target):
+            return None
+        # d * e + (1 - d) * p, or (1 - tau) * e + tau * p: lerp(e, p, weight of p)
+        if _is_one_minus(b_scalar, a_scalar, self.module) or _is_one_minus(a_scalar, b_scalar, self.module):
+            return b_tensor, b_scalar
         return None
 
     def _product(self, expr: cst.BaseExpression):
@@ -1369,6 +1428,7 @@ class LoopRewriter:
         collected = [(root.list_name, self._collected_expr(root)) for root in roots]
         collected += self.rebound_aliases
         collected += [(list_name, self._host_collect_expr(name)) for name, list_name in self.collected_hosts.items()]
+        collected += [(list_name, f"float({code})") for code, list_name in self.collected_exprs.items()]
         list_names = [name for name, _ in collected]
         buckets = self._fresh("buckets")
         # The bucket key: device and dtype of each tensor the loop gets from outside (its targets, other dicts'
@@ -1390,10 +1450,14 @@ class LoopRewriter:
             bucket_line = f"{list_names[0]} = {buckets}.setdefault({key}, [])"
             loop_target = list_names[0]
         else:
-            bucket_line = f"{', '.join(list_names)} = {buckets}.setdefault({key}, ({empties}))"
-            if len(bucket_line) + self._indent_width() > 110:
-                bucket_line = f"{', '.join(list_names)} = {buckets}.setdefault(\n    {key}, ({empties})\n)"
-            loop_target = ", ".join(list_names)
+            names = ", ".join(list_names)
+            width = 110 - self._indent_width()
+            if len(names) + 4 > width:  # one name per line: long tuples read better that way
+                names = "(\n" + "".join(f"    {name},\n" for name in list_names) + ")"
+            bucket_line = f"{names} = {buckets}.setdefault({key}, ({empties}))"
+            if len(bucket_line.splitlines()[-1]) > width:
+                bucket_line = f"{names} = {buckets}.setdefault(\n    {key}, ({empties})\n)"
+            loop_target = names
         collect_lines = [bucket_line] + [f"{name}.append({expr})" for name, expr in collected]
         collect_statements = [cst.parse_statement(line + "\n", config=self.module.config_for_parsing) for line in collect_lines]
 
@@ -1402,12 +1466,9 @@ class LoopRewriter:
         new_body = first_pass_block
         for outer in reversed(block_path[:-1]):
             new_body = self._replace_last(outer, new_body)
-        comments = [
-            cst.EmptyLine(comment=cst.Comment(text)) for text in (
-                "# Rewritten for torch._foreach_*: the first loop collects each parameter's tensors, grouped by",
-                "# device and dtype (one of each per call); the second updates each group with one call per op.",
-            )
-        ]
+        comments = [cst.EmptyLine(comment=cst.Comment(
+            "# Batched with torch._foreach_*: collect the tensors per (device, dtype), then one call per op."
+        ))]
         init = cst.parse_statement(f"{buckets} = {{}}\n", config=self.module.config_for_parsing)
         init = init.with_changes(leading_lines=[*self.loop.leading_lines, *comments])
         first_loop = self.loop.with_changes(body=new_body, leading_lines=[])
