@@ -208,8 +208,8 @@ class LoopRewriter:
         if loop.orelse is not None:
             raise NoFix("the loop has an `else:` clause")
         self._read_header()
-        prelude, block_path = self._find_update_block()
         self._collect_bound_names(loop.body)
+        prelude, block_path = self._find_update_block()
         statements = self._flatten(block_path[-1])
         self._check_float_guard(self._guard_tests(prelude + list(block_path[-1].body), block_path))
         first_pass, tensor_statements = self._classify(prelude, statements)
@@ -367,7 +367,9 @@ class LoopRewriter:
                 if self._only_host_statements(small, index):
                     return "host"  # `if corrected: scale = lr ** 2 / max_lr`: scalars only, first pass
                 return None  # an `if` on a loop-invariant condition: lifted around the foreach calls
-            raise NoFix(f"`if {self._short(small.test)}:` decides per parameter")
+            if self._is_metadata_test(small.test):
+                raise NoFix(f"`if {self._short(small.test)}:` takes a different branch for some parameters")
+            raise NoFix(f"`if {self._short(small.test)}:` depends on tensor values (data-dependent control flow)")
         if isinstance(small, (cst.Pass,)):
             return "host"
         if isinstance(small, cst.Expr):
@@ -554,7 +556,10 @@ class LoopRewriter:
             raise NoFix("a state key is not a string literal")
         kind = self.state_entries.get(key)
         if kind is None:
-            raise NoFix(f"state[{key!r}] is not created by the loop's lazy initialisation, so its kind is unknown")
+            raise NoFix(
+                f"state[{key!r}] is not created by the loop's lazy initialisation (`if len(state) == 0:`), so the "
+                "rewrite cannot tell a tensor from a number"
+            )
         if kind == "device_tensor":
             raise NoFix(f"state[{key!r}] is a scalar tensor on the parameter's device")
         if kind == "unknown":
@@ -1174,6 +1179,8 @@ class LoopRewriter:
         if name == "clone" and not call.args:
             inner = self._tensor(func.value, codes)
             return TList(f"[t.clone() for t in {inner.code}]", fresh=True, named=False)
+        if not self._mentions_tensor(func.value):
+            raise NoFix(f"calls `{dotted or self._short(func)}`, which the rewrite cannot lift")
         receiver = self._tensor(func.value, codes)
         return self._method_value(name, receiver, call, codes)
 
@@ -1467,7 +1474,7 @@ class LoopRewriter:
         for outer in reversed(block_path[:-1]):
             new_body = self._replace_last(outer, new_body)
         comments = [cst.EmptyLine(comment=cst.Comment(
-            "# Batched with torch._foreach_*: collect the tensors per (device, dtype), then one call per op."
+            f"# Batched with {self.torch}._foreach_*: collect the tensors per (device, dtype), then one call per op."
         ))]
         init = cst.parse_statement(f"{buckets} = {{}}\n", config=self.module.config_for_parsing)
         init = init.with_changes(leading_lines=[*self.loop.leading_lines, *comments])

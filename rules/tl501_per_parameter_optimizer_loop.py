@@ -177,7 +177,7 @@ class PerParameterOptimizerLoop(Rule):
             if _SINGLE_TENSOR_FUNCTION.search(function.name):
                 return  # the deliberate per-parameter path beside a foreach/fused one (as torch.optim ships)
             function = function.parent
-        if _beside_foreach_branch(a, node):
+        if _beside_foreach_branch(a, node) or _collects_for_foreach(a, node):
             return
         body = _LoopBody(params, {local for local, target in a.imports.items() if target == "torch"})
         node.body.visit(body)
@@ -264,6 +264,28 @@ def _beside_foreach_branch(a: FileAnalysis, loop: cst.For) -> bool:
         if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
             return False
         if isinstance(ancestor, (cst.If, cst.IfExp)) and _FOREACH_FLAG.search(a.module.code_for_node(ancestor.test)):
+            return True
+    return False
+
+
+def _collects_for_foreach(a: FileAnalysis, loop: cst.For) -> bool:
+    """The loop appends to lists that a later ``torch._foreach_*`` call takes: it is the collecting pass of a
+    foreach implementation (whatever host bookkeeping it also does, like ``state["step"] += 1``)."""
+    appended = {
+        call.func.value.value
+        for call in a.calls_in(loop.body)
+        if call_name(call) == "append" and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+    }
+    if not appended:
+        return False
+    scope = a.scope_of(loop)
+    for call in a.calls_in(scope):
+        if a.comes_before(call, loop) or a.contains(loop, call):
+            continue
+        name = call_name(call) or ""
+        if name.startswith("_foreach_") and any(
+            isinstance(arg.value, cst.Name) and arg.value.value in appended for arg in call.args
+        ):
             return True
     return False
 

@@ -22,7 +22,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from fixture_support import FIXTURES, fix  # noqa: E402
+from fixture_support import FIXTURES, fix, lint  # noqa: E402
 
 STEPS = 10
 EXACT = dict(rtol=0, atol=0)
@@ -155,3 +155,10 @@ def test_rewrite_matches_the_loop_after_ten_steps(case):
     assert not all(torch.equal(b, i) for b, i in zip(before, initial))  # the update ran
     for b, a in zip(before, after):
         torch.testing.assert_close(a, b, **tolerance)
+
+
+@pytest.mark.parametrize("fixture", sorted({fixture for fixture, _, _ in CASES.values()}))
+def test_rewritten_loops_are_not_reported_again(fixture):
+    source, fixed = _fixed(fixture)
+    report_only = [d.message for d in lint(source, "TL501") if d.fix is None]
+    assert [d.message for d in lint(fixed, "TL501")] == report_only
