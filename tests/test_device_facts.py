@@ -54,6 +54,7 @@ def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
         "import torch\nx = torch.zeros(3, dtype=torch.float16)\n",
         "from accelerate import Accelerator\n",
         "import lightning as L\ntrainer = L.Trainer(precision='bf16-mixed')\n",
+        "import torch\nfrom functools import partial\namp_autocast = partial(torch.autocast, device_type='cuda')\n",
     ],
 )
 def test_mixed_precision_evidence(source):
