@@ -17,6 +17,9 @@ from torchlint.script_facts import ast_call_name, ast_has_training_loop
 # The first PyTorch version with a fused CUDA implementation of each optimizer.
 FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}
 CPU_FUSED_SINCE = (2, 4)  # before it, fused=True raises on a CPU parameter
+# From these versions the fused kernel also exists on the CPU and on MPS (Apple GPUs), the devices a
+# script falls back to: only then is adding it unable to break a run on another machine.
+EVERY_DEVICE_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (2, 4), "AdamW": (2, 4), "SGD": (2, 5)}
 _QUALIFIED = {f"torch.optim.{name}": name for name in FUSED_SINCE}
 _QUALIFIED.update({"torch.optim.adam.Adam": "Adam", "torch.optim.adamw.AdamW": "AdamW", "torch.optim.sgd.SGD": "SGD"})
 # Arguments that decide the implementation, or make fused=True an error.
@@ -68,9 +71,10 @@ class OptimizerNotFused(Rule):
 
     ## Fix safety
     The fix adds `fused=True`. It is **unsafe**:
-    - Every parameter must be a floating-point tensor on a device with fused kernels: CUDA, and since
-      PyTorch 2.4 the CPU (and MPS for Adam/AdamW). Before 2.4, a script that falls back to the CPU
-      (`"cuda" if torch.cuda.is_available() else "cpu"`) raises there, so with an older `torch-version` the
+    - Every parameter must be a floating-point tensor on a device with fused kernels: CUDA; since
+      PyTorch 2.4 the CPU, and Apple GPUs (MPS) for Adam/AdamW; MPS for SGD since 2.5. A script that
+      falls back to another device (`"cuda" if torch.cuda.is_available() else "cpu"`) would raise there,
+      so the fix is offered only from those versions (2.4 for Adam/AdamW, 2.5 for SGD); before them the
       rule reports without a fix. Files that mention MPS, XLA or other devices get no fix either.
     - `fused=True` cannot be combined with `foreach=True` or `differentiable=True` (no finding then).
     - Resuming from a checkpoint: `optimizer.load_state_dict(...)` restores each parameter group's saved
@@ -82,7 +86,7 @@ class OptimizerNotFused(Rule):
 
     ## PyTorch versions
     Fused CUDA implementations: Adam since 1.13, AdamW since 2.0, SGD since 2.3; CPU support for all three
-    since 2.4. The foreach implementation is the CUDA default since 2.0 (before it, the default was the
+    since 2.4; MPS support for Adam/AdamW since 2.4 and for SGD since 2.5. The foreach implementation is the CUDA default since 2.0 (before it, the default was the
     per-parameter loop). Adagrad also has a fused implementation in recent releases; the rule does not
     cover it.
     """
@@ -146,6 +150,12 @@ class OptimizerNotFused(Rule):
             ctx.report(call.func, message=(
                 f"{message}; before PyTorch 2.4 it raises for CPU parameters, so pass it where the model is "
                 "always on CUDA (not fixed automatically)"
+            ))
+            return
+        if ctx.torch_version < EVERY_DEVICE_SINCE[optimizer]:
+            ctx.report(call.func, message=(
+                f"{message} (not fixed automatically: before PyTorch 2.5 fused `SGD` raises on Apple GPUs (MPS), "
+                "which a script may fall back to)"
             ))
             return
         if other_device is not None:

@@ -119,15 +119,36 @@ def _weight_decay(a: FileAnalysis, call: cst.Call) -> Optional[cst.CSTNode]:
 
 
 def _is_nonzero_constant(a: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
-    """A number literal other than zero, or a name bound once to one (``decay = 1e-4``)."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        expr = expr.expression
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        try:
-            return float(expr.value.replace("_", "")) != 0.0
-        except ValueError:
-            return False
+    """A non-zero number (a literal or arithmetic on literals), or a name bound once to one (``decay = 1e-4``)."""
+    value = _number(expr)
+    if value is not None:
+        return value != 0.0
     if isinstance(expr, cst.Name) and depth < 3 and not is_literal(expr, "None"):
         value = a.single_value(expr.value, a.scope_of(expr))
         return value is not None and _is_nonzero_constant(a, value, depth + 1)
     return False
+
+
+def _number(expr: cst.BaseExpression) -> Optional[float]:
+    """The value of a number literal or of arithmetic on literals (``2.5 * 1e-5``), else None."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
+        inner = _number(expr.expression)
+        return None if inner is None else (-inner if isinstance(expr.operator, cst.Minus) else inner)
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        try:
+            return float(expr.value.replace("_", ""))
+        except ValueError:
+            return None
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = _number(expr.left), _number(expr.right)
+        if left is None or right is None:
+            return None
+        if isinstance(expr.operator, cst.Multiply):
+            return left * right
+        if isinstance(expr.operator, cst.Divide) and right != 0:
+            return left / right
+        if isinstance(expr.operator, cst.Add):
+            return left + right
+        if isinstance(expr.operator, cst.Subtract):
+            return left - right
+    return None

@@ -150,11 +150,12 @@ def _conv_model_anchor(a: FileAnalysis) -> Optional[cst.CSTNode]:
         last = qualified.rsplit(".", 1)[-1]
         if qualified.startswith("torch.nn.") and _CONV.match(last):
             conv_layers.append(call)
-        elif isinstance(call.func, cst.Subscript) and qualified.startswith("torchvision.models"):
-            builds.append(call)  # models.__dict__[args.arch]()
-        elif (qualified.startswith(_MODEL_ZOOS) and _ZOO_FACTORY.match(last) and last not in _NOT_FACTORIES
-              and (qualified.startswith("torchvision.") or last == "create_model")):
-            builds.append(call)
+        elif (isinstance(call.func, cst.Subscript) and qualified.startswith("torchvision.models")) or (
+            qualified.startswith(_MODEL_ZOOS) and _ZOO_FACTORY.match(last) and last not in _NOT_FACTORIES
+            and (qualified.startswith("torchvision.") or last == "create_model")
+        ):  # `models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`
+            in_class = any(isinstance(p, cst.ClassDef) for p in a.ancestors(call))
+            (conv_layers if in_class else builds).append(call)  # inside a class: the class is the model
     if not builds and not conv_layers:
         return None
     conv_classes = _classes_holding(a, conv_layers)

@@ -13,11 +13,19 @@ from torchlint.script_facts import ast_call_name, ast_has_training_loop, first_t
 # Any word about reduced precision (code, flags or comments): the author has considered it, or a flag or
 # configuration decides it elsewhere (`args.amp`, `cfg.SOLVER.AMP`, `use_fp16`), or a framework does.
 _PRECISION_WORDS = re.compile(
-    r"autocast|GradScaler|(?i:\bamp\b|_amp\b|\bamp_|fp16|bf16|float16|bfloat16|\.half\(|mixed.precision"
+    r"autocast|GradScaler|(?i:\bamp\b|_amp\b|\bamp_|fp16|bf16|float16|bfloat16|\.half\(|mixed.?precision"
     r"|half.precision|precision\s*=)"
 )
 # Double precision is a requirement, not an oversight: mixed precision is not the advice there.
 _DOUBLE_TEXT = re.compile(r"float64|\.double\(\)|torch\.double\b|set_default_dtype|set_default_tensor_type")
+# Sharded or tensor-parallel training takes its precision from the sharding policy (FSDP's `MixedPrecision`,
+# set where the model is wrapped); reinforcement-learning agents are small models bound by kernel launches
+# and by the environment, where reduced precision adds casts and gains nothing.
+_ELSEWHERE_TEXT = re.compile(
+    r"\bFSDP\b|FullyShardedDataParallel|fully_shard|parallelize_module|init_device_mesh|DeviceMesh"
+    r"|^\s*(?:import|from)\s+(?:gym|gymnasium|envpool|pettingzoo|procgen|isaacgym|dm_control)\b",
+    re.MULTILINE,
+)
 
 
 class NoMixedPrecision(Rule):
@@ -32,7 +40,10 @@ class NoMixedPrecision(Rule):
     (Lightning, accelerate, DeepSpeed, apex, composer) or any `precision=` argument is passed; the file
     mentions AMP, fp16, bf16 or mixed precision at all (a flag such as `args.amp`, a config key such as
     `cfg.SOLVER.AMP`, or a comment about it); the code trains in float64 (`.double()`, `torch.float64`,
-    `set_default_dtype`); and in tests, in files without a training loop (model definitions), and in files
+    `set_default_dtype`); sharded or tensor-parallel training (FSDP, `fully_shard`, `parallelize_module`:
+    the sharding policy sets the precision where the model is wrapped); reinforcement-learning scripts
+    (they import `gym`, `gymnasium`, `envpool`, `pettingzoo`, `procgen`, `isaacgym` or `dm_control`: small
+    networks bound by kernel launches and by the environment); and in tests, in files without a training loop (model definitions), and in files
     with no sign of CUDA.
 
     This rule is **off by default** (opt in with `--extend-select TL701` or `select = ["ALL"]`): mixed
@@ -105,7 +116,8 @@ class NoMixedPrecision(Rule):
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (settings.torch_version >= (1, 6) and super().may_fire(text, settings)
-                and not _PRECISION_WORDS.search(text) and not _DOUBLE_TEXT.search(text))
+                and not _PRECISION_WORDS.search(text) and not _DOUBLE_TEXT.search(text)
+                and not _ELSEWHERE_TEXT.search(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
@@ -115,7 +127,7 @@ class NoMixedPrecision(Rule):
         a = ctx.analysis
         if ctx.torch_version < (1, 6) or is_test_path(a.path):
             return
-        if _PRECISION_WORDS.search(a.source) or _DOUBLE_TEXT.search(a.source):
+        if _PRECISION_WORDS.search(a.source) or _DOUBLE_TEXT.search(a.source) or _ELSEWHERE_TEXT.search(a.source):
             return
         loop = first_training_loop(a)
         if loop is None or cuda_evidence(a) is None or mixed_precision_evidence(a) is not None:
