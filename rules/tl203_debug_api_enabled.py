@@ -13,7 +13,7 @@ from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop, condition_around, runs_on_every_run
+from torchlint.script_facts import any_of, ast_facts, condition_around, may_train, runs_on_every_run
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -91,13 +91,18 @@ class DebugApiEnabled(Rule):
     name = "debug-api-enabled"
     message = "debugging API left on for the whole training run"
     summary = "Anomaly detection, profilers or gradcheck left on around training"
-    required_patterns = (r"detect_anomaly|profile|emit_nvtx|gradcheck",)
+    # Text stage (may_fire): one of the APIs, and a training loop.
 
     has_ast_prefilter = True
 
     @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return any_of(text, "detect_anomaly", "profile", "emit_nvtx", "gradcheck") and may_train(text)
+
+    @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return _ast_may_have_debug_call(tree) and ast_has_training_loop(tree)
+        facts = ast_facts(tree)
+        return facts.has_training_loop and any(name in facts.calls_by_name for name in _CALL_NAMES)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -166,9 +171,3 @@ def _in_debug_function(a: FileAnalysis, node: cst.CSTNode) -> bool:
         function = function.parent
     return False
 
-
-def _ast_may_have_debug_call(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and ast_call_name(node) in _CALL_NAMES:
-            return True
-    return False

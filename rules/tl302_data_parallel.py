@@ -8,7 +8,7 @@ import re
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop
+from torchlint.script_facts import any_of, ast_facts, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -93,20 +93,19 @@ class DataParallel(Rule):
     )
     summary = "Multi-GPU training with nn.DataParallel instead of DistributedDataParallel"
     default_enabled = False
-    required_patterns = (r"DataParallel|data_parallel",)
+    # Text stage (may_fire): DataParallel, a training loop, and no distributed path.
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return super().may_fire(text, settings) and not _DISTRIBUTED_TEXT.search(text)
+        return (any_of(text, "DataParallel", "data_parallel") and may_train(text)
+                and not _DISTRIBUTED_TEXT.search(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return any(
-            isinstance(node, ast.Call) and ast_call_name(node) in ("DataParallel", "data_parallel")
-            for node in ast.walk(tree)
-        ) and ast_has_training_loop(tree)
+        facts = ast_facts(tree)
+        return facts.has_training_loop and ("DataParallel" in facts.calls_by_name or "data_parallel" in facts.calls_by_name)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis

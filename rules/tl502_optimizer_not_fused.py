@@ -12,7 +12,7 @@ from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence, is_test_path
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop
+from torchlint.script_facts import any_of, ast_facts, may_train, may_use_cuda
 
 # The first PyTorch version with a fused CUDA implementation of each optimizer.
 FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}
@@ -101,32 +101,26 @@ class OptimizerNotFused(Rule):
     summary = "Adam/AdamW/SGD trained on CUDA without fused=True"
     fix_availability = FixAvailability.SOMETIMES
     default_enabled = False
-    required_patterns = (r"Adam|SGD", r"backward|\.step\(", r"cuda|device|\.to\(")
+    # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return (settings.torch_version >= FUSED_SINCE["Adam"] and super().may_fire(text, settings)
-                and not _UNSUPPORTED_TEXT.search(text))
+        return (settings.torch_version >= FUSED_SINCE["Adam"] and any_of(text, "Adam", "SGD") and may_train(text)
+                and may_use_cuda(text) and not _UNSUPPORTED_TEXT.search(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        if not ast_has_training_loop(tree):
+        facts = ast_facts(tree)
+        if not (facts.has_training_loop and facts.may_use_cuda):
             return False
-        optimizer = cuda = False
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                name = ast_call_name(node)
-                cuda = cuda or name in ("cuda", "to") or any(k.arg == "device" for k in node.keywords)
-                optimizer = optimizer or (
-                    name in FUSED_SINCE and settings.torch_version >= FUSED_SINCE[name]
-                    and not any(k.arg is None or k.arg in _EXCLUSIVE for k in node.keywords)
-                    and not any(isinstance(arg, ast.Starred) for arg in node.args)
-                )
-                if optimizer and cuda:
-                    return True
-        return False
+        return any(
+            not any(k.arg is None or k.arg in _EXCLUSIVE for k in call.keywords)
+            and not any(isinstance(arg, ast.Starred) for arg in call.args)
+            for name, since in FUSED_SINCE.items() if settings.torch_version >= since
+            for call in facts.calls_by_name.get(name, ())
+        )
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis

@@ -11,7 +11,7 @@ from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name
+from torchlint.script_facts import ast_facts
 
 _ADAM = {"torch.optim.Adam", "torch.optim.adam.Adam"}
 _WEIGHT_DECAY_POSITION = 4  # Adam(params, lr, betas, eps, weight_decay, ...)
@@ -68,19 +68,18 @@ class AdamWithWeightDecay(Rule):
     )
     summary = "Adam with weight_decay (L2 through the moments) instead of AdamW"
     default_enabled = False
-    required_patterns = (r"\bAdam\b",)  # the ast stage finds the calls that pass a decay
+    required_patterns = (r"Adam",)  # the ast stage finds the calls that pass a decay
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and ast_call_name(node) == "Adam":
-                if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in node.keywords):
-                    continue
-                if (len(node.args) > _WEIGHT_DECAY_POSITION or any(k.arg == "weight_decay" for k in node.keywords)
-                        or (node.args and isinstance(node.args[0], (ast.List, ast.Tuple)))):
-                    return True
+        for node in ast_facts(tree).calls_by_name.get("Adam", ()):
+            if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in node.keywords):
+                continue
+            if (len(node.args) > _WEIGHT_DECAY_POSITION or any(k.arg == "weight_decay" for k in node.keywords)
+                    or (node.args and isinstance(node.args[0], (ast.List, ast.Tuple)))):
+                return True
         return False
 
     def check(self, ctx: RuleContext) -> None:

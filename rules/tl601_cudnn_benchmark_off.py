@@ -12,9 +12,7 @@ from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence, is_test_path
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import (
-    ast_call_name, ast_has_training_loop, ast_imported_roots, first_training_loop, loop_header,
-)
+from torchlint.script_facts import any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")
@@ -97,29 +95,21 @@ class CudnnBenchmarkOff(Rule):
     )
     summary = "Convolutional CUDA training without torch.backends.cudnn.benchmark = True"
     default_enabled = False
-    required_patterns = (r"Conv|torchvision|timm", r"backward|\.step\(", r"cuda|device|\.to\(")
+    # Text stage (may_fire): convolutions or a model zoo, a training loop, a device, no cuDNN decision.
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return super().may_fire(text, settings) and not _DECIDED_TEXT.search(text)
+        return (any_of(text, "Conv", "torchvision", "timm") and may_train(text) and may_use_cuda(text)
+                and not _DECIDED_TEXT.search(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        roots = ast_imported_roots(tree)
-        if roots & _FRAMEWORKS or not ast_has_training_loop(tree):
+        facts = ast_facts(tree)
+        if facts.imported_roots & _FRAMEWORKS or not (facts.has_training_loop and facts.may_use_cuda):
             return False
-        zoo = bool(roots & {"torchvision", "timm"})
-        cuda = conv = False
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                name = ast_call_name(node)
-                cuda = cuda or name in ("cuda", "to") or any(k.arg == "device" for k in node.keywords)
-                conv = conv or zoo or bool(name and _CONV.match(name))
-                if cuda and conv:
-                    return True
-        return False
+        return bool(facts.imported_roots & {"torchvision", "timm"}) or any(_CONV.match(n) for n in facts.calls_by_name)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis

@@ -11,7 +11,7 @@ from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop, runs_on_every_run
+from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
 
 _DETERMINISTIC_TEXT = re.compile(
     r"\.deterministic\s*=\s*True|use_deterministic_algorithms\(\s*(?:mode\s*=\s*)?True"
@@ -83,9 +83,13 @@ class CudnnDeterministic(Rule):
     )
     summary = "cudnn.deterministic / use_deterministic_algorithms(True) set unconditionally"
     default_enabled = False
-    required_patterns = (r"deterministic", _DETERMINISTIC_TEXT.pattern)
+    required_patterns = (r"deterministic", _DETERMINISTIC_TEXT.pattern)  # and a training loop: may_fire
 
     has_ast_prefilter = True
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return super().may_fire(text, settings) and may_train(text)
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:

@@ -124,3 +124,15 @@ def test_tl203_silent_in_files_named_for_profiling():
     assert lint(source, "TL203", path="train.py")
     assert lint(source, "TL203", path="profile_train.py") == []
     assert lint(source, "TL203", path="tests/test_train.py") == []
+
+
+@pytest.mark.parametrize(
+    "text, mentions",
+    [("use_amp = True", True), ("args.amp", True), ("cfg.SOLVER.AMP.ENABLED", True), ("amp_dtype", True),
+     ("x = sample(examples); clamp_(y); timestamp", False), ("MixedPrecision(param_dtype=...)", True),
+     ("# bf16 later", True), ("x.half()", True), ("precision = 3", True), ("precision_recall(y)", False)],
+)
+def test_tl701_words_about_precision(text, mentions):
+    from torchlint.rules.tl701_no_mixed_precision import mentions_reduced_precision
+
+    assert mentions_reduced_precision(text) is mentions

@@ -13,13 +13,34 @@ answers False only where the LibCST form certainly does.
 from __future__ import annotations
 
 import ast
-from typing import Iterator, List, Optional, Set
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo
 
 _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
+# A training loop calls `backward(` or `.step(`. Two searches with a literal prefix are several times
+# faster than one alternation, whose first-character set matches nearly everywhere.
+_BACKWARD_TEXT = re.compile(r"backward\s*\(")
+_STEP_TEXT = re.compile(r"step\s*\(")
+
+
+def may_train(text: str) -> bool:
+    """The text stage of "this file has a training loop" (a superset: ``def step(`` passes too)."""
+    return bool(_BACKWARD_TEXT.search(text) or _STEP_TEXT.search(text))
+
+
+def may_use_cuda(text: str) -> bool:
+    """The text stage of ``cuda_evidence``: ``.cuda()``, ``.to(...)`` or a device."""
+    return "cuda" in text or "device" in text or ".to(" in text
+
+
+def any_of(text: str, *words: str) -> bool:
+    """Some word occurs in the text (plain substring searches: faster than a regex alternation)."""
+    return any(word in text for word in words)
 
 
 def first_training_loop(analysis: FileAnalysis) -> Optional[LoopInfo]:
@@ -86,23 +107,55 @@ _LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
 _TRAINING_CALLS = {"backward", "step"}
 
 
-def ast_training_loop_calls(tree: ast.AST) -> Iterator[ast.Call]:
-    """Calls of ``backward``/``step`` inside a loop of the same function: a superset of the calls that make
-    ``FileAnalysis`` call a loop a training loop."""
-    stack: List[tuple] = [(tree, False)]
+@dataclass
+class AstFacts:
+    """What the pre-filter stages of the file-level rules ask of a file, from one walk of its ``ast``."""
+
+    calls_by_name: Dict[str, List[ast.Call]] = field(default_factory=dict)  # by the called name's last part
+    # A ``backward``/``step`` call inside a loop of the same function: a superset of the calls that make
+    # ``FileAnalysis`` call a loop a training loop.
+    has_training_loop: bool = False
+    # A ``.cuda()`` / ``.to(...)`` call or a ``device=`` argument: a superset of ``cuda_evidence``.
+    may_use_cuda: bool = False
+    # Top-level packages imported (absolute imports without ``*``, as ``FileAnalysis.imports``).
+    imported_roots: Set[str] = field(default_factory=set)
+
+
+_last: Tuple[Optional[ast.AST], Optional[AstFacts]] = (None, None)
+
+
+def ast_facts(tree: ast.AST) -> AstFacts:
+    """The facts of ``tree``; the last tree's are kept, so every rule's stage shares one walk per file."""
+    global _last
+    if _last[0] is tree:
+        return _last[1]  # type: ignore[return-value]
+    facts = AstFacts()
+    stack: List[Tuple[ast.AST, bool]] = [(tree, False)]
     while stack:
         node, in_loop = stack.pop()
-        if isinstance(node, ast.Call) and in_loop and ast_call_name(node) in _TRAINING_CALLS:
-            yield node
-        if isinstance(node, _FUNCTION_NODES):
-            inner = False
-        else:
-            inner = in_loop or isinstance(node, _LOOP_NODES)
+        if isinstance(node, ast.Call):
+            name = ast_call_name(node)
+            if name is not None:
+                facts.calls_by_name.setdefault(name, []).append(node)
+                if in_loop and name in _TRAINING_CALLS:
+                    facts.has_training_loop = True
+                if name in ("cuda", "to"):
+                    facts.may_use_cuda = True
+            if not facts.may_use_cuda and any(keyword.arg == "device" for keyword in node.keywords):
+                facts.may_use_cuda = True
+        elif isinstance(node, ast.Import):
+            facts.imported_roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
+                facts.imported_roots.add(node.module.split(".")[0])
+        inner = False if isinstance(node, _FUNCTION_NODES) else in_loop or isinstance(node, _LOOP_NODES)
         stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    _last = (tree, facts)
+    return facts
 
 
 def ast_has_training_loop(tree: ast.AST) -> bool:
-    return next(ast_training_loop_calls(tree), None) is not None
+    return ast_facts(tree).has_training_loop
 
 
 def ast_call_name(call: ast.Call) -> Optional[str]:
@@ -113,26 +166,3 @@ def ast_call_name(call: ast.Call) -> Optional[str]:
     if isinstance(func, ast.Name):
         return func.id
     return None
-
-
-def ast_dotted_name(node: ast.AST) -> Optional[str]:
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if isinstance(node, ast.Name):
-        parts.append(node.id)
-        return ".".join(reversed(parts))
-    return None
-
-
-def ast_imported_roots(tree: ast.Module) -> Set[str]:
-    """The top-level packages a file imports (absolute imports only, as ``FileAnalysis.imports``)."""
-    roots: Set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and not node.level and node.module is not None:
-            if not any(alias.name == "*" for alias in node.names):
-                roots.add(node.module.split(".")[0])
-    return roots
