@@ -45,9 +45,9 @@ class OptimizerNotFused(Rule):
     reject both), in tests, in files without a training loop (optimizer factories in library code) and in
     files with no sign of CUDA.
 
-    This rule is **off by default** (opt in with `--extend-select TL502` or `select = ["ALL"]`): PyTorch
-    itself still defaults to foreach, and resuming from an older checkpoint quietly turns `fused` off (see
-    Fix safety).
+    This rule is **on by default**: on public training code (GANs, reinforcement learning, image
+    classification, detection) every finding was an optimizer that trains on CUDA with the fused kernel
+    available. Its fix is unsafe (see Fix safety), so `fix --apply` alone never adds `fused=True`.
 
     ## Why is this slow?
     Since PyTorch 2.0 these optimizers use the multi-tensor (foreach) implementation on CUDA by default:
@@ -100,7 +100,6 @@ class OptimizerNotFused(Rule):
     )
     summary = "Adam/AdamW/SGD trained on CUDA without fused=True"
     fix_availability = FixAvailability.SOMETIMES
-    default_enabled = False
     # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
 
     has_ast_prefilter = True

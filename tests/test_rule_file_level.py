@@ -34,7 +34,7 @@ CONV_SCRIPT = src(
 
 
 @pytest.mark.parametrize(
-    "code, default", [("TL203", True), ("TL302", False), ("TL502", False), ("TL503", False),
+    "code, default", [("TL203", True), ("TL302", False), ("TL502", True), ("TL503", False),
                       ("TL601", False), ("TL602", False), ("TL701", False)],
 )
 def test_default_set(code, default):
