@@ -15,32 +15,39 @@ from torchlint.device_facts import CPU, CUDA, device_kind, is_test_path, to_dest
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Factories that fill their result the same way on every device.
-_DETERMINISTIC = {"zeros", "ones", "empty", "full", "eye", "tensor", "zeros_like", "ones_like", "empty_like",
-                  "full_like"}
+# Not flagged: `torch.tensor(data)` and `torch.Tensor(data)` (with `device=` they still build the tensor on the
+# host and copy it: nothing to gain) and the `*_like` factories (they follow their input's device, which may
+# already be the GPU, so the move may be a no-op).
+_DETERMINISTIC = {"zeros", "ones", "empty", "full", "eye"}
 # Computed by the device's own kernel: floating-point values may differ from the CPU's in the last bit.
 _COMPUTED = {"arange", "linspace", "logspace"}
 # Drawn from the device's generator: other numbers than the CPU generator's.
-# (`normal` is left out: its tensor-argument overloads take no `device=`.)
-_RANDOM = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like"}
+_RANDOM = {"rand", "randn", "randint", "randperm"}
 FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"}
 # Arguments of a factory that make the move part of the point, or that the fix cannot carry over.
 _KEEP_AS_IS = {"pin_memory", "out", "layout"}
 _FLOAT_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16"}
-_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|tensor|Tensor|arange|linspace|logspace|rand\w*"
-                           r"|\w+_like)\s*\(")
+_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
 
 
 class TensorCreatedThenMoved(Rule):
     """## What it does
     Flags a tensor factory whose result is immediately moved to a CUDA device: `torch.zeros(...)`,
-    `ones`, `empty`, `full`, `eye`, `arange`, `linspace`, `logspace`, `tensor`, the `*_like` factories and
-    the random ones (`rand`, `randn`, `randint`, `randperm`, `rand*_like`), followed by
-    `.cuda()`, `.to("cuda")`, `.to(device)` or `.to(device=...)`; also the legacy `torch.Tensor(n, m)`.
+    `ones`, `empty`, `full`, `eye`, `arange`, `linspace`, `logspace` and the random `rand`, `randn`,
+    `randint`, `randperm`, followed by `.cuda()`, `.to("cuda")`, `.to(device)` or `.to(device=...)`; also
+    the legacy `torch.Tensor(n, m).cuda()` with sizes.
 
     Silent when the destination is provably the CPU (`"cpu"`, `torch.device("cpu")`, a name bound to one)
     or cannot be read as a device at all (`.to(x)` where `x` may be a dtype or a tensor), when the factory
     takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), and in
-    tests (pytest files, `tests/` folders).
+    tests (pytest files, `tests/` folders). Also silent, because there is nothing to gain or the claim
+    could be wrong:
+    - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
+      `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
+      host); the two spellings cost the same.
+    - `torch.zeros_like(x).cuda()` and the other `*_like` factories: they make the tensor on `x`'s device,
+      which may already be the GPU (then the move is a no-op).
+    - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
 
     ## Why is this slow?
     The factory allocates and fills the tensor in host memory, then `.to()` allocates it again on the GPU
@@ -70,8 +77,8 @@ class TensorCreatedThenMoved(Rule):
     device="cuda")` (both uninitialised, both of the default dtype). `.cuda()` becomes `device="cuda"`,
     the current CUDA device, as `.cuda()` means.
 
-    It is **safe** for the deterministic factories (`zeros`, `ones`, `empty`, `full`, `eye`, `tensor`,
-    `*_like`, and `arange` with integer arguments or an integer `dtype=`) when the destination is certainly
+    It is **safe** for the deterministic factories (`zeros`, `ones`, `empty`, `full`, `eye`, `torch.Tensor`
+    with sizes, and `arange` with integer literals or an integer `dtype=`) when the destination is certainly
     a device: a string literal, `torch.device(...)`, an integer ordinal, a name bound in the file to one
     of those, or any `.to(device=...)` keyword.
 
@@ -89,8 +96,7 @@ class TensorCreatedThenMoved(Rule):
     tensor is a non-leaf copy whose `.grad` stays `None`, while the fixed one would be a leaf, a change in
     meaning (often the bug the code has); when `.to()` passes more than the device (a dtype, `copy=`,
     `memory_format=`); when `.cuda(x)` names a device the rule cannot read (`x` may be `None`, the
-    current device, where `device=None` would mean the CPU); and when `torch.Tensor(...)` may have been
-    given data rather than sizes.
+    current device, where `device=None` would mean the CPU).
 
     ## PyTorch versions
     Every factory takes `device=` in every supported version (1.x and 2.x). `torch.set_default_device`
@@ -152,11 +158,16 @@ class TensorCreatedThenMoved(Rule):
         device, certain = destination
         if kind == "Tensor":
             if not _sizes_only(factory):
-                ctx.report(move, message=message + " (no fix: `torch.Tensor(...)` may have been given data)")
-                return
+                return  # data, not sizes: it is built on the host either way
             message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; use `torch.empty(..., device=...)`"
         new_factory, imports = _with_device(a, factory, device, rename_to="empty" if kind == "Tensor" else None)
-        safe = certain and (kind in _DETERMINISTIC or kind == "Tensor" or (kind == "arange" and _integer_arange(a, factory)))
+        if kind in _RANDOM:
+            message += " (unsafe fix: the GPU's generator draws other numbers)"
+        elif kind in _COMPUTED and not (kind == "arange" and _integer_arange(a, factory)):
+            message += " (unsafe fix: the GPU kernel may round floating-point values differently)"
+        elif not certain:
+            message += f" (unsafe fix: `{a.module.code_for_node(device)}` may not be a device)"
+        safe = "unsafe fix" not in message
         replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
         ctx.report(move, message=message,
                    fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
