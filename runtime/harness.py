@@ -37,6 +37,10 @@ Module-level constants (all optional but ``TOLERANCE``):
     command line's ``--repeats``/``--warmup`` win).
 ``MEASURE_MEMORY = True``
     Also report peak memory of one ``run`` per form (see below).
+``NEEDS_CUDA = True``
+    The rewrite only changes speed on a CUDA device (pinned memory, non-blocking copies, tensors made on the
+    device). Elsewhere the harness still fixes the workload and compares the results, then gives the verdict
+    ``needs CUDA`` instead of timing two forms that do the same work there.
 ``EXTRA = {"label": ..., "replace": {old_text: new_text, ...}}``
     Marks an extra comparison that is *not* a fixer rewrite (e.g. the seed's per-parameter AdamW against
     ``torchlint.runtime.AdamW``): the "after" text is made by those literal replacements and the row says so.
@@ -47,7 +51,8 @@ What the harness does per workload
    the fixer reports an error, or when the workload fails to load or run.
 2. Load "before" and "after" as separate modules from source text (``exec`` of ``compile(text, "<CODE before>")``),
    run each once from ``setup`` and compare every returned value with ``assert_close`` at the stated tolerance.
-   A mismatch is the verdict ``different results`` (a failure); nothing is timed then.
+   A mismatch is the verdict ``different results`` (a failure); nothing is timed then. A ``NEEDS_CUDA``
+   workload on another device stops here with the verdict ``needs CUDA`` (not a failure).
 3. Time: ``WARMUP`` untimed runs, then ``REPEATS`` timed runs of each form, interleaved (before, after, before,
    ...) so that drift hits both alike. On CUDA each run is bracketed by ``torch.cuda.synchronize()`` and timed
    with CUDA events; on the CPU with ``time.perf_counter``. The median is reported with the interquartile range.
@@ -108,7 +113,8 @@ NOISE_RULE = (
     "same = the medians differ by no more than the larger interquartile range of the two forms, "
     f"and never by less than {NOISE_FLOOR:.0%} of the slower median"
 )
-VERDICTS = ("faster", "same", "slower", "different results", "error")
+NEEDS_CUDA = "needs CUDA"  # the results match; the speed only differs on a CUDA device
+VERDICTS = ("faster", "same", "slower", NEEDS_CUDA, "different results", "error")
 
 # (code, before text, path) -> (after text, number of fixes applied)
 Fixer = Callable[[str, str, str], Tuple[str, int]]
@@ -479,6 +485,9 @@ def bench_workload(
     if not row.match:
         row.verdict = "different results"
         return row
+    if getattr(before, "NEEDS_CUDA", False) and not device.startswith("cuda"):
+        row.verdict = NEEDS_CUDA
+        return row
     n = repeats if repeats is not None else int(getattr(before, "REPEATS", DEFAULT_REPEATS[size]))
     w = warmup if warmup is not None else int(getattr(before, "WARMUP", DEFAULT_WARMUP[size]))
     try:
@@ -584,6 +593,8 @@ def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
             notes.append(f"{r.label}: ERROR: {r.error.strip().splitlines()[0]}")
         elif r.verdict == "different results":
             notes.append(f"{r.label}: DIFFERENT RESULTS: {r.mismatch}")
+        if r.verdict == NEEDS_CUDA:
+            notes.append(f"{r.label}: the results match; not timed: the rewrite only changes speed on a CUDA device")
         if r.kind == "extra":
             notes.append(f"{r.label}: extra row, not a fixer rewrite: {r.extra_label or 'the after swaps the implementation'}")
         if r.memory_method:
