@@ -33,7 +33,8 @@ class Fp32MatmulWithoutTf32(Rule):
     `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
     value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
-    them).
+    them). The finding stands on the entry point (the `if __name__ == "__main__":` line, or the first
+    module-level training loop) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
     TF32 changes no dtype, no checkpoint and no code path; it only lets cuBLAS use tensor cores for fp32
@@ -136,14 +137,21 @@ class Fp32MatmulWithoutTf32(Rule):
         evidence = cuda_evidence(a)
         if evidence is None or mixed_precision_evidence(a) is not None or _uses_fp64(a):
             return
-        message = self.message
-        if not _has_matmuls(a):
-            message += (" (this file builds no `nn.Linear`/matmul; its convolutions already use TF32 by default, "
-                        "so the gain is in any matmuls its model runs)")
+        where = a.module.code_for_node(evidence).split("\n")[0]
+        where = where if len(where) <= 50 else where[:47] + "..."
+        message = (
+            f"this script trains on CUDA (`{where}`) in fp32 and never enables TF32: "
+            "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
+            "(Ampere or newer), keeping fp32 weights and ranges"
+        )
+        if not _has_matmuls(a) and _has_convolutions(a):
+            message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         fix, why_not = self._fix(a, guard if not module_level else None)
         if fix is None:
             message += f" (not fixed automatically: {why_not})"
-        ctx.report(evidence, message=message, fix=fix)
+        # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
+        anchor = guard.test if guard is not None and not module_level else _first_module_level_loop(training)
+        ctx.report(anchor, message=message, fix=fix)
 
     def _fix(self, a: FileAnalysis, guard: Optional[cst.If]) -> Tuple[Optional[Fix], str]:
         if any(a.qualified_name(call.func) in _SPAWN_CALLS for call in a.calls):
@@ -235,6 +243,15 @@ def _uses_fp64(a: FileAnalysis) -> bool:
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
                  "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
                  "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}
+
+
+def _has_convolutions(a: FileAnalysis) -> bool:
+    return any(name in a.calls_by_name for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "conv2d"))
+
+
+def _first_module_level_loop(training) -> cst.CSTNode:
+    loop = next(loop for loop in training if loop.function is None).node
+    return loop.iter if isinstance(loop, cst.For) else loop.test
 
 
 def _has_matmuls(a: FileAnalysis) -> bool:

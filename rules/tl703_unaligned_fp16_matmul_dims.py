@@ -85,7 +85,7 @@ class UnalignedFp16MatmulDims(Rule):
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
     fix_availability = FixAvailability.NONE
     required_patterns = (r"Linear|Embedding", _REDUCED_TEXT)
-    default_enabled = False
+    default_enabled = False  # opt-in: padding is a model change a project may have declined (see the docs)
 
     has_ast_prefilter = True
 

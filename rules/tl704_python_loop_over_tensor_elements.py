@@ -36,6 +36,8 @@ _ELEMENTWISE = {
     "ceil", "round", "square", "lerp", "addcmul", "addcdiv", "exp2", "reciprocal", "gelu", "silu", "softplus",
     "leaky_relu", "elu", "float", "double", "detach", "clone", "contiguous", "type_as",
 }
+_VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the body must show tensors
+_TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
 _CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
 
 
@@ -144,8 +146,11 @@ class PythonLoopOverTensorElements(Rule):
             body = _read_body(a, node, node.target.value)
             if body is None or not body.ok or not body.indexed:
                 continue
-            if length != "?" and length not in body.indexed:
+            owner = length[: -len(_VIA_LEN)] if length.endswith(_VIA_LEN) else length
+            if owner != "?" and owner not in body.indexed:
                 continue  # `range(len(a))` while indexing other things: the length is not the looped tensor's
+            if length.endswith(_VIA_LEN) and not _fills_tensor(a, node, body):
+                continue  # `len(feats)` of a list of feature maps of different shapes is no tensor dimension
             ctx.report(node, message=self._message(a, node, body, length))
 
     def _in_step_or_forward(self, a: FileAnalysis, loop: LoopInfo) -> bool:
@@ -162,6 +167,20 @@ class PythonLoopOverTensorElements(Rule):
                 f"kernel launch per element")
         hint = _vectorized_hint(a, node, body)
         return f"{head}; {hint}"
+
+
+def _fills_tensor(a: FileAnalysis, loop: cst.For, body: _Body) -> bool:
+    """The loop fills a tensor made by a torch factory, or appends to a list later given to `torch.stack`/`cat`."""
+    scope = a.scope_of(loop)
+    for name in body.written:
+        value = a.single_value(name, scope)
+        if isinstance(value, cst.Call) and _TENSOR_FACTORIES.match(a.qualified_name(value.func) or ""):
+            return True
+    for call in a.calls_in(scope):
+        if a.qualified_name(call.func) in ("torch.stack", "torch.cat") and call.args and a.comes_before(loop, call):
+            if isinstance(call.args[0].value, cst.Name) and call.args[0].value.value in body.appended:
+                return True
+    return False
 
 
 def _outer_loops(a: FileAnalysis, loop: LoopInfo) -> List[LoopInfo]:
@@ -200,7 +219,7 @@ def _range_over_tensor(a: FileAnalysis, expr: cst.BaseExpression) -> Optional[st
         owner = bound.value.value
     if owner is None:
         return None
-    return dotted_name(owner) or "?"
+    return (dotted_name(owner) or "?") + (_VIA_LEN if isinstance(bound, cst.Call) and call_name(bound) == "len" else "")
 
 
 def _read_body(a: FileAnalysis, loop: cst.For, index: str) -> Optional[_Body]:
@@ -217,6 +236,9 @@ def _read_body(a: FileAnalysis, loop: cst.For, index: str) -> Optional[_Body]:
     bound = {name for small in smalls if isinstance(small, (cst.Assign, cst.AugAssign))
              for target in (small.targets if isinstance(small, cst.Assign) else [small])
              for name in target_names(target.target) if isinstance(target.target, (cst.Name, cst.Tuple))}
+    body.written = {target.value.value for small in smalls if isinstance(small, (cst.Assign, cst.AugAssign))
+                    for target in ([t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target])
+                    if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name)}
     assigned: Set[str] = {index}
     for small in smalls:
         if isinstance(small, cst.Assign):
