@@ -427,6 +427,8 @@ class Row:
     memory_method: str = ""
     error: str = ""
     diff: str = ""
+    profile: str = ""  # --profile: what PyTorch's profiler matcher says (runtime/profile_check.py)
+    profile_check: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -557,6 +559,9 @@ def device_description(device: str) -> str:
 def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
     header = ["rule / workload", "before (median ± IQR)", "after (median ± IQR)", "speed-up", "max |diff|",
               "tolerance", "verdict", "peak memory before -> after"]
+    profiled = any(r.profile for r in rows)
+    if profiled:
+        header.append("profiler patterns (before: after the fix)")
     lines = []
     for r in rows:
         tol = "bitwise" if r.tolerance == {"rtol": 0.0, "atol": 0.0} else (
@@ -576,7 +581,7 @@ def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
             tol,
             r.verdict,
             mem,
-        ])
+        ] + ([r.profile or "-"] if profiled else []))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     out = [
         f"torchlint bench: device {meta['device_name']} ({meta['device']}), size {meta['size']}, "
@@ -680,6 +685,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--require-faster", action="store_true", help="exit 1 when a rewrite is slower")
     p.add_argument("--show-diff", action="store_true", help="print the fixer's diff of each workload")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each form once under torch.profiler and report which of PyTorch's profiler "
+                        "anti-patterns (TorchTidy) the slow form triggers and whether the fix removed them")
     return p
 
 
@@ -736,6 +744,10 @@ def main(argv: Optional[Sequence[str]] = None, fixer: Fixer = real_fixer) -> int
         return 0
 
     rows = _run_all(workloads, device, args, fixer)
+    if args.profile:
+        from torchlint.runtime.profile_check import add_profiles
+
+        add_profiles(rows, workloads, device, args.size, fixer)
     meta = metadata(device, args.size, args.repeats, args.warmup)
     table = format_table(rows, meta)
     print(table, end="")
