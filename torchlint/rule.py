@@ -147,6 +147,8 @@ class Rule:
     message: ClassVar[str]  # default message; reports may give a more specific one
     summary: ClassVar[str]  # one line for `torchlint rules`
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
+    # The applicabilities its fixes can have (`torchlint explain` shows them; tests hold the fixtures to it).
+    fix_applicabilities: ClassVar[Tuple[Applicability, ...]] = ()
     # Regexes that must all occur in a file's text for the rule to be able to fire. A file that no
     # selected rule can fire on is never parsed, so keep these tight.
     required_patterns: ClassVar[Tuple[str, ...]] = ()
@@ -163,9 +165,8 @@ class Rule:
 
     @classmethod
     def url(cls) -> str:
-        """The rule's source, whose docstring is its documentation (as `torchlint explain` prints it)."""
-        module = cls.__module__.rsplit(".", 1)[-1]
-        return f"https://github.com/torchlint/torchlint/blob/main/rules/{module}.py"
+        """The rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
+        return f"https://github.com/torchlint/torchlint/blob/main/docs/rules/{cls.code}.md"
 
     @classmethod
     def patterns_for(cls, settings: "Settings") -> Tuple[str, ...]:
