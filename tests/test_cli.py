@@ -115,7 +115,7 @@ def test_json_output_shape(project):
     data = json.loads(result.output)
     assert result.exit_code == 1
     (item,) = data
-    assert set(item) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix", "url"}
+    assert set(item) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix", "url", "cell"}
     assert (item["code"], item["path"], item["line"], item["column"]) == ("TL501", "train.py", 4, 51)
     assert item["fix"]["applicability"] == "safe"
     (edit,) = item["fix"]["edits"]

@@ -253,7 +253,9 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
     if not apply:
         changed = [r for r in results if r.changed]
         for r in changed:
-            diff = unified_diff(r.path, r.original or "", r.fixed or "")
+            cell_changes = getattr(r, "cell_changes", None)  # a notebook: one diff per changed cell
+            diff = "".join(unified_diff(f"{r.path}:cell {n}", a, b) for n, a, b in cell_changes) if cell_changes \
+                else unified_diff(r.path, r.original or "", r.fixed or "")
             click.echo(color_diff(diff) if color else diff, nl=False, color=color)
         if not opts["quiet"]:
             total = sum(applied.values())

@@ -108,10 +108,11 @@ class Diagnostic:
     # The fix as text edits (JSON output only): what replaces which range (1-based, end exclusive). They
     # give exactly `torchlint fix`'s text for this finding, added imports included.
     edits: Tuple["Edit", ...] = field(default=(), compare=False)
+    cell: Optional[int] = None  # in a notebook: the 1-based cell number; line and column are in that cell
 
     @property
     def sort_key(self):
-        return (self.path, self.line, self.column, self.code, self.message)
+        return (self.path, self.cell or 0, self.line, self.column, self.code, self.message)
 
 
 class RuleContext:
