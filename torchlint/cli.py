@@ -19,6 +19,7 @@ from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration
 from torchlint.discovery import DEFAULT_EXCLUDE, discover
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, decode_source
+from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
 from torchlint.registry import all_rules, get_rule
 from torchlint.reporters import (
     color_diff,
@@ -76,7 +77,9 @@ def common_options(func: Callable) -> Callable:
         click.option("--torch-version", help="The PyTorch version the checked code targets, e.g. 1.13 or 2.4."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None,
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
-        click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True),
+        click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,
+                     help="How to show findings (concise is the text default; see the README for each format)."),
+        click.option("--output-file", "-o", type=click.Path(dir_okay=False), help="Write the report to this file."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when problems remain."),
         click.option("--statistics", is_flag=True, help="Show counts per rule instead of each problem."),
         click.option("--quiet", "-q", is_flag=True, help="Print problems only: no summary."),
@@ -155,22 +158,46 @@ def _stdin_result(opts: dict, job: Job) -> FileResult:
 
 
 def _emit_diagnostics(diagnostics: List[Diagnostic], opts: dict, settings: Settings, err: bool = False) -> None:
-    color = use_color() and not err
-    if opts["output_format"] == "json":
-        click.echo(statistics_json(diagnostics, settings.unsafe_fixes) if opts["statistics"] else format_json(diagnostics))
+    stream = None if err else opts.get("_stream")  # --output-file
+    color = use_color() and not err and stream is None
+
+    def echo(text: str, **kw) -> None:
+        click.echo(text, err=err, file=stream, **kw)
+
+    output_format = opts["output_format"]
+    if output_format == "json":
+        echo(statistics_json(diagnostics, settings.unsafe_fixes) if opts["statistics"] else format_json(diagnostics))
+        return
+    if output_format not in TEXT_FORMATS and not opts["statistics"]:
+        echo(render(diagnostics, output_format), nl=False)
         return
     if opts["statistics"]:
         for line in statistics_lines(diagnostics, settings.unsafe_fixes):
-            click.echo(line, err=err)
+            echo(line)
     else:
+        sources = SourceLines()
         for d in diagnostics:
-            click.echo(format_text(d, color, settings.unsafe_fixes), color=color, err=err)
+            line = format_text(d, color, settings.unsafe_fixes)
+            echo(format_full(d, line, sources) if output_format == "full" else line, color=color)
     if not opts["quiet"]:
-        click.echo(summary_line(diagnostics, settings.unsafe_fixes), err=err)
+        echo(summary_line(diagnostics, settings.unsafe_fixes))
         fixable, _ = fixable_counts(diagnostics, settings.unsafe_fixes)
         if fixable and not err:
-            click.echo("Run `torchlint fix --apply` to fix them." if not settings.unsafe_fixes
-                       else "Run `torchlint fix --apply --unsafe-fixes` to fix them.")
+            echo("Run `torchlint fix --apply` to fix them." if not settings.unsafe_fixes
+                 else "Run `torchlint fix --apply --unsafe-fixes` to fix them.")
+
+
+def _with_output_file(opts: dict, body: Callable[[], int]) -> Callable[[], int]:
+    """--output-file: the report goes to that file (written even when there is nothing to report)."""
+    if not opts.get("output_file"):
+        return body
+
+    def wrapped() -> int:
+        with open(opts["output_file"], "w", encoding="utf-8") as stream:
+            opts["_stream"] = stream
+            return body()
+
+    return wrapped
 
 
 def _guarded(body: Callable[[], int]) -> None:
@@ -200,18 +227,18 @@ def _guarded(body: Callable[[], int]) -> None:
 def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, **opts) -> None:
     """Report slow PyTorch patterns in PATHS (default: the current folder); '-' reads stdin."""
     if fix_ or diff:  # Ruff's spelling of `fix --apply` and `fix`
-        _guarded(lambda: _fix_body(paths, fix_ and not diff, opts))
+        _guarded(_with_output_file(opts, lambda: _fix_body(paths, fix_ and not diff, opts)))
 
     def body() -> int:
         settings = _settings_from_options(opts, paths)
         job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings),
-                  with_edits=opts["output_format"] == "json" and not opts["statistics"], tree=_tree_from_options(opts))
+                  with_edits=opts["output_format"] in NEEDS_EDITS and not opts["statistics"], tree=_tree_from_options(opts))
         results = [_stdin_result(opts, job)] if paths == ("-",) else _collect(paths, settings, opts, job)
         diagnostics = sorted((d for r in results for d in r.diagnostics), key=lambda d: d.sort_key)
         _emit_diagnostics(diagnostics, opts, settings)
         return EXIT_PROBLEMS if diagnostics and not opts["exit_zero"] else EXIT_CLEAN
 
-    _guarded(body)
+    _guarded(_with_output_file(opts, body))
 
 
 @cli.command()
@@ -221,7 +248,7 @@ def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, **op
 @click.option("--show-fixes", is_flag=True, help="List the fixes applied per file (the default with --apply).")
 def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opts) -> None:
     """Fix slow patterns in PATHS: show a diff, or write the files with --apply."""
-    _guarded(lambda: _fix_body(paths, apply and not diff, opts))
+    _guarded(_with_output_file(opts, lambda: _fix_body(paths, apply and not diff, opts)))
 
 
 def _fix_body(paths: Tuple[str, ...], apply: bool, opts: dict) -> int:
@@ -263,12 +290,12 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
             click.echo(f"Would fix {total} problem{'s' if total != 1 else ''} in {files} file{'s' if files != 1 else ''}"
                        f"{_hidden_note(remaining, settings)}.", err=True)
         return EXIT_PROBLEMS if changed and not opts["exit_zero"] else EXIT_CLEAN
-    if opts["output_format"] == "text" and not opts["quiet"]:
+    if opts["output_format"] in TEXT_FORMATS and not opts["quiet"]:
         for r in results:
             for code, count in sorted(r.applied.items()):
                 click.echo(f"{r.path}: fixed {count} x {code} ({get_rule(code).name})")
     _emit_diagnostics(remaining, opts, settings)
-    if not opts["quiet"] and opts["output_format"] == "text":
+    if not opts["quiet"] and opts["output_format"] in TEXT_FORMATS:
         total = sum(applied.values())
         files = sum(1 for r in results if r.written)
         click.echo(f"Fixed {total} problem{'s' if total != 1 else ''} in {files} file{'s' if files != 1 else ''}.")
