@@ -142,3 +142,30 @@ def test_explain_tl000_by_name_and_all():
     for rule in all_rules():
         assert f"# {rule.code} {rule.name}\n" in everything
     assert invoke("explain").exit_code == 2
+
+
+# --- adoption: --add-noqa and TL900 ------------------------------------------------------------------
+def test_add_noqa_silences_every_finding_and_tl900_keeps_quiet(project):
+    source = SLOW + (
+        "opt2 = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # keep this comment\n"
+        "opt3 = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # noqa: E501\n"
+        'doc = """text\n'
+        'opt4 = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"""\n'
+    )
+    target = write(project / "train.py", source)
+    result = invoke("check", "--add-noqa", ".")
+    assert result.exit_code == 0 and "Added 3 noqa directives." in result.stderr
+    text = target.read_text()
+    assert "lr=0.1, foreach=False)  # noqa: TL501\n" in text
+    assert "# keep this comment  # noqa: TL501\n" in text
+    assert "# noqa: E501, TL501\n" in text
+    assert invoke("check", ".").exit_code == 0  # everything silenced, and no TL900 either
+    assert invoke("check", "--add-noqa", ".").stderr.startswith("Added 0 noqa directives.")
+
+
+def test_unused_noqa_is_reported_and_fixed(project):
+    target = write(project / "train.py", "import torch\nopt = torch.optim.AdamW(params, lr=1e-3)  # noqa: TL501, E501\n")
+    out = invoke("check", ".").output
+    assert "train.py:2:43: TL900 [*] unused `noqa` directive (unused: `TL501`); remove it" in out
+    assert invoke("fix", "--apply", ".").exit_code == 0
+    assert target.read_text().endswith("lr=1e-3)  # noqa: E501\n")

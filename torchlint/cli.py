@@ -224,10 +224,13 @@ def _guarded(body: Callable[[], int]) -> None:
 @click.option("--fix/--no-fix", "fix_", default=False, help="Apply the safe fixes, as `torchlint fix --apply`.")
 @click.option("--diff", is_flag=True, help="Show the fixes as a diff and write nothing, as `torchlint fix`.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied per file.")
-def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, **opts) -> None:
+@click.option("--add-noqa", is_flag=True, help="Write `# noqa: CODE` on every line with a finding.")
+def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_noqa: bool, **opts) -> None:
     """Report slow PyTorch patterns in PATHS (default: the current folder); '-' reads stdin."""
     if fix_ or diff:  # Ruff's spelling of `fix --apply` and `fix`
         _guarded(_with_output_file(opts, lambda: _fix_body(paths, fix_ and not diff, opts)))
+    if add_noqa:
+        _guarded(lambda: _add_noqa_body(paths, opts))
 
     def body() -> int:
         settings = _settings_from_options(opts, paths)
@@ -249,6 +252,43 @@ def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, **op
 def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opts) -> None:
     """Fix slow patterns in PATHS: show a diff, or write the files with --apply."""
     _guarded(_with_output_file(opts, lambda: _fix_body(paths, apply and not diff, opts)))
+
+
+def _add_noqa_body(paths: Tuple[str, ...], opts: dict) -> int:
+    from torchlint.fileio import read_bytes, write_atomic
+    from torchlint.noqa import add_noqa
+
+    if paths == ("-",):
+        raise ConfigError("--add-noqa writes files: it cannot read stdin")
+    settings = _settings_from_options(opts, paths)
+    job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings), tree=_tree_from_options(opts))
+    by_path: Dict[str, List[Diagnostic]] = {}
+    for result in _collect(paths, settings, opts, job):
+        by_path.setdefault(result.path, []).extend(result.diagnostics)
+    added = 0
+    for shown, diagnostics in sorted(by_path.items()):
+        if shown.endswith(".ipynb") or not diagnostics:
+            continue
+        path = Path(shown)
+        source = decode_source(read_bytes(path))
+        text, count = add_noqa(source.text, diagnostics)
+        if count and _still_compiles(source.text, text):
+            write_atomic(Path(os.path.realpath(path)), source.encode(text))
+            added += count
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+    return EXIT_CLEAN
+
+
+def _still_compiles(before: str, after: str) -> bool:
+    try:
+        compile(before, "<before>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return True  # it did not compile before either: nothing to compare with
+    try:
+        compile(after, "<after>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def _fix_body(paths: Tuple[str, ...], apply: bool, opts: dict) -> int:

@@ -157,6 +157,14 @@ class Rule:
     def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # A rule about the suppressions themselves (TL900) runs after the others' findings were matched with
+    # the file's `# noqa` comments: the engine calls ``check_suppressions`` instead of ``check``.
+    runs_after_suppression: ClassVar[bool] = False
+
+    def check_suppressions(self, ctx: RuleContext, used: "frozenset", selected: "frozenset") -> None:
+        """``used``: the (line, code) pairs of `# noqa` comments that silenced a finding; ``selected``: the
+        codes of the rules selected for this file."""
+
     # --- helpers for the engine -------------------------------------------------------------
     @classmethod
     def doc(cls) -> str:
