@@ -239,7 +239,7 @@ def test_torchlint_toml_and_per_file_ignores(project):
         ('selct = ["TL1"]', "unknown key 'selct'"),
         ('select = "TL1"', "expected a list of strings"),
         ('torch-version = "two"', "expected a PyTorch version"),
-        ('select = ["TL9"]', "matches no rule"),
+        ('select = ["TL09"]', "matches no rule"),
         ('unsafe-fixes = "yes"', "expected true or false"),
         ("select = [", "not valid TOML"),
     ],

@@ -402,6 +402,17 @@ def bench(ctx: click.Context) -> None:
     sys.exit(harness.main(list(ctx.args)))
 
 
+@cli.command()
+def server() -> None:
+    """Run the Language Server for editors (LSP over stdio; needs pip install 'torchlint[server]')."""
+    try:
+        from torchlint.server import main as serve  # imports pygls: only here
+    except ImportError as exc:
+        click.echo(f"torchlint server needs pygls: pip install 'torchlint[server]' ({exc})", err=True)
+        sys.exit(EXIT_ERROR)
+    serve()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     cli.main(args=list(argv) if argv is not None else None, prog_name="torchlint")
 
