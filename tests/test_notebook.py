@@ -128,3 +128,11 @@ def test_program_maps_lines_back():
         4: "".join(CELLS[3]["source"]),
         5: "".join(CELLS[4]["source"]),
     }
+
+
+def test_notebook_on_stdin(project):
+    text = notebook(*CELLS)
+    result = invoke("check", "-", "--stdin-filename", "train.ipynb", input=text)
+    assert "train.ipynb:cell 4:2:51: TL501" in result.output
+    fixed = invoke("fix", "-", "--stdin-filename", "train.ipynb", "--apply", input=text)
+    assert json.loads(fixed.stdout)["cells"][3]["source"][1] == "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"

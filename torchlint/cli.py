@@ -146,6 +146,13 @@ def _stdin_result(opts: dict, job: Job) -> FileResult:
     stream = sys.stdin
     data = getattr(stream, "buffer", stream).read()
     data = data.encode("utf-8") if isinstance(data, str) else data
+    if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
+        from torchlint.notebook import process_notebook_data
+
+        path = Path(shown)
+        result = process_notebook_data(data, shown, path, job.for_file(path))
+        result.original = result.original if result.original is not None else data.decode("utf-8", "replace")
+        return result
     try:
         source = decode_source(data)
     except SourceError as exc:

@@ -192,10 +192,16 @@ def process_notebook(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
     try:
         data = read_bytes(path)
-        raw = data.decode("utf-8-sig")
-        program = NotebookProgram.parse(raw)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
+    return process_notebook_data(data, shown, path, job)
+
+
+def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> FileResult:
+    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``."""
+    try:
+        raw = data.decode("utf-8-sig")
+        program = NotebookProgram.parse(raw)
     except UnicodeDecodeError:
         return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
     except NotebookError as exc:
