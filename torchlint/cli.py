@@ -365,7 +365,7 @@ def list_rules(output_format: str) -> None:
         from torchlint.docs import fix_line
 
         click.echo(json.dumps([
-            {"code": r.code, "name": r.name, "fix": r.fix_availability.value,
+            {"code": r.code, "name": r.name, "fix": r.fix_availability.value, "default": r.default_enabled,
              "fix_applicabilities": [a.value for a in r.fix_applicabilities], "fix_summary": fix_line(r),
              "summary": r.summary, "url": r.url()}
             for r in rules
@@ -374,7 +374,8 @@ def list_rules(output_format: str) -> None:
     fix_label = {FixAvailability.NONE: "", FixAvailability.SOMETIMES: "fix (sometimes)", FixAvailability.ALWAYS: "fix"}
     name_width = max((len(r.name) for r in rules), default=4)
     for r in rules:
-        click.echo(f"{r.code}  {r.name:<{name_width}}  {fix_label[r.fix_availability]:<15}  {r.summary}")
+        default = "" if r.default_enabled else "opt-in"
+        click.echo(f"{r.code}  {r.name:<{name_width}}  {fix_label[r.fix_availability]:<15}  {default:<6}  {r.summary}")
 
 
 @cli.command()

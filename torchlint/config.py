@@ -26,7 +26,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    select: Tuple[str, ...] = ("ALL",)
+    select: Optional[Tuple[str, ...]] = None  # None: the default set (every rule with default_enabled)
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
     exclude: Tuple[str, ...] = ()
@@ -186,9 +186,18 @@ def selector_matches(selector: str, code: str) -> bool:
     return selector == "ALL" or code.startswith(selector)
 
 
-def selected_codes(settings: Settings, all_codes: Sequence[str], extra_ignores: Sequence[str] = ()) -> Tuple[str, ...]:
-    """Ruff's order: select, then extend-select adds, then ignore (and per-file ignores) removes."""
-    chosen = {c for c in all_codes if any(selector_matches(s, c) for s in settings.select)}
+def selected_codes(
+    settings: Settings,
+    all_codes: Sequence[str],
+    extra_ignores: Sequence[str] = (),
+    default_codes: Optional[Sequence[str]] = None,
+) -> Tuple[str, ...]:
+    """Ruff's order: select (without one, the default set), then extend-select adds, then ignore (and
+    per-file ignores) removes."""
+    if settings.select is None:
+        chosen = set(all_codes if default_codes is None else default_codes)
+    else:
+        chosen = {c for c in all_codes if any(selector_matches(s, c) for s in settings.select)}
     chosen |= {c for c in all_codes if any(selector_matches(s, c) for s in settings.extend_select)}
     ignores = (*settings.ignore, *extra_ignores)
     chosen = {c for c in chosen if not any(selector_matches(s, c) for s in ignores)}

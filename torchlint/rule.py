@@ -153,6 +153,10 @@ class Rule:
     # Regexes that must all occur in a file's text for the rule to be able to fire. A file that no
     # selected rule can fire on is never parsed, so keep these tight.
     required_patterns: ClassVar[Tuple[str, ...]] = ()
+    # Rules that give advice a project may have declined on purpose (DataParallel, Adam's L2 decay...) are
+    # off by default, as Ruff keeps opinionated rules out of its defaults: `--extend-select TLxxx` or
+    # `select = ["ALL"]` turns them on.
+    default_enabled: ClassVar[bool] = True
 
     def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

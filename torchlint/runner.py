@@ -78,7 +78,8 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
         for pattern, codes in settings.per_file_ignores:
             if _glob(pattern).match_file(relative) or _glob(pattern).match_file(absolute.name):
                 extra.extend(codes)
-    codes = selected_codes(settings, [rule.code for rule in all_rules()], extra)
+    rules = all_rules()
+    codes = selected_codes(settings, [r.code for r in rules], extra, [r.code for r in rules if r.default_enabled])
     return _rule_instances(codes)
 
 
