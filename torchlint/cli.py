@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
