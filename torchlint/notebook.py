@@ -7,7 +7,7 @@ splits the text back into cells. IPython syntax is not Python: line magics, shel
 (``%time``, ``!pip``, ``x = !ls``, ``model?``) stand in the program as ``pass`` placeholders and are put back
 verbatim; cells that start with a cell magic (``%%bash``) are left out entirely. Writing back replaces only
 the sources of the cells that changed, and the JSON keeps its key order, indentation, outputs and metadata:
-the notebook is re-serialised only when that reproduces the original bytes exactly.
+each changed source is spliced into the original text, so every other byte stays as it was.
 """
 
 from __future__ import annotations
@@ -148,37 +148,136 @@ class NotebookProgram:
         return sources
 
     def rewritten(self, fixed: str) -> Optional[str]:
-        """The notebook's JSON text with the changed cells' sources replaced; None if that cannot be done
-        faithfully (the cells cannot be told apart, or the JSON's formatting cannot be reproduced)."""
+        """The notebook's JSON text with the changed cells' sources replaced in place, every other byte
+        kept; None if that cannot be done faithfully (the cells cannot be told apart after fixing)."""
         sources = self.cell_sources(fixed)
-        style = _json_style(self.raw, self.notebook)
-        if sources is None or style is None:
+        if sources is None:
             return None
-        notebook = json.loads(self.raw)
+        expected = json.loads(self.raw)
+        changes = []
         for number, text in sources.items():
-            cell = notebook["cells"][number - 1]
-            if text == cell_source(cell):
-                continue
-            cell["source"] = text.splitlines(keepends=True) if isinstance(cell.get("source"), list) else text
-        return _dump(notebook, style)
+            cell = expected["cells"][number - 1]
+            if text != cell_source(cell):
+                cell["source"] = text.splitlines(keepends=True) if isinstance(cell.get("source"), list) else text
+                changes.append((number - 1, cell["source"]))
+        spans = _source_spans(self.raw)
+        if spans is None or any(index not in spans for index, _ in changes):
+            return None
+        ensure_ascii = "\\u" in self.raw and self.raw.isascii()
+        out = self.raw
+        for index, value in sorted(changes, key=lambda change: -spans[change[0]][0]):
+            start, end = spans[index]
+            out = out[:start] + _encode_like(value, self.raw, start, end, ensure_ascii) + out[end:]
+        return out if json.loads(out) == expected else None
 
 
-def _dump(notebook: Any, style: Tuple[Optional[int], bool, str]) -> str:
-    indent, ensure_ascii, ending = style
-    separators = (",", ": ") if indent is not None else (",", ":")
-    return json.dumps(notebook, indent=indent, ensure_ascii=ensure_ascii, separators=separators) + ending
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
-def _json_style(raw: str, notebook: Any) -> Optional[Tuple[Optional[int], bool, str]]:
-    """How the file was serialised (indent, ASCII escapes, final newline), if ``json.dumps`` reproduces it."""
-    indented = re.search(r"\n( +)\S", raw)
-    ending = raw[len(raw.rstrip("\r\n")):]
-    for indent in ((len(indented.group(1)),) if indented else (None,)):
-        for ensure_ascii in (False, True):
-            style = (indent, ensure_ascii, ending)
-            if _dump(notebook, style) == raw:
-                return style
-    return None
+def _source_spans(raw: str) -> Optional[Dict[int, Tuple[int, int]]]:
+    """Where each cell's ``"source"`` value lies in the JSON text (cell index -> (start, end))."""
+    decoder = json.JSONDecoder()
+    spans: Dict[int, Tuple[int, int]] = {}
+
+    def skip(i: int) -> int:
+        return _WHITESPACE.match(raw, i).end()  # type: ignore[union-attr]
+
+    def value_end(i: int) -> int:
+        return decoder.raw_decode(raw, i)[1]
+
+    def members(i: int, on_member) -> int:
+        """Walk the object starting at ``raw[i] == "{"``; returns the index after its ``}``."""
+        if raw[i] != "{":
+            raise ValueError("expected an object")
+        i = skip(i + 1)
+        if raw[i] == "}":
+            return i + 1
+        while True:
+            if raw[i] != '"':
+                raise ValueError("expected a key")
+            key, i = json.decoder.scanstring(raw, i + 1)
+            i = skip(i)
+            if raw[i] != ":":
+                raise ValueError("expected ':'")
+            i = skip(on_member(key, skip(i + 1)))
+            if raw[i] == "}":
+                return i + 1
+            if raw[i] != ",":
+                raise ValueError("expected ','")
+            i = skip(i + 1)
+
+    def top(key: str, i: int) -> int:
+        if key != "cells" or raw[i] != "[":
+            return value_end(i)
+        i, index = skip(i + 1), 0
+        if raw[i] == "]":
+            return i + 1
+        while True:
+            def in_cell(name: str, j: int, index: int = index) -> int:
+                end = value_end(j)
+                if name == "source":
+                    spans[index] = (j, end)
+                return end
+
+            i = skip(members(i, in_cell))
+            index += 1
+            if raw[i] == "]":
+                return i + 1
+            if raw[i] != ",":
+                raise ValueError("expected ','")
+            i = skip(i + 1)
+
+    try:
+        members(skip(0), top)
+    except (ValueError, IndexError):
+        return None
+    return spans
+
+
+def _replace_items(old: str, lines: List[str], ensure_ascii: bool) -> Optional[str]:
+    """The old JSON list with only its changed strings replaced, when it holds as many items as ``lines``."""
+    decoder = json.JSONDecoder()
+    spans = []
+    i = _WHITESPACE.match(old, 1).end()  # type: ignore[union-attr]
+    try:
+        while old[i] != "]":
+            item, end = decoder.raw_decode(old, i)
+            spans.append((i, end, item))
+            i = _WHITESPACE.match(old, end).end()  # type: ignore[union-attr]
+            if old[i] == ",":
+                i = _WHITESPACE.match(old, i + 1).end()  # type: ignore[union-attr]
+    except (ValueError, IndexError):
+        return None
+    if len(spans) != len(lines):
+        return None
+    out = old
+    for (begin, end, item), line in reversed(list(zip(spans, lines))):
+        if item != line:
+            out = out[:begin] + json.dumps(line, ensure_ascii=ensure_ascii) + out[end:]
+    return out
+
+
+def _encode_like(value: Any, raw: str, start: int, end: int, ensure_ascii: bool) -> str:
+    """A cell's new source as JSON, laid out like the value it replaces (one item per line, same indents)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ensure_ascii)
+    if not value:
+        return "[]"
+    old = raw[start:end]
+    in_place = _replace_items(old, value, ensure_ascii)
+    if in_place is not None:
+        return in_place
+    line_start = raw.rfind("\n", 0, start) + 1
+    key_indent = re.match(r"[ \t]*", raw[line_start:start]).group(0)  # type: ignore[union-attr]
+    unit = re.search(r"\n([ \t]+)\S", raw)
+    item = re.search(r"\n([ \t]*)\S", old)
+    close = re.search(r"\n([ \t]*)\]$", old)
+    items = [json.dumps(line, ensure_ascii=ensure_ascii) for line in value]
+    if "\n" not in raw:  # a notebook on one line
+        return "[" + ",".join(items) + "]"
+    item_indent = item.group(1) if item else key_indent + (unit.group(1) if unit else " ")
+    close_indent = close.group(1) if close else key_indent
+    return "[\n" + ",\n".join(item_indent + text for text in items) + "\n" + close_indent + "]"
 
 
 @dataclass
@@ -236,7 +335,7 @@ def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> F
     rewritten = program.rewritten(outcome.source)
     if sources is None or rewritten is None:
         why = "its cells could not be told apart after fixing" if sources is None else (
-            "its JSON formatting cannot be reproduced exactly")
+            "its JSON could not be rewritten faithfully")
         result.diagnostics.insert(0, error_diagnostic(shown, f"fixes not applied to this notebook: {why}"))
         result.applied.clear()
         return result
