@@ -88,6 +88,7 @@ class AstIndex:
         self.class_of: Dict[ast.AST, Optional[ast.ClassDef]] = {}  # function -> the class it is defined in
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
+        self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
         self._walk(tree)
         for loop in self.loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
@@ -138,6 +139,8 @@ class AstIndex:
                     imports.append(node)
                     continue
                 elif kind is ast.Assign:
+                    if len(node.targets) == 1 and type(node.value) is ast.Call:
+                        self.assigned_to[node.value] = node.targets[0]
                     for target in node.targets:
                         if type(target) is ast.Name:
                             self._bind(target.id, node.value, function)

@@ -30,13 +30,30 @@ class _Deferred(types.ModuleType):
 
 
 def defer_import(name: str) -> None:
-    """Make ``import name`` cheap until the module is used. A no-op if it is already imported (or absent)."""
+    """Make ``import name`` cheap until the module is used. A no-op if it is already imported (or absent).
+
+    A submodule (``libcst.matchers``) needs its package deferred first: ``import libcst.matchers as m`` then
+    finds the stand-in as an attribute of the package's stand-in, and loads nothing."""
     if name in sys.modules:
         return
-    spec = importlib.util.find_spec(name)
+    parent_name, _, child = name.rpartition(".")
+    parent = sys.modules.get(parent_name) if parent_name else None
+    if parent_name and not isinstance(parent, _Deferred):
+        return  # a real package: importing the submodule the usual way is fine
+    spec = importlib.util.find_spec(name) if not parent_name else _find_in(parent, name)
     if spec is None:
         return
     stand_in = _Deferred(name)
     stand_in.__spec__ = spec
-    stand_in.__path__ = list(spec.submodule_search_locations or [])  # type: ignore[attr-defined]
+    if spec.submodule_search_locations is not None:
+        stand_in.__path__ = list(spec.submodule_search_locations)  # type: ignore[attr-defined]
     sys.modules[name] = stand_in
+    if parent is not None:
+        parent.__dict__[child] = stand_in
+
+
+def _find_in(parent: types.ModuleType, name: str):
+    """The spec of a submodule, found on the deferred package's path without loading the package."""
+    import importlib.machinery
+
+    return importlib.machinery.PathFinder.find_spec(name, parent.__dict__.get("__path__"))
