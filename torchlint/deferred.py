@@ -57,3 +57,9 @@ def _find_in(parent: types.ModuleType, name: str):
     import importlib.machinery
 
     return importlib.machinery.PathFinder.find_spec(name, parent.__dict__.get("__path__"))
+
+
+def is_loaded(name: str) -> bool:
+    """``name`` is imported for real (not just a deferred stand-in)."""
+    module = sys.modules.get(name)
+    return module is not None and not isinstance(module, _Deferred)  # a loaded stand-in leaves sys.modules
