@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import List, Optional, Tuple
 
 import libcst as cst
@@ -11,6 +10,7 @@ import libcst as cst
 from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
+from torchlint.loader_prefilter import may_chain_factory_into_move
 from torchlint.device_facts import CPU, CUDA, device_kind, is_test_path, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
@@ -27,7 +27,6 @@ FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"}
 # Arguments of a factory that make the move part of the point, or that the fix cannot carry over.
 _KEEP_AS_IS = {"pin_memory", "out", "layout"}
 _FLOAT_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16"}
-_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
 
 
 class TensorCreatedThenMoved(Rule):
@@ -109,7 +108,11 @@ class TensorCreatedThenMoved(Rule):
     message = "the tensor is made on the CPU and then copied to the GPU; pass `device=` to the factory instead"
     summary = "Tensor created on the CPU and immediately moved to the GPU"
     fix_availability = FixAvailability.SOMETIMES
-    required_patterns = (r"\.(?:cuda|to)\s*\(", _FACTORY_TEXT.pattern)
+    required_patterns = (r"\.(?:cuda|to)\s*\(",)
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return super().may_fire(text, settings) and may_chain_factory_into_move(text)
 
     has_ast_prefilter = True
 
@@ -206,9 +209,10 @@ def _certainly_a_device(a: FileAnalysis, expr: cst.BaseExpression, depth: int = 
         return a.is_qualified(expr.func, "torch.device")
     if isinstance(expr, cst.IfExp):
         return _certainly_a_device(a, expr.body, depth + 1) and _certainly_a_device(a, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Name):
-        value = a.single_value(expr.value, a.scope_of(expr))
-        return value is not None and _certainly_a_device(a, value, depth + 1)
+    if isinstance(expr, cst.Name):  # every binding of the name (in its scope, else at module level) is one
+        scope = a.scope_of(expr)
+        values = a.values_of(expr.value, scope) or a.values_of(expr.value, a.module)
+        return bool(values) and all(v is not None and _certainly_a_device(a, v, depth + 1) for v in values)
     return False
 
 
