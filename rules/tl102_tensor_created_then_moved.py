@@ -38,8 +38,10 @@ class TensorCreatedThenMoved(Rule):
 
     Silent when the destination is provably the CPU (`"cpu"`, `torch.device("cpu")`, a name bound to one)
     or cannot be read as a device at all (`.to(x)` where `x` may be a dtype or a tensor), when the factory
-    takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), and in
-    tests (pytest files, `tests/` folders). Also silent, because there is nothing to gain or the claim
+    takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), a
+    `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
+    tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
+    files, `tests/` folders). Also silent, because there is nothing to gain or the claim
     could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
@@ -47,6 +49,9 @@ class TensorCreatedThenMoved(Rule):
     - `torch.zeros_like(x).cuda()` and the other `*_like` factories: they make the tensor on `x`'s device,
       which may already be the GPU (then the move is a no-op).
     - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
+    - a random factory in a function (or script) that forks, saves or restores the RNG state itself
+      (`torch.random.fork_rng`, `get_rng_state`/`set_rng_state`): drawing on the CPU is then usually the
+      point (the same numbers on every device and replica).
 
     ## Why is this slow?
     The factory allocates and fills the tensor in host memory, then `.to()` allocates it again on the GPU
@@ -146,6 +151,13 @@ class TensorCreatedThenMoved(Rule):
             return
         if to_destination(a, move) != CUDA:
             return  # the CPU, or not readable as a device
+        own_device = keyword_arg(factory, "device")
+        if own_device is not None and device_kind(a, own_device.value) != CPU:
+            return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
+        if keyword_arg(factory, "generator") is not None:
+            return  # a generator fixes where the numbers are drawn (a CPU one cannot draw on the GPU)
+        if kind in _RANDOM and _manages_cpu_rng(a, move):
+            return  # forks or restores the RNG around the draw: the CPU numbers are the point
         shown = f"`{a.module.code_for_node(factory.func)}(...)`"
         message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; pass `device=` to the factory"
         requires_grad = keyword_arg(factory, "requires_grad")
@@ -174,6 +186,18 @@ class TensorCreatedThenMoved(Rule):
         replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
         ctx.report(move, message=message,
                    fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
+
+
+# Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
+# training script has one, and the CUDA generator is seeded by it too).
+_RNG_CALLS = {"fork_rng", "set_rng_state", "get_rng_state"}
+
+
+def _manages_cpu_rng(a: FileAnalysis, move: cst.Call) -> bool:
+    """The function around ``move`` (or the module) forks, saves or restores the RNG state itself."""
+    function = a.function_of(move)
+    scope = function.node if function is not None else a.module
+    return any(call_name(call) in _RNG_CALLS for call in a.calls_in(scope))
 
 
 def _destination(a: FileAnalysis, move: cst.Call) -> Optional[Tuple[cst.BaseExpression, bool]]:
