@@ -84,6 +84,7 @@ class BlockingHostToDeviceCopy(Rule):
                "the DataLoader) so the copy overlaps with compute")
     summary = "Batch copied host-to-device without non_blocking=True"
     fix_availability = FixAvailability.ALWAYS
+    fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     required_patterns = (r"\.(?:to|cuda)\s*\(",)
 
     @classmethod

@@ -54,6 +54,7 @@ def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
         "import torch\nx = torch.zeros(3, dtype=torch.float16)\n",
         "from accelerate import Accelerator\n",
         "import lightning as L\ntrainer = L.Trainer(precision='bf16-mixed')\n",
+        "import torch\nfrom functools import partial\namp_autocast = partial(torch.autocast, device_type='cuda')\n",
     ],
 )
 def test_mixed_precision_evidence(source):
@@ -86,3 +87,46 @@ def test_default_set_leaves_out_opt_in_rules_until_selected():
     assert selected_codes(Settings(select=("ALL",)), codes, default_codes=defaults) == tuple(codes)
     assert selected_codes(Settings(select=("TL5",)), codes, default_codes=defaults) == ("TL503",)
     assert selected_codes(Settings(ignore=("TL1",)), codes, default_codes=defaults) == ()
+
+
+@pytest.mark.parametrize(
+    "source, certain",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n", True),
+        ("model = model.half()\n", True),
+        ("trainer = Trainer(precision=16)\n", True),
+        ("import lightning.pytorch as pl\n", True),
+        ("from accelerate import Accelerator\n", True),
+        ("from accelerate import *\n", False),  # a star import is not in the analysis' import table
+        ("from .accelerate import helper\n", False),  # a relative import is the project's own module
+        ("import torch\nx = torch.zeros(3, dtype=torch.float16)\n", False),  # needs names: left to LibCST
+        ("model = model.half(memory_format)\n", False),
+        ("import torch\nmodel.cuda()\n", False),
+    ],
+)
+def test_mixed_precision_in_ast_only_where_the_analysis_certainly_agrees(source, certain):
+    from torchlint.device_facts import mixed_precision_in_ast
+    import ast
+
+    assert mixed_precision_in_ast(ast.parse(source)) is certain
+    if certain:
+        assert mixed_precision_evidence(analyse(source)) is not None
+from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("import torch\nmodel = model.bfloat16()\n", True),
+        ("import torch\nx = torch.zeros(3, dtype=torch.half)\n", True),
+        ("from accelerate import Accelerator\n", False),  # may as well be fp32: mixed_precision_evidence only
+        ("import lightning as L\ntrainer = L.Trainer(precision='32')\n", False),
+        ("import torch\nx = torch.zeros(3)\n", False),
+    ],
+)
+def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_bf16(source, expected):
+    assert (reduced_precision_evidence(analyse(source)) is not None) is expected
+    if expected:
+        assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one
