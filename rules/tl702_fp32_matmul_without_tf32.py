@@ -15,7 +15,7 @@ from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, R
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
-_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\btf32\b", re.IGNORECASE)
+_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
@@ -105,7 +105,8 @@ class Fp32MatmulWithoutTf32(Rule):
     )
     summary = "fp32 CUDA training script that never enables TF32 matmuls"
     fix_availability = FixAvailability.SOMETIMES
-    required_patterns = (r"backward|\.step\(", r"cuda|device|\.to\(")
+    # A training call, an entry point (a `__main__` block or a loop at column 0), a device.
+    required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|(?m:^(?:for|while)\b)", r"cuda|device|\.to\(")
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
