@@ -115,6 +115,8 @@ class PythonLoopOverTensorElements(Rule):
     message = "Python loop over a tensor's elements: one kernel launch per op and element; vectorize it"
     summary = "Python loop over tensor indices doing elementwise tensor arithmetic"
     fix_availability = FixAvailability.NONE
+    # On by default: silent unless the loop is provably a map in a forward pass or training step.
+    default_enabled = True
     required_patterns = (
         r"\brange\s*\(",
         r"\.shape\b|\.size\s*\(|\blen\s*\(",
