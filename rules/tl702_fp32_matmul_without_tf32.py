@@ -111,6 +111,7 @@ class Fp32MatmulWithoutTf32(Rule):
     # On by default: one finding per script, only where it demonstrably trains fp32 on CUDA with no precision
     # decision in sight (no wrong finding in 75 on the training scripts tried); the fix is unsafe (opt-in).
     default_enabled = True
+    fix_applicabilities = (Applicability.UNSAFE,)
     # A training call, an entry point (a `__main__` block or a loop at column 0), a device.
     required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|(?m:^(?:for|while)\b)", r"cuda|device|\.to\(")
 

@@ -54,6 +54,7 @@ def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
         "import torch\nx = torch.zeros(3, dtype=torch.float16)\n",
         "from accelerate import Accelerator\n",
         "import lightning as L\ntrainer = L.Trainer(precision='bf16-mixed')\n",
+        "import torch\nfrom functools import partial\namp_autocast = partial(torch.autocast, device_type='cuda')\n",
     ],
 )
 def test_mixed_precision_evidence(source):
@@ -88,6 +89,29 @@ def test_default_set_leaves_out_opt_in_rules_until_selected():
     assert selected_codes(Settings(ignore=("TL1",)), codes, default_codes=defaults) == ()
 
 
+@pytest.mark.parametrize(
+    "source, certain",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n", True),
+        ("model = model.half()\n", True),
+        ("trainer = Trainer(precision=16)\n", True),
+        ("import lightning.pytorch as pl\n", True),
+        ("from accelerate import Accelerator\n", True),
+        ("from accelerate import *\n", False),  # a star import is not in the analysis' import table
+        ("from .accelerate import helper\n", False),  # a relative import is the project's own module
+        ("import torch\nx = torch.zeros(3, dtype=torch.float16)\n", False),  # needs names: left to LibCST
+        ("model = model.half(memory_format)\n", False),
+        ("import torch\nmodel.cuda()\n", False),
+    ],
+)
+def test_mixed_precision_in_ast_only_where_the_analysis_certainly_agrees(source, certain):
+    from torchlint.device_facts import mixed_precision_in_ast
+    import ast
+
+    assert mixed_precision_in_ast(ast.parse(source)) is certain
+    if certain:
+        assert mixed_precision_evidence(analyse(source)) is not None
 from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
 
 

@@ -9,6 +9,7 @@ of it (autocast, a half/bf16 model, a framework that manages precision).
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import PurePath
 from typing import Optional
@@ -110,14 +111,18 @@ def is_reduced_dtype(analysis: FileAnalysis, expr: cst.BaseExpression) -> bool:
 def mixed_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     """Any sign that the file already trains in reduced precision or leaves precision to a framework:
     autocast or a GradScaler, a `.half()` / `.bfloat16()` model, a reduced `dtype=`, `.to(torch.float16)`,
-    a `precision=` argument, or an import of a framework that manages precision (accelerate, Lightning,
-    DeepSpeed, apex). None where there is no sign at all."""
+    a `precision=` argument, autocast passed as a value (`partial(torch.autocast, ...)`), or an import of a
+    framework that manages precision (accelerate, Lightning, DeepSpeed, apex). None where there is no sign
+    at all."""
     for local, qualified in analysis.imports.items():
         if qualified.split(".")[0] in _PRECISION_FRAMEWORKS:
             return analysis.module
     for call in analysis.calls:
         qualified = analysis.qualified_name(call.func) or ""
         if qualified in _AUTOCAST_NAMES or call_name(call) in {"autocast", "GradScaler"}:
+            return call
+        # autocast handed on rather than called: `partial(torch.autocast, device_type="cuda")`
+        if any(analysis.qualified_name(arg.value) in _AUTOCAST_NAMES for arg in call.args):
             return call
         if call_name(call) in {"half", "bfloat16"} and receiver(call) is not None and not call.args:
             return call
@@ -131,6 +136,31 @@ def mixed_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     return None
 
 
+# --- the same facts on the stdlib ast, for pre-filter stages ------------------------------------------
+
+
+def mixed_precision_in_ast(tree: ast.Module) -> bool:
+    """True only where ``mixed_precision_evidence`` certainly finds a sign: an autocast or GradScaler call,
+    a ``.half()`` / ``.bfloat16()`` call, a ``precision=`` argument, a precision framework's import. (Signs
+    that need qualified names, such as a reduced ``dtype=``, are left to the LibCST check.)"""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
+                    and not any(alias.name == "*" for alias in node.names)):
+                return True
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in {"autocast", "GradScaler"}:
+                return True
+            if name in {"half", "bfloat16"} and isinstance(func, ast.Attribute) and not node.args and not node.keywords:
+                return True
+            if any(keyword.arg == "precision" for keyword in node.keywords):
+                return True
+    return False
 def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     """The first place the file itself certainly computes in fp16/bf16: autocast or a GradScaler, a
     `.half()` / `.bfloat16()` call, a reduced `dtype=`, or `.to(torch.float16)`. Unlike
