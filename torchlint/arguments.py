@@ -9,7 +9,7 @@ import libcst as cst
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value``, written without spaces as PEP 8 asks for keywords."""
-    no_space = cst.SimpleWhitespace("")  # built here: nothing may touch libcst at import (docs/architecture.md)
+    no_space = cst.SimpleWhitespace("")  # built here: modules on the check path touch no LibCST at import
     return cst.Arg(keyword=cst.Name(name), value=value,
                    equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space))
 
