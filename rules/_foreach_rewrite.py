@@ -364,6 +364,9 @@ class LoopRewriter:
         """How ``small`` stays in the first pass: "filter", "state", "init", "alias", "host"; None: a tensor op."""
         if isinstance(small, cst.If):
             if len(small.body.body) == 1 and self._is_exit(small.body.body[0]) and small.orelse is None:
+                computed = sorted(_names(small.test) & self.tensor_names)
+                if computed:
+                    raise NoFix(f"`if {self._short(small.test)}:` tests `{computed[0]}`, a tensor the loop computes")
                 if not self._is_metadata_test(small.test):
                     raise NoFix(f"`if {self._short(small.test)}:` depends on tensor values")
                 return "filter"

@@ -513,25 +513,35 @@ class _LoopBody(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             if isinstance(target.target, cst.Name):
-                name = target.target.value
-                if self._is_state(node.value):
-                    self.state_names.add(name)
-                    self.mutable.add(name)
-                    self.tracked.add(name)
-                elif self._tensorish(node.value):
-                    self.tracked.add(name)
-                    if self._is_alias(node.value):
-                        self.mutable.add(name)
+                self._bind(target.target.value, node.value)
+            elif (isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple)
+                  and len(target.target.elements) == len(node.value.elements)):
+                # exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                for element, value in zip(target.target.elements, node.value.elements):
+                    if isinstance(element.value, cst.Name):
+                        self._bind(element.value.value, value.value)
             elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "data":
                 root = self._root(target.target)
                 if root in self.params and self._is_step(node.value):
                     self.updates.append(node)  # p.data = p.data - lr * p.grad
+
+    def _bind(self, name: str, value: cst.BaseExpression) -> None:
+        if self._is_state(value):
+            self.state_names.add(name)
+            self.mutable.add(name)
+            self.tracked.add(name)
+        elif self._tensorish(value):
+            self.tracked.add(name)
+            if self._is_alias(value):
+                self.mutable.add(name)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         root = self._root(node.target)
         if root is None or root not in self.tracked:
             return
         self.launches += 1
+        if _is_step_count(node):
+            return  # `state["step"] += 1`: bookkeeping (a python number in most optimizers), not an update
         if root in self.mutable:
             self.updates.append(node)
             op = _AUG_OPS.get(type(node.operator))
@@ -590,10 +600,11 @@ class _LoopBody(cst.CSTVisitor):
                 return None
 
     def _is_alias(self, expr: cst.BaseExpression) -> bool:
-        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name."""
+        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name
+        (``p.float()`` and ``.to(...)`` too, where the dtype already matches)."""
         while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
             if isinstance(expr, cst.Call):
-                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as")):
+                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as", "float", "to", "type_as")):
                     return False
                 expr = expr.func.value
             else:
@@ -652,6 +663,17 @@ class _LoopBody(cst.CSTVisitor):
                 return self._computes(expr.func.value)
             return self._tensorish(expr)
         return False
+
+
+def _is_step_count(node: cst.AugAssign) -> bool:
+    """``state["step"] += 1`` / ``step += 1``: a counter bumped by a literal."""
+    if not (isinstance(node.operator, cst.AddAssign) and isinstance(node.value, cst.Integer)):
+        return False
+    target = node.target
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+        key = target.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and "step" in key.value
+    return isinstance(target, cst.Name) and "step" in target.value
 
 
 def _names_in(expr: cst.CSTNode) -> Iterable[str]:
