@@ -113,3 +113,21 @@ def test_mixed_precision_in_ast_only_where_the_analysis_certainly_agrees(source,
     assert mixed_precision_in_ast(ast.parse(source)) is certain
     if certain:
         assert mixed_precision_evidence(analyse(source)) is not None
+from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("import torch\nmodel = model.bfloat16()\n", True),
+        ("import torch\nx = torch.zeros(3, dtype=torch.half)\n", True),
+        ("from accelerate import Accelerator\n", False),  # may as well be fp32: mixed_precision_evidence only
+        ("import lightning as L\ntrainer = L.Trainer(precision='32')\n", False),
+        ("import torch\nx = torch.zeros(3)\n", False),
+    ],
+)
+def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_bf16(source, expected):
+    assert (reduced_precision_evidence(analyse(source)) is not None) is expected
+    if expected:
+        assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one

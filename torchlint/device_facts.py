@@ -161,3 +161,20 @@ def mixed_precision_in_ast(tree: ast.Module) -> bool:
             if any(keyword.arg == "precision" for keyword in node.keywords):
                 return True
     return False
+def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
+    """The first place the file itself certainly computes in fp16/bf16: autocast or a GradScaler, a
+    `.half()` / `.bfloat16()` call, a reduced `dtype=`, or `.to(torch.float16)`. Unlike
+    ``mixed_precision_evidence`` it does not count a framework import or a `precision=` argument, which may
+    as well mean fp32: use it where a rule needs reduced precision to be true, not merely possible."""
+    for call in analysis.calls:
+        qualified = analysis.qualified_name(call.func) or ""
+        if qualified in _AUTOCAST_NAMES or call_name(call) in {"autocast", "GradScaler"}:
+            return call
+        if call_name(call) in {"half", "bfloat16"} and receiver(call) is not None and not call.args:
+            return call
+        dtype = keyword_arg(call, "dtype")
+        if dtype is not None and is_reduced_dtype(analysis, dtype.value):
+            return call
+        if call_name(call) == "to" and any(a.keyword is None and is_reduced_dtype(analysis, a.value) for a in call.args):
+            return call
+    return None
