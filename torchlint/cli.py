@@ -13,7 +13,9 @@ import click
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_NAME
-from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch_version, resolve_settings
+from torchlint.config import (
+    ConfigError, Settings, parse_selectors, parse_size, parse_torch_version, resolve_settings,
+)
 from torchlint.discovery import discover
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, decode_source
@@ -63,6 +65,8 @@ def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
         changes["torch_version"] = parse_torch_version(opts["torch_version"])
     if opts.get("unsafe_fixes") is not None:
         changes["unsafe_fixes"] = opts["unsafe_fixes"]
+    if opts.get("max_file_size"):
+        changes["max_file_size"] = parse_size(opts["max_file_size"])
     return replace(settings, **changes)
 
 
@@ -85,6 +89,8 @@ def common_options(func: Callable) -> Callable:
         click.option("--no-cache", is_flag=True, help="Neither read nor write .torchlint_cache/."),
         click.option("--cache-dir", type=click.Path(file_okay=False),
                      help="Where to keep the cache (default: .torchlint_cache/ beside the configuration)."),
+        click.option("--max-file-size", metavar="SIZE",
+                     help="Skip larger files with a TL000 (bytes, or e.g. 512KiB, 4MiB; default 2MiB)."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
                      help="Processes to use (default: all cores)."),
     ]
@@ -102,6 +108,7 @@ def cli() -> None:
 def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -> List[FileResult]:
     found = discover(paths or (".",), settings, force_exclude=opts["force_exclude"])
     results = [FileResult(p, [error_diagnostic(p, "no such file or directory")]) for p in found.missing]
+    results += [FileResult(p, [error_diagnostic(p, why)]) for p, why in found.problems]
     jobs = opts.get("jobs") or os.cpu_count() or 1
     results += run(found.files, job, jobs=jobs)
     return results
@@ -159,11 +166,18 @@ def _guarded(body: Callable[[], int]) -> None:
     except Exception as exc:  # an internal error must still say what happened, never exit 1
         import traceback
 
-        click.echo(f"torchlint: internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo("".join(traceback.format_exc()), err=True)
+        click.echo(f"torchlint: internal error: {type(exc).__name__}: {_describe(exc)}", err=True)
+        click.echo("".join(traceback.format_exc(limit=-20)), err=True)  # the innermost frames: never megabytes
         click.echo("Please report this at https://github.com/torchlint/torchlint/issues", err=True)
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        return str(exc)[:2000]
+    except (RecursionError, MemoryError):
+        return "(its message cannot be shown)"
 
 
 @cli.command()

@@ -16,6 +16,7 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.fixer import FixApplier
+from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.positions import node_spans
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
@@ -60,24 +61,24 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings) 
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
-    try:
-        with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
-            warnings.simplefilter("ignore")
-            return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None  # LibCST decides (it also parses syntax newer than this interpreter's)
+    return stdlib_tree(source)  # None: LibCST decides (it also parses syntax newer than this interpreter's)
 
 
 def parse(source: str, path: str) -> cst.Module:
     """Parse or raise ``SyntaxProblem`` with a located message."""
+    problem = parse_problem(source)  # code that would crash or stall LibCST's native parser, or is not Python
+    if problem is not None:
+        raise SyntaxProblem(*problem)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        # CPython's message and position are clearer ("'(' was never closed" at the paren); LibCST's
-        # stand where CPython accepts the code (syntax newer than LibCST's grammar).
+        # CPython's message and position are clearer ("'(' was never closed" at the paren).
         python_error = _python_syntax_error(source)
         if python_error is not None:
             raise python_error from None
+        if stdlib_tree(source) is not None:  # valid Python that LibCST's grammar does not take
+            raise SyntaxProblem(f"torchlint's parser (LibCST) cannot parse this valid Python, so it was not "
+                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
         raise SyntaxProblem(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (RecursionError, MemoryError) as exc:  # pathological nesting
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
