@@ -18,7 +18,7 @@ from torchlint.config import (
 )
 from torchlint.discovery import discover
 from torchlint.engine import error_diagnostic
-from torchlint.fileio import SourceError, decode_source
+from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
 from torchlint.registry import all_rules, get_rule
 from torchlint.reporters import (
     color_diff,
@@ -120,19 +120,29 @@ def _cache_dir(opts: dict, settings: Settings) -> Optional[Path]:
     return Path(opts["cache_dir"]).resolve() if opts.get("cache_dir") else settings.root / CACHE_DIR_NAME
 
 
-def _stdin_result(opts: dict, job: Job) -> FileResult:
-    shown = opts.get("stdin_filename") or "-"
+def _read_stdin() -> bytes:
     stream = sys.stdin
     data = getattr(stream, "buffer", stream).read()
-    data = data.encode("utf-8") if isinstance(data, str) else data
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def _stdin_result(opts: dict, job: Job, data: Optional[bytes] = None) -> FileResult:
+    result, _ = _stdin_source_result(opts, job, _read_stdin() if data is None else data)
+    return result
+
+
+def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult, Optional[SourceText]]:
+    shown = opts.get("stdin_filename") or "-"
+    if len(data) > job.settings.max_file_size:
+        return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), job.settings.max_file_size))]), None
     try:
         source = decode_source(data)
     except SourceError as exc:
-        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)]), None
     path = Path(opts["stdin_filename"]) if opts.get("stdin_filename") else None
     result = process_source(source, shown, path, job)
     result.original = result.original if result.original is not None else source.text
-    return result
+    return result, source
 
 
 def _emit_diagnostics(diagnostics: List[Diagnostic], opts: dict, settings: Settings, err: bool = False) -> None:
@@ -216,13 +226,40 @@ def fix(paths: Tuple[str, ...], apply: bool, **opts) -> None:
 
 
 def _fix_stdin(job: Job, opts: dict, settings: Settings, apply: bool) -> int:
-    result = _stdin_result(opts, job)
-    if apply:
-        sys.stdout.write(result.fixed if result.fixed is not None else (result.original or ""))
+    data = _read_stdin()
+    if not apply:
+        return _report_fix([_stdin_result(opts, job, data)], opts, settings, apply=False)
+    # An editor replaces its buffer with stdout: stdout is always a whole file, the input byte for byte
+    # (same encoding, BOM and line endings) unless a fix applied, and the unchanged input on any error.
+    output = data
+    try:
+        result, source = _stdin_source_result(opts, job, data)
+        if source is not None and result.changed:
+            try:
+                output = source.encode(result.fixed or "")
+            except UnicodeEncodeError as exc:
+                shown = result.path
+                unfixed = _stdin_result(opts, replace(job, mode="check"), data)
+                result = FileResult(shown, [error_diagnostic(shown, f"the fixed text cannot be encoded as "
+                                                                    f"{source.encoding}: {exc.reason}; not fixed")]
+                                    + unfixed.diagnostics)
+    except Exception:
+        _write_stdout(data)
+        raise
+    _write_stdout(output)
+    _emit_diagnostics(result.diagnostics, {**opts, "output_format": "text"}, settings, err=True)
+    return EXIT_PROBLEMS if result.diagnostics and not opts["exit_zero"] else EXIT_CLEAN
+
+
+def _write_stdout(data: bytes) -> None:
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:  # a text-only stream (tests): the bytes as Latin-1 keep every byte value
+        sys.stdout.write(data.decode("latin-1"))
         sys.stdout.flush()
-        _emit_diagnostics(result.diagnostics, {**opts, "output_format": "text"}, settings, err=True)
-        return EXIT_PROBLEMS if result.diagnostics and not opts["exit_zero"] else EXIT_CLEAN
-    return _report_fix([result], opts, settings, apply=False)
 
 
 def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply: bool) -> int:
