@@ -22,6 +22,7 @@ from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
+from torchlint.textmerge import carry_fixes
 
 ERROR_CODE = "TL000"  # a file torchlint could not check: never selectable, never suppressible
 MAX_FIX_PASSES = 10
@@ -228,6 +229,29 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             continue
         current = result.code
         outcome.applied.update(r.rule.code for r in result.applied)
+    if current != source:
+        current = _carry_to_original(source, current, path, outcome)
     outcome.source = current
     outcome.remaining = lint_source(current, path, rules, settings).diagnostics
     return outcome
+
+
+def _carry_to_original(source: str, fixed: str, path: str, outcome: FixOutcome) -> str:
+    """The fixes applied to ``source`` itself, byte for byte outside the fixed lines (LibCST's round trip
+    is not exact for every file); where that cannot be done, no fix at all."""
+    carried = carry_fixes(source, cst.parse_module(source).code, fixed)
+    if carried is not None and (carried == fixed or _still_valid(source, carried)):
+        return carried
+    outcome.applied.clear()
+    outcome.errors.append(error_diagnostic(
+        path, "fixes not applied: torchlint's parser does not reproduce this file's bytes exactly next to them "
+        "(a form feed or a lone carriage return); please report it"))
+    return source
+
+
+def _still_valid(source: str, carried: str) -> bool:
+    try:
+        cst.parse_module(carried)
+    except Exception:
+        return False
+    return _python_syntax_error(carried) is None or _python_syntax_error(source) is not None

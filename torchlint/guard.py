@@ -67,23 +67,28 @@ def call_with_deep_stack(func: Callable[..., Any], *args: Any) -> Any:
     raise value
 
 
-_last_tree: Tuple[Optional[str], Optional[ast.Module]] = (None, None)
+_last_tree: Tuple[Optional[str], Optional[ast.Module], Optional[BaseException]] = (None, None, None)
 
 
 def stdlib_tree(source: str) -> Optional[ast.Module]:
     """CPython's ``ast`` of ``source``, or None where CPython rejects it. The last one is kept: the
     pre-filter and the nesting guard ask for the same file one after the other."""
+    return _stdlib_parse(source)[0]
+
+
+def _stdlib_parse(source: str) -> Tuple[Optional[ast.Module], Optional[BaseException]]:
     global _last_tree
-    if _last_tree[0] is source:
-        return _last_tree[1]
-    try:
-        with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
-            warnings.simplefilter("ignore")
-            tree: Optional[ast.Module] = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        tree = None
-    _last_tree = (source, tree)
-    return tree
+    if _last_tree[0] is not source:
+        tree: Optional[ast.Module] = None
+        error: Optional[BaseException] = None
+        try:
+            with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            error = exc
+        _last_tree = (source, tree, error)
+    return _last_tree[1], _last_tree[2]
 
 
 def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
@@ -91,12 +96,14 @@ def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
     invalid = _invalid_everywhere(source)
     if invalid is not None:
         return invalid
-    tree = stdlib_tree(source)
+    tree, error = _stdlib_parse(source)
     depth, line = _ast_nesting(tree, source) if tree is not None else _token_nesting(source)
-    if depth > MAX_NESTING:
-        return (f"too deeply nested for torchlint to parse: {depth} levels in one statement (the limit is "
-                f"{MAX_NESTING}); the file was not checked", line, 1)
-    return None
+    if depth <= MAX_NESTING:
+        return None
+    if isinstance(error, SyntaxError):  # CPython rejects it too: its message says why
+        return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
+    return (f"too deeply nested for torchlint to parse: {depth} levels in one statement (the limit is "
+            f"{MAX_NESTING}); the file was not checked", line, 1)
 
 
 def _invalid_everywhere(source: str) -> Optional[Tuple[str, int, int]]:
