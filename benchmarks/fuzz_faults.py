@@ -304,9 +304,12 @@ _VANISH = """
 import os, sys
 import torchlint.runner as runner
 real = runner.process_source
+done = []
 def sabotage(source, shown, path, job):
     result = real(source, shown, path, job)
-    {action}
+    if not done:  # once: between the fixer's read and its write
+        done.append(1)
+        {action}
     return result
 runner.process_source = sabotage
 from torchlint.cli import main
