@@ -45,6 +45,11 @@ _SINK_FUNCTIONS = {"print"}
 # Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
 _TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
 _GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug", re.IGNORECASE)
+# Helpers that only show a value: `progress_bar(i, n, msg)`, `log_metrics(...)`, `show_stats(...)`.
+_DISPLAY_HELPER = re.compile(
+    r"^_*(progress|print|show|display|report|plot|pbar|log$|logger|log_(?!softmax|prob|sigmoid|sum|det|normal|lik))",
+    re.IGNORECASE,
+)
 
 
 class SyncInTrainingLoop(Rule):
@@ -68,13 +73,23 @@ class SyncInTrainingLoop(Rule):
     `if (i + 1) % 100 == 0:`) or names logging (`if should_log:`, `if args.verbose:`) runs every N steps, not
     every step; it is deliberately not reported. The `else` branch of such an `if` is checked as usual.
 
+    A host value that the next step computes with (`k = k + lam * diff.item()` where `k` later scales a loss
+    tensor, a BEGAN-style balance term) is load-bearing too.
+
     Syncs outside training loops (evaluation loops, the per-epoch summary after the batch loop) are not
-    reported.
+    reported, nor those in an evaluation block nested in a training loop's body: a `with torch.no_grad():`
+    / `inference_mode()` block that runs its own loop or calls `.eval()`. A loop counts as a training loop
+    also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` (a
+    `def backward_pass(loss): ...` closure); and `return loss.item()` from such a step function is reported
+    when every loop that calls it only shows or sums the result.
 
     Where a sync is reported: at the first sync of a chain (`x.cpu()` in `x.cpu().numpy()`), and only when the
     host value is shown, stored or summed: an expression statement, an assignment whose variable the loop
-    does not use for control flow, `+=`, an f-string, `print(...)`, or a collecting / logging call
-    (`.append`, `.extend`, `.update`, `.add_scalar`, `.log`, `.info`, `.set_postfix`, `.write`...).
+    does not use for control flow, `+=`, an f-string, `%`-formatting or `"...".format(...)`, `print(...)`, a
+    collecting / logging call (`.append`, `.extend`, `.update`, `.add_scalar`, `.log`, `.info`,
+    `.set_postfix`, `.write`...) or a display helper (`progress_bar(...)`, `log_...(...)`), also through
+    `numpy` and `math` functions (`np.mean(x.cpu().numpy())`). Several syncs in one statement (a `print`
+    of six `.item()`s) are one finding that lists them.
 
     ## Why is this slow?
     CUDA runs asynchronously: Python queues kernels and moves on while the GPU works. Reading a value on the
@@ -141,6 +156,7 @@ class SyncInTrainingLoop(Rule):
                "(accumulate with `.detach()`) and convert once, or log every N steps")
     summary = "`.item()`, `.cpu()`, `float(tensor)`, `print(tensor)` in every step of a training loop"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (
         r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
         r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
@@ -159,6 +175,7 @@ class SyncInTrainingLoop(Rule):
                 checker.check_conversion(call, name)
         for call in a.calls_by_name.get("print", ()):
             checker.check_print(call)
+        checker.flush()
 
 
 class _Checker:
@@ -166,14 +183,107 @@ class _Checker:
         self.ctx = ctx
         self.a = a
         self._backward_names: dict = {}
+        # statement -> [(node, message, fix, what)]: one finding per statement, listing its syncs
+        self._found: dict = {}
+
+    def report(self, node: cst.CSTNode, message: str, what: str, fix=None) -> None:
+        statement = self.a.enclosing_statement(node) or node
+        self._found.setdefault(statement, []).append((node, message, fix, what))
+
+    def flush(self) -> None:
+        for statement, found in self._found.items():
+            found.sort(key=lambda item: self.a.spans[item[0]][0])
+            if len(found) == 1:
+                node, message, fix, _ = found[0]
+                self.ctx.report(node, message=message, fix=fix)
+                continue
+            whats = []
+            for item in found:
+                if item[3] not in whats:
+                    whats.append(item[3])
+            listed = ", ".join(whats[:-1]) + " and " + whats[-1] if len(whats) > 1 else whats[0]
+            self.ctx.report(found[0][0], message=(
+                f"{len(found)} host-device syncs in one statement ({listed}) wait for the GPU every training "
+                "step; keep the values on the device and read them once, or every N steps"))
+
+    def _step_functions(self) -> Set[str]:
+        """Names of the file's functions that run a training step themselves: ``def _backward(loss): ...
+        loss.backward(); optimizer.step()`` (a closure or helper a loop calls every iteration)."""
+        names = getattr(self, "_step_names", None)
+        if names is None:
+            names = {
+                info.name for info in self.a.functions
+                if any((self.a.is_backward_call(c) or self.a.is_optimizer_step(c)) and self.a.function_of(c) is info
+                       for c in self.a.calls_in(info.node))
+            }
+            self._step_names = names
+        return names
+
+    def _helper_training_loop(self, node: cst.CSTNode) -> Optional[LoopInfo]:
+        """The innermost loop around ``node`` whose body calls one of the file's step functions."""
+        steps = self._step_functions()
+        if not steps:
+            return None
+        for loop in self.a.enclosing_loops(node):
+            if any(self._calls_step(c, steps) for c in loop.direct_calls):
+                return loop
+        return None
+
+    @staticmethod
+    def _calls_step(call: cst.Call, steps: Set[str]) -> bool:
+        func = call.func
+        if isinstance(func, cst.Name):
+            return func.value in steps
+        return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
+            and func.attr.value in steps
+
+    def per_step_return(self, call: cst.Call, top: cst.BaseExpression) -> bool:
+        """``return loss.item()`` at the end of a step function (it calls ``backward()`` or ``step()``, not in
+        a loop) that the file calls in a loop, where every such caller only shows or sums the result."""
+        a = self.a
+        node = top
+        while isinstance(a.parent(node), (cst.Tuple, cst.Element)):
+            node = a.parent(node)
+        if not isinstance(a.parent(node), cst.Return) or next(a.enclosing_loops(call), None) is not None:
+            return False
+        info = a.function_of(call)
+        if info is None or info.name not in self._step_functions() or not isinstance(info.node, cst.FunctionDef):
+            return False
+        callers = [c for c in a.calls_by_name.get(info.name, ()) if self._calls_step(c, {info.name})]
+        in_loops = [(c, next(a.enclosing_loops(c), None)) for c in callers]
+        in_loops = [(c, loop) for c, loop in in_loops if loop is not None]
+        if not in_loops or len(in_loops) != len(callers):
+            return False
+        return all(self._destination(c, loop, follow=True) == "sink" for c, loop in in_loops)
+
+    def _training_loop(self, node: cst.CSTNode) -> Optional[LoopInfo]:
+        """The training loop around ``node``, unless ``node`` sits in an evaluation block nested in it: a
+        ``with torch.no_grad()`` / ``inference_mode()`` block that runs its own loop or calls ``.eval()``."""
+        a = self.a
+        loop = a.training_loop_of(node) or self._helper_training_loop(node)
+        if loop is None:
+            return None
+        for ancestor in a.ancestors(node):
+            if ancestor is loop.node:
+                break
+            if isinstance(ancestor, cst.With) and _disables_grad(a, ancestor) and _is_evaluation_block(a, ancestor):
+                return None
+        return loop
 
     # --- the three kinds of sync ----------------------------------------------------------------------
     def check_method(self, call: cst.Call, name: str) -> None:
         a = self.a
         if not isinstance(call.func, cst.Attribute) or call.args:
             return
-        loop = a.training_loop_of(call)
+        loop = self._training_loop(call)
         if loop is None:
+            if name in ("item", "tolist", "cpu") and not self._chain_has_sync(call.func.value) \
+                    and self.is_tensor(call.func.value, a.scope_of(call)) \
+                    and self.per_step_return(call, self._chain_top(call)):
+                what = f"`{_short(a, call.func.value)}.{name}()`"
+                self.report(call, f"{what} is returned by a training step the loop calls every iteration: it waits "
+                                  "for the GPU every step; return the tensor (`.detach()`) and read it every N steps",
+                            what)
             return
         recv = call.func.value
         if self._chain_has_sync(recv):
@@ -194,32 +304,33 @@ class _Checker:
             acc = fix[1]
             message = (f"`{acc} += {text}.item()` waits for the GPU every step; accumulate on the device "
                        f"(`{acc} += {text}.detach()`) and convert once after the loop")
-            self.ctx.report(call, message=message, fix=fix[0])
+            self.report(call, message, f"`{text}.item()`", fix=fix[0])
             return
         what = {"item": f"`{text}.item()`", "tolist": f"`{text}.tolist()`", "cpu": f"`{text}.cpu()`",
                 "numpy": f"`{text}.numpy()`"}[name]
-        self.ctx.report(call, message=f"{what} waits for the GPU every training step; keep the value on the "
-                                      "device (accumulate with `.detach()`) and read it once, or every N steps")
+        self.report(call, f"{what} waits for the GPU every training step; keep the value on the "
+                          "device (accumulate with `.detach()`) and read it once, or every N steps", what)
 
     def check_conversion(self, call: cst.Call, name: str) -> None:
         a = self.a
         if not isinstance(call.func, cst.Name) or name in a.imports or len(call.args) != 1 or call.args[0].keyword:
             return
-        loop = a.training_loop_of(call)
+        loop = self._training_loop(call)
         if loop is None:
             return
         arg = call.args[0].value
         scope = a.scope_of(call)
         if not self.is_tensor(arg, scope) or self._is_raw_batch(arg, loop) or not self._is_slowdown(call, loop):
             return
-        self.ctx.report(call, message=f"`{name}({_short(a, arg)})` copies a tensor to the host and waits for the GPU "
-                                      "every training step; keep it on the device and convert once, or every N steps")
+        what = f"`{name}({_short(a, arg)})`"
+        self.report(call, f"{what} copies a tensor to the host and waits for the GPU "
+                          "every training step; keep it on the device and convert once, or every N steps", what)
 
     def check_print(self, call: cst.Call) -> None:
         a = self.a
         if not isinstance(call.func, cst.Name) or "print" in a.imports:
             return
-        loop = a.training_loop_of(call)
+        loop = self._training_loop(call)
         if loop is None or self._guarded(call, loop):
             return
         scope = a.scope_of(call)
@@ -228,8 +339,9 @@ class _Checker:
                 continue
             shown = self._printed_tensor(arg.value, scope, loop)
             if shown is not None:
-                self.ctx.report(call, message=f"`print` of the tensor `{_short(a, shown)}` waits for the GPU every "
-                                              "training step; print every N steps (`if step % log_every == 0:`)")
+                self.report(call, f"`print` of the tensor `{_short(a, shown)}` waits for the GPU every "
+                                  "training step; print every N steps (`if step % log_every == 0:`)",
+                            f"`print({_short(a, shown)})`")
                 return
 
     def _printed_tensor(self, value: cst.BaseExpression, scope: ScopeNode, loop: LoopInfo):
@@ -381,6 +493,9 @@ class _Checker:
                     node = grand  # a method of the host value (`loss.item().__round__()`): follow it
                     continue
                 return "load"
+            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) \
+                    and node is parent.right and isinstance(parent.left, (cst.SimpleString, cst.ConcatenatedString)):
+                return "sink"  # "loss %.3f" % value: formatted for display
             if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison,
                                    cst.ComparisonTarget, cst.Element, cst.DictElement, cst.StarredElement,
                                    cst.StarredDictElement, cst.List, cst.Tuple, cst.Set, cst.Dict,
@@ -405,16 +520,28 @@ class _Checker:
             if isinstance(parent, cst.Expr):
                 return "sink"
             if isinstance(parent, cst.AugAssign):
-                return self._name_destination(parent.target, loop) if follow else "sink"
+                if not follow:
+                    return self._feeds_tensor(parent.target, parent.value)
+                return self._name_destination(parent.target, loop)
             if isinstance(parent, (cst.Assign, cst.AnnAssign)):
                 if not follow:
-                    return "sink"
+                    return self._feeds_tensor(None, parent.value)
                 targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
                 for target in targets:
                     if self._name_destination(target, loop) == "load":
                         return "load"
                 return "sink"
             return "load"  # if/while/assert tests, return, yield, lambda, await...
+
+    def _feeds_tensor(self, target: Optional[cst.BaseExpression], value: Optional[cst.BaseExpression]) -> str:
+        """A host value used in a statement that computes a tensor (``d_loss = real - k * fake``, the next step's
+        loss) is load-bearing: "load"; otherwise the statement only stores it: "sink"."""
+        if value is None:
+            return "sink"
+        scope = self.a.scope_of(value)
+        if self.is_tensor(value, scope) or (target is not None and self.is_tensor(target, scope)):
+            return "load"
+        return "sink"
 
     def _name_destination(self, target: cst.BaseExpression, loop: LoopInfo) -> str:
         """A name that holds a host value: "load" when the loop uses it for control flow."""
@@ -437,14 +564,20 @@ class _Checker:
         func = call.func
         qualified = a.qualified_name(func)
         if isinstance(func, cst.Name) and func.value not in a.imports:
-            if func.value in _SINK_FUNCTIONS:
+            if func.value in _SINK_FUNCTIONS or _DISPLAY_HELPER.search(func.value):
                 return "sink"
             if func.value in _TRANSPARENT_FUNCTIONS:
                 return "through"
             return "load"
-        if qualified is not None and qualified.startswith("math."):
-            return "through"
+        if qualified is not None and qualified.startswith(("math.", "numpy.")):
+            return "through"  # a host number or array in, a host number or array out
         if isinstance(func, cst.Attribute) and func.attr.value in _SINK_METHODS:
+            return "sink"
+        if isinstance(func, cst.Attribute) and func.attr.value == "format" and isinstance(
+                func.value, (cst.SimpleString, cst.ConcatenatedString)):
+            return "sink"  # "loss {:.3f}".format(value)
+        name = dotted_name(func)
+        if name is not None and _DISPLAY_HELPER.search(name.split(".")[-1]):
             return "sink"
         return "load"
 
@@ -518,6 +651,28 @@ class _Checker:
             conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
         fix = Fix({loop.node: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
         return fix, acc
+
+
+_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.autograd.no_grad",
+            "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode")
+
+
+def _disables_grad(a: FileAnalysis, with_node: cst.With) -> bool:
+    for item in with_node.items:
+        call = item.item
+        if isinstance(call, cst.Call) and a.qualified_name(call.func) in _NO_GRAD:
+            if a.qualified_name(call.func) == "torch.set_grad_enabled":
+                if not (call.args and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"):
+                    continue
+            return True
+    return False
+
+
+def _is_evaluation_block(a: FileAnalysis, with_node: cst.With) -> bool:
+    """A no-grad block that evaluates: it loops (over a validation set, sampling steps) or calls ``.eval()``."""
+    if any(isinstance(node, (cst.For, cst.While, cst.ListComp, cst.GeneratorExp)) for node in walk(with_node.body)):
+        return True
+    return any(call_name(c) == "eval" and not c.args for c in a.calls_in(with_node.body))
 
 
 def _is_logging_guard(test: cst.BaseExpression) -> bool:

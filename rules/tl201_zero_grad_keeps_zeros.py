@@ -28,7 +28,10 @@ class ZeroGradKeepsZeros(Rule):
 
     It stays silent where the zeros are load-bearing: when the same function reads or updates `.grad`
     (`p.grad += g`, `p.grad.add_(...)`, `p.grad.norm()`, `p.grad is None`...) after the reset and before the
-    next `backward()`; when the zeroing sits between `backward()` and `optimizer.step()` (that masks gradients,
+    next `backward()`, counting the function's next call (a parameter server that resets at the end of a
+    round and does `p.grad += g` at the top of the same function); when another method of the class reads
+    or updates gradients without calling `backward()`, or the function and its class write gradients by hand
+    and never call `backward()` (the gradients arrive from workers, the zeros are where they are summed); when the zeroing sits between `backward()` and `optimizer.step()` (that masks gradients,
     it does not reset them); inside an implementation of `zero_grad` itself (a function named `zero_grad`,
     one with a `set_to_none` parameter, a branch testing `set_to_none`, or a loop that also calls
     `p.grad.requires_grad_(False)` the way `Optimizer.zero_grad` does); and on `p.grad = torch.zeros_like(p)`
@@ -89,6 +92,7 @@ class ZeroGradKeepsZeros(Rule):
     message = "Gradients are reset to zero tensors; set them to `None` instead"
     summary = "zero_grad(set_to_none=False) or manual gradient zeroing keeps zero-filled gradients"
     fix_availability = FixAvailability.ALWAYS
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"grad", r"zero_grad\s*\(|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
     # From 2.0 on a bare zero_grad() is fine: only an explicit False or a manual reset can fire.
     _MODERN_PATTERNS = (r"grad", r"zero_grad\s*\([^)]*False|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
@@ -339,7 +343,11 @@ def _grad_uses(region: cst.CSTNode) -> List[cst.Attribute]:
 def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode) -> bool:
     """True when, after ``zeroing`` and before the next ``backward()``, a gradient is read or the optimizer steps.
 
-    Order is source order, wrapping around the innermost loop around the zeroing (its next iteration).
+    Order is source order, wrapping around the innermost loop around the zeroing (its next iteration), then
+    around the function (its next call: a parameter server's ``p.grad += g`` at the top of the function reads
+    the zeros the previous call's reset left). In a method, a gradient read in another method of the class
+    that calls no ``backward()`` (gradients that arrive from workers) also needs the zeros, and so does any
+    gradient written by hand where the function and its class never call ``backward()``.
     """
     region = _region(a, zeroing)
     events: List[Tuple[int, str]] = []
@@ -357,10 +365,35 @@ def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode) -> bool:
         lo, hi = a.spans[loop]
         ordered = sorted(e for e in events if end <= e[0] < hi) + sorted(e for e in events if lo <= e[0] < start)
         ordered += sorted(e for e in events if e[0] >= hi)
+        earlier = sorted(e for e in events if e[0] < lo)
     else:
         ordered = sorted(e for e in events if e[0] >= end)
+        earlier = sorted(e for e in events if e[0] < start)
+    function = a.function_of(zeroing)
+    if function is not None:
+        ordered += earlier  # the function's next call
     for _, kind in ordered:
         if kind == "backward":
             return False
         return True  # a gradient read, or a step on the zeros: keep them
+    if function is None:
+        return False
+    klass = _class_of(a, function.node)
+    code = klass if klass is not None else function.node
+    if not any(a.is_backward_call(c) for c in a.calls_in(code)) and any(
+        not a.contains(zeroing, g) for g in m.findall(code, m.Attribute(attr=m.Name("grad")))
+    ):
+        return True  # gradients written by hand, never by backward(): the zeros are where they accumulate
+    if klass is None:
+        return False
+    methods = [n for n in klass.body.body if isinstance(n, cst.FunctionDef) and n is not function.node]
+    for method in methods:
+        if _grad_uses(method) and not any(a.is_backward_call(c) for c in a.calls_in(method)):
+            return True  # another method adds into the gradients without producing them by backward()
     return False
+
+
+def _class_of(a: FileAnalysis, function: cst.CSTNode) -> Optional[cst.ClassDef]:
+    parent = a.parent(function)
+    holder = a.parent(parent) if isinstance(parent, cst.IndentedBlock) else None
+    return holder if isinstance(holder, cst.ClassDef) else None

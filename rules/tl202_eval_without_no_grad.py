@@ -8,7 +8,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, FunctionInfo, dotted_name, is_literal
+from torchlint.analysis import FileAnalysis, FunctionInfo, call_name, dotted_name, is_literal, walk as _walk_nodes
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
@@ -24,6 +24,7 @@ _GRAD_TEXT = re.compile(
     r"|\bgrad\s*\(|\bvjp\b|\bjvp\b|\bjacrev\b|\bjacfwd\b|\bhessian\b"
 )
 _GENERATOR_TEXT = re.compile(r"\byield\b")
+_NO_GRAD_TEXT = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _AWAIT_TEXT = re.compile(r"\bawait\b")
 
 # Words that make a function an evaluation function (the first or last word of its snake_case name).
@@ -51,9 +52,11 @@ _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "cl
                 "vae", "unet", "transformer", "detector", "segmenter", "regressor", "embedder", "ema"}
 _NOT_MODEL_FIRST_WORDS = {"build", "create", "get", "make", "load", "init", "save", "setup", "wrap", "compile",
                           "export", "prepare", "import", "to", "is", "has", "count", "num", "print", "log", "add",
-                          "check", "register", "set", "convert", "lower", "fuse", "trace", "script", "freeze", "apply"}
+                          "check", "register", "set", "convert", "lower", "fuse", "trace", "script", "freeze", "apply",
+                          "gen", "new", "default", "instantiate", "construct"}
 _CAMEL_MODEL = re.compile(r"^(net|model)[A-Z0-9]\w*$|^[a-z]\w*(Net|Model)$")
 _NET_SUFFIX = re.compile(r"^[a-z]+net\d*$")  # resnet, unet, convnet, mobilenet2
+_CLASS_NAME = re.compile(r"^[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)*$")  # PEP 8 class names: `Model`, `ResNet18`
 _MODEL_FACTORIES = re.compile(r"^(torchvision\.models\.|timm\.create_model$|transformers\.)|\.from_pretrained$")
 
 
@@ -121,6 +124,19 @@ class EvalWithoutNoGrad(Rule):
     `validation_step` and other framework hooks (Lightning and friends already disable gradients there);
     pytest tests. Methods named `predict`/`evaluate` are flagged only when they also switch to eval mode or
     iterate an evaluation loader: on their own the name says too little about how the result is used.
+    Registered factories (`@register_model def test_resnet(...)`) build a model and are skipped; a
+    constructor call (`Encoder(...)`, a class imported or defined in the file, any `CamelCase(...)`) is not
+    a forward pass. Also silent: tests in pytest/unittest files (`test_*`, `testFoo`, their loops included),
+    functions that enter `torch.no_grad()` through `stack.enter_context(...)`, and functions the file never
+    calls but hands to other code (`inference_on_dataset(eval_fn, ...)`, a returned closure): the code
+    that runs them sets the grad mode.
+
+    A module counts as a model when its name looks like one (`model`, `netD`, `generator`), when the code
+    calls it after its `.eval()` (`G_AB.eval(); G_AB(x)`, also `enc = Encoder(...).eval()`), when it is bound
+    (also as a global) to a model-named class or an `nn.Module` subclass of the file, or when a function of
+    the file receives it and runs it (`greedy_decode(model, src)`). A helper called from the training loop
+    normally stays silent (its output may be differentiated), except one that returns nothing and stores
+    nothing outside itself (a `sample_images()` that saves a grid).
 
     ## Why is this slow?
     `model.eval()` only changes dropout and batch-norm behaviour; it does not turn autograd off. Every
@@ -176,6 +192,7 @@ class EvalWithoutNoGrad(Rule):
     message = "evaluation runs the model with autograd on; disable it with `torch.no_grad()`"
     summary = "Evaluation/inference code runs the model without torch.no_grad()"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE,)
     # What can make code an evaluation candidate: an eval switch, an evaluation-named function, or a loop
     # over an evaluation loader. Checked in `may_fire` from the cheapest test to the dearest.
     required_patterns = (
@@ -258,6 +275,8 @@ class _Checker:
         assert isinstance(node, cst.FunctionDef)
         if any("grad" in d or "inference" in d for d in info.decorators):
             return True
+        if any("register" in d.lower() for d in info.decorators):
+            return True  # a registered factory (`@register_model def test_resnet(...)`): it builds, not runs
         if self._called_without_grad(info.name):
             return True
         if _FRAMEWORK_NO_GRAD.search(info.name):
@@ -265,8 +284,15 @@ class _Checker:
         if _HOOK_NAME.search(info.name):
             return False
         words = info.name.strip("_").lower().split("_")
-        if words[0] == "test" and (pytest_file or not _has_params(node)):
+        if pytest_file and info.name.startswith("test"):
+            return True  # a test (`test_roi_heads`, unittest's `testKeypointHead`): a one-off run, loops included
+        if words[0] == "test" and not _has_params(node):
             return False  # a pytest test
+        if any(call_name(c) == "enter_context" and _NO_GRAD_TEXT.search(self._text(c))
+               for c in self.a.calls_in(node)):
+            return True  # `stack.enter_context(torch.no_grad())`: the rest of the function runs without autograd
+        if self._only_passed_along(info):
+            return True  # `inference_on_dataset(eval_wrapper, ...)`: the code it is handed to sets grad mode
         own_calls = self._own_calls(info)
         eval_receivers, switches_mode = self._eval_switches(info, own_calls)
         if switches_mode:  # model.train() in here too, or eval() only on some path: a mixed function
@@ -276,7 +302,9 @@ class _Checker:
             isinstance(l.node, cst.For) and self._is_eval_loader(l.node.iter)
             for l in self.a.loops if l.function is info
         )
-        model_receivers = {r for r in eval_receivers if r == "self" or looks_like_model(r.split(".")[-1])}
+        called = {dotted_name(c.func) for c in own_calls}
+        model_receivers = {r for r in eval_receivers
+                           if r == "self" or looks_like_model(r.split(".")[-1]) or r in called}
         if not (model_receivers or eval_loader or (named and info.class_name is None)):
             return False
         text = self._text(node)
@@ -356,7 +384,7 @@ class _Checker:
             if not isinstance(statement, cst.SimpleStatementLine):
                 continue
             for small in statement.body:
-                if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+                if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call):
                     call = small.value
                     receiver = self._eval_receiver(call)
                     if receiver:
@@ -382,12 +410,18 @@ class _Checker:
         if not isinstance(call.func, cst.Attribute):
             return None
         attr = call.func.attr.value
-        if attr == "eval" and not call.args:
-            return dotted_name(call.func.value)
-        if attr == "train" and len(call.args) == 1 and is_literal(call.args[0].value, "False") and (
-                call.args[0].keyword is None or call.args[0].keyword.value == "mode"):
-            return dotted_name(call.func.value)
-        return None
+        switched = attr == "eval" and not call.args
+        switched = switched or (attr == "train" and len(call.args) == 1 and is_literal(call.args[0].value, "False")
+                                and (call.args[0].keyword is None or call.args[0].keyword.value == "mode"))
+        if not switched:
+            return None
+        owner = call.func.value
+        if isinstance(owner, cst.Call):  # `enc = Encoder(...).eval()`: the name it is bound to
+            assign = self.a.parent(call)
+            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
+                return dotted_name(assign.targets[0].target)
+            return None
+        return dotted_name(owner)
 
     def _train_receiver(self, call: cst.Call) -> Optional[str]:
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == "train" and self._eval_receiver(call) is None:
@@ -465,18 +499,58 @@ class _Checker:
         qualified = self.a.qualified_name(call.func)
         if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
             return False
+        if isinstance(call.func, cst.Name) and call.func.value[:1].isupper() and (
+                call.func.value in self.a.imports or call.func.value in self._top_level_classes()
+                or _CLASS_NAME.match(call.func.value)):
+            return False  # `Encoder(...)` builds a module; running it is a call of what it returns
+        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and last not in _NOT_A_RUN:
+            return True  # `agent.eval()` then `agent.get_action(obs)`
         if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
+            return True
+        if isinstance(call.func, cst.Name) and self._runs_model_argument(call, receivers):
             return True
         return looks_like_model(last)
 
+    def _runs_model_argument(self, call: cst.Call, receivers: Set[str]) -> bool:
+        """``greedy_decode(model, src)``: a function of this file given the model, which calls it."""
+        helper = next((f for f in self.a.functions if f.name == call.func.value and f.class_name is None
+                       and isinstance(f.node, cst.FunctionDef)), None)
+        if helper is None:
+            return False
+        params = [p.name.value for p in helper.node.params.params]
+        for index, arg in enumerate(call.args):
+            if arg.star or not isinstance(arg.value, cst.Name):
+                continue
+            given = arg.value.value
+            if not (given in receivers or looks_like_model(given) or self._bound_to_model(arg.value)):
+                continue
+            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
+            if param is None or any("grad" in d or "inference" in d for d in helper.decorators):
+                continue
+            if any(_runs(c, param) and not self._guarded(c, helper.node) for c in self.a.calls_in(helper.node)):
+                return True
+        return False
+
     def _bound_to_model(self, name: cst.Name) -> bool:
         value = self.a.single_value(name.value, self.a.scope_of(name))
+        if value is None and self.a.scope_of(name) is not self.a.module and not self.a.values_of(
+                name.value, self.a.scope_of(name)):
+            value = self.a.single_value(name.value, self.a.module)  # a global: `G_AB = Generator(...)` in a script
+        if isinstance(value, cst.Call) and call_name(value) in ("to", "cuda", "eval") and isinstance(value.func, cst.Attribute):
+            value = value.func.value  # `Generator(...).to(device)`
         if not isinstance(value, cst.Call):
             return False
         qualified = self.a.qualified_name(value.func) or ""
         if _MODEL_FACTORIES.search(qualified):
             return True
-        return isinstance(value.func, cst.Name) and value.func.value in self.model_classes
+        if not isinstance(value.func, cst.Name):
+            return False
+        built = value.func.value
+        # a class of this file that subclasses nn.Module, or a model-named class (`GeneratorResNet(...)`)
+        return built in self.model_classes or (built[:1].isupper() and looks_like_model(built))
+
+    def _top_level_classes(self) -> Set[str]:
+        return {s.name.value for s in self.a.module.body if isinstance(s, cst.ClassDef)}
 
     def _model_classes(self) -> Set[str]:
         """Top-level classes of this file that subclass a torch Module."""
@@ -529,6 +603,8 @@ class _Checker:
         if name in seen:
             return False
         seen.add(name)
+        if self._returns_nothing(name):
+            return False  # `sample_images()` saving a grid: nothing reaches the caller to differentiate
         for call in a.calls_by_name.get(name, ()):
             if a.training_loop_of(call) is not None:
                 return True
@@ -543,6 +619,38 @@ class _Checker:
                 return True
         return False
 
+    def _only_passed_along(self, info: FunctionInfo) -> bool:
+        """The function is never called in this file, only handed to another call as an argument."""
+        name = info.name
+        if self.a.calls_by_name.get(name):
+            return False
+        if info.parent is not None and any(isinstance(r, cst.Return) and isinstance(r.value, cst.Name)
+                                           and r.value.value == name for r in _walk_nodes(info.parent.node)):
+            return True  # a closure returned to the caller, who decides the grad mode it runs in
+        for call in self.a.calls:
+            if any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
+                return True
+        return False
+
+    def _returns_nothing(self, name: str) -> bool:
+        """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no
+        stores into attributes, items, globals or lists it did not create."""
+        functions = [f for f in self.a.functions if f.name == name]
+        if len(functions) != 1 or not isinstance(functions[0].node, cst.FunctionDef):
+            return False
+        node = functions[0].node
+        for inner in _walk_nodes(node.body):
+            if isinstance(inner, cst.Return) and inner.value is not None:
+                return False
+            if isinstance(inner, (cst.Yield, cst.Global, cst.Nonlocal, cst.AugAssign)):
+                return False
+            if isinstance(inner, cst.AssignTarget) and not isinstance(inner.target, (cst.Name, cst.Tuple, cst.List)):
+                return False
+            if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in {
+                    "append", "extend", "update", "copy_", "insert", "put", "setdefault", "add_"}:
+                return False
+        return True
+
     def _text(self, node: cst.CSTNode) -> str:
         text = self._text_cache.get(node)
         if text is None:
@@ -552,6 +660,20 @@ class _Checker:
 
     def _imports(self):
         return () if self.alias else (ImportRequest("torch"),)
+
+
+_NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_parameters", "state_dict", "modules",
+              "load_state_dict", "zero_grad", "apply", "children", "named_modules", "buffers", "half", "float",
+              "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type"}  # HF generate() is no-grad itself
+
+
+def _runs(call: cst.Call, param: str) -> bool:
+    """``param(...)`` or ``param.decode(...)``: a forward pass of the module bound to ``param``."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value == param
+    return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == param
+            and func.attr.value not in _NOT_A_RUN)
 
 
 def _has_params(node: cst.FunctionDef) -> bool:

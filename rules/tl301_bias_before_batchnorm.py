@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Set, Tuple
 import libcst as cst
 import libcst.matchers as m
 
-from torchlint.analysis import FileAnalysis, call_name, keyword_arg
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, receiver
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -53,6 +53,8 @@ class _Finding:
     norm_name: str
     fixable: bool = True
     why_not: Optional[str] = None
+    # `if normalize: layers.append(BatchNorm2d(n))`: the BatchNorm follows only when this is true
+    condition: Optional[cst.BaseExpression] = None
 
 
 @dataclass
@@ -113,9 +115,16 @@ class BiasBeforeBatchNorm(Rule):
     keeps its bias (the default) although its output goes straight into a matching BatchNorm
     (`BatchNorm1d/2d/3d`, `SyncBatchNorm`). It recognises the layers adjacent in `nn.Sequential(...)`
     (positional or through an `OrderedDict`), adjacent in a list later passed to `nn.Sequential(*layers)`
-    (built as a literal, with `layers.append(...)`, `layers.extend([...])` or `layers += [...]`), and modules
-    assigned in `__init__` and applied in `forward` as `self.bn(self.conv(x))` or
-    `x = self.conv(x)` followed by `x = self.bn(x)`.
+    (built as a literal, with `layers.append(...)`, `layers.extend([...])` or `layers += [...]`; also a list
+    a block helper returns and the file splices in as `nn.Sequential(*block(...))`), consecutive
+    `add_module(...)` calls on an `nn.Sequential` (or `self` in a subclass of it), and modules assigned in
+    `__init__` and applied in `forward` as `self.bn(self.conv(x))` or `x = self.conv(x)` followed by
+    `x = self.bn(x)`. Factory keyword arguments that cannot hold `bias` (`**dd` with
+    `dd = {"device": device, "dtype": dtype}`) do not hide a layer.
+
+    A BatchNorm added only under a condition right after the layer (`if normalize: layers.append(
+    nn.BatchNorm2d(n))`, no `else`) cancels the bias only when the condition holds: the message and the fix
+    say `bias=not normalize`, which keeps the bias on the path without BatchNorm.
 
     It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
     (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
@@ -155,7 +164,9 @@ class BiasBeforeBatchNorm(Rule):
     ```
 
     ## Fix safety
-    The fix adds `bias=False` (or turns an explicit `bias=True` into `bias=False`). It is **unsafe**:
+    The fix adds `bias=False` (or turns an explicit `bias=True` into `bias=False`); for a conditional
+    BatchNorm it adds `bias=not <condition>` (only when the condition has no calls or subscripts, so reading
+    it once more gives the same answer). It is **unsafe**:
     - the module's `state_dict` no longer has `<layer>.bias`, so checkpoints saved before the change fail
       to load with `load_state_dict(..., strict=True)` (unexpected key);
     - on an already trained model the eval-mode outputs change: the BatchNorm's `running_mean` absorbed the
@@ -163,7 +174,12 @@ class BiasBeforeBatchNorm(Rule):
       (training from scratch gives the same function as before);
     - code that reads the layer's `.bias` (an init loop calling `nn.init.zeros_(m.bias)` without an
       `if m.bias is not None` guard, weight-transfer scripts) now gets `None`.
-    No fix is offered where the layer is also used without the BatchNorm (a module bound to a name that
+    No fix is offered where the file reads a layer's `.bias` without an `is not None` check (an init loop
+    `for m in self.modules(): if isinstance(m, nn.Conv2d): m.bias.data.zero_()`, a `weights_init(m)` testing
+    `classname.find("Conv") != -1`, `nn.init.zeros_(block[0].bias)`) unless an `isinstance` or class-name
+    test around it names only other layer types: after the fix that code would fail on `None`. Code in other
+    files that reads the bias cannot be seen. No fix is offered either where the layer is also used without
+    the BatchNorm (a module bound to a name that
     is used elsewhere, a `self.conv` called elsewhere or whose `.bias` the class reads): the finding is
     still reported.
 
@@ -177,6 +193,7 @@ class BiasBeforeBatchNorm(Rule):
     message = "this layer's bias is cancelled by the BatchNorm right after it; pass `bias=False`"
     summary = "Conv/Linear with a bias feeding straight into BatchNorm"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"BatchNorm", r"Conv|Linear")
 
     def check(self, ctx: RuleContext) -> None:
@@ -209,8 +226,19 @@ class BiasBeforeBatchNorm(Rule):
             for finding in self._forward_findings(a, norm, class_facts):
                 record(finding)
 
+        hazards: Optional[List[_BiasUse]] = None
         for producer in sorted(order, key=lambda c: a.spans[c][0]):
             finding = findings[producer]
+            if finding.fixable:
+                if hazards is None:
+                    hazards = _unguarded_bias_uses(a)
+                use = next((h for h in hazards if h.may_touch(finding.producer_name)), None)
+                if use is not None:
+                    finding.fixable = False
+                    finding.why_not = (
+                        f"not fixed automatically: `{use.code}` reads a `.bias` without an `is not None` check "
+                        "and would fail once this bias is `None`"
+                    )
             message = (
                 f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, which subtracts the "
                 f"per-channel batch mean and cancels the bias: pass `bias=False`"
@@ -218,7 +246,16 @@ class BiasBeforeBatchNorm(Rule):
             if not finding.fixable:
                 ctx.report(producer, message=f"{message} ({finding.why_not})")
                 continue
-            new_call = _with_bias_false(a, producer)
+            if finding.condition is not None:
+                test = a.module.code_for_node(finding.condition).strip()
+                exact = _negated(a, finding.condition)
+                message = (
+                    f"`{finding.producer_name}` feeds straight into `{finding.norm_name}` when `{test}` is true, and "
+                    f"the BatchNorm cancels the bias there: pass `bias={exact}`"
+                )
+                new_call = _with_bias(a, producer, cst.parse_expression(exact)) if _is_pure(finding.condition) else None
+            else:
+                new_call = _with_bias(a, producer, cst.Name("False"))
             if new_call is None:
                 ctx.report(producer, message=message)
                 continue
@@ -229,8 +266,12 @@ class BiasBeforeBatchNorm(Rule):
         before = _module_before(a, norm)
         if before is None:
             return []
-        expr, scope = before
-        return [f for f in (_finding_for(a, expr, norm, scope),) if f is not None]
+        expr, scope, condition = before if len(before) == 3 else (*before, None)
+        finding = _finding_for(a, expr, norm, scope)
+        if finding is None:
+            return []
+        finding.condition = condition
+        return [finding]
 
     # --- self.bn(self.conv(x)) and x = self.conv(x); x = self.bn(x) ---------------------------------
     def _forward_findings(
@@ -315,6 +356,37 @@ def _has_star(call: cst.Call) -> bool:
     return any(arg.star for arg in call.args)
 
 
+def _may_pass_bias(a: FileAnalysis, call: cst.Call) -> bool:
+    """``*args``, or ``**kwargs`` that may hold ``bias``; ``**dd`` with ``dd = {'device': d, 'dtype': t}`` (or
+    ``dict(device=d, dtype=t)``) in the same scope cannot."""
+    for arg in call.args:
+        if arg.star == "*":
+            return True
+        if arg.star == "**":
+            value = arg.value
+            if isinstance(value, cst.Name):
+                value = a.single_value(value.value, a.scope_of(arg))
+            if _dict_keys(value) is None or "bias" in _dict_keys(value):
+                return True
+    return False
+
+
+def _dict_keys(value: Optional[cst.CSTNode]) -> Optional[Set[str]]:
+    """The keys of a literal dict (``{'device': d}`` or ``dict(device=d)``); None when unknown."""
+    if isinstance(value, cst.Dict):
+        keys = set()
+        for element in value.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None
+            keys.add(element.key.evaluated_value)
+        return keys
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict":
+        if any(arg.keyword is None for arg in value.args):
+            return None
+        return {arg.keyword.value for arg in value.args}
+    return None
+
+
 def _bias_arg(call: cst.Call, layer: _Layer) -> Optional[cst.Arg]:
     return _arg_at(call, layer.bias_index, "bias")
 
@@ -325,7 +397,7 @@ def _match(a: FileAnalysis, producer: cst.Call, norm: cst.Call) -> Optional[_Fin
     if found is None or norm_found is None:
         return None
     (pq, pl), (nq, nl) = found, norm_found
-    if pl.kind not in ("conv", "linear") or nl.kind != "bn" or _has_star(producer):
+    if pl.kind not in ("conv", "linear") or nl.kind != "bn" or _may_pass_bias(a, producer):
         return None
     if nl.dim is not None and nl.dim != pl.dim:
         return None
@@ -389,6 +461,8 @@ def _module_before(a: FileAnalysis, norm: cst.Call) -> Optional[Tuple[cst.BaseEx
             return _previous_arg(holder, parent, keywords=True)
         if call_name(holder) == "append" and parent.keyword is None and len(holder.args) == 1:
             return _previous_statement_item(a, holder)
+        if call_name(holder) == "add_module" and len(holder.args) == 2 and parent is holder.args[1]:
+            return _previous_add_module(a, holder)
         return None
     if isinstance(parent, cst.Element):
         container = a.parent(parent)
@@ -407,6 +481,33 @@ def _module_before(a: FileAnalysis, norm: cst.Call) -> Optional[Tuple[cst.BaseEx
             return previous.value, container
         return _previous_statement_item(a, container)
     return None
+
+
+def _previous_add_module(a: FileAnalysis, call: cst.Call):
+    """``seq.add_module("bn", BatchNorm2d(n))`` right after ``seq.add_module("conv", Conv2d(...))``, where
+    ``seq`` is an ``nn.Sequential`` (``self`` in a subclass of it): the order added is the order applied."""
+    small = a.parent(call)
+    owner = receiver(call)
+    if not isinstance(small, cst.Expr) or owner is None or not _is_sequential_object(a, owner):
+        return None
+    previous = _previous_small_statement(a, small)
+    if not (isinstance(previous, cst.Expr) and isinstance(previous.value, cst.Call)):
+        return None
+    before = previous.value
+    if call_name(before) != "add_module" or len(before.args) != 2 or any(arg.star for arg in before.args):
+        return None
+    if not receiver(before).deep_equals(owner):
+        return None
+    return before.args[1].value, call
+
+
+def _is_sequential_object(a: FileAnalysis, owner: cst.BaseExpression) -> bool:
+    if isinstance(owner, cst.Name) and owner.value == "self":
+        klass = next((n for n in a.ancestors(owner) if isinstance(n, cst.ClassDef)), None)
+        return klass is not None and any(a.qualified_name(base.value) == _SEQUENTIAL for base in klass.bases)
+    if isinstance(owner, cst.Name):
+        return _is_sequential(a, a.single_value(owner.value, a.scope_of(owner)))
+    return False
 
 
 def _previous_arg(call: cst.Call, arg: cst.Arg, keywords: bool = False):
@@ -480,13 +581,38 @@ def _flows_into_sequential(a: FileAnalysis, container: cst.CSTNode) -> bool:
     return _passed_to_sequential(a, name, a.scope_of(container))
 
 
-def _passed_to_sequential(a: FileAnalysis, name: str, scope: cst.CSTNode) -> bool:
+def _passed_to_sequential(a: FileAnalysis, name: str, scope: cst.CSTNode, follow_returns: bool = True) -> bool:
     for call in a.calls_in(scope):
         if a.scope_of(call) is not scope or not _is_sequential(a, call):
             continue
         for arg in call.args:
             if arg.star == "*" and isinstance(arg.value, cst.Name) and arg.value.value == name:
                 return True
+    return (follow_returns and isinstance(scope, cst.FunctionDef) and _returns_name(scope, name)
+            and _spliced_into_sequential(a, scope.name.value))
+
+
+def _returns_name(function: cst.FunctionDef, name: str) -> bool:
+    return bool(m.findall(function.body, m.Return(value=m.Name(name))))
+
+
+def _spliced_into_sequential(a: FileAnalysis, helper: str) -> bool:
+    """``nn.Sequential(*helper(...), ...)`` somewhere in the file: the helper's list is a layer sequence."""
+    for call in a.calls_by_name.get(helper, ()):
+        arg = a.parent(call)
+        if isinstance(arg, cst.Arg) and arg.star == "*" and _is_sequential(a, a.parent(arg)):
+            return True
+        # layers.extend(helper(...)) / layers += helper(...), then nn.Sequential(*layers)
+        holder = a.parent(arg) if isinstance(arg, cst.Arg) and not arg.star and arg.keyword is None else None
+        if isinstance(holder, cst.Call) and call_name(holder) == "extend" and len(holder.args) == 1:
+            found = _list_name_of(a, holder)
+        elif isinstance(arg, cst.AugAssign) and isinstance(arg.operator, cst.AddAssign) and arg.value is call \
+                and isinstance(arg.target, cst.Name):
+            found = (arg.target.value, arg)
+        else:
+            found = None
+        if found is not None and _passed_to_sequential(a, found[0], a.scope_of(call), follow_returns=False):
+            return True
     return False
 
 
@@ -502,21 +628,46 @@ def _previous_statement_item(a: FileAnalysis, node: cst.CSTNode):
     if not _passed_to_sequential(a, name, a.scope_of(node)):
         return None
     previous = _previous_small_statement(a, small)
+    condition = None
     if previous is None:
-        return None
+        # `if normalize:` / `if bn:` right after the producer, holding only this statement, with no else
+        guard = _only_statement_of_if(a, small)
+        if guard is None:
+            return None
+        previous, condition = _previous_small_statement(a, guard), guard.test
+        if previous is None:
+            return None
     last = _last_added(previous, name)
     if last is None:
         return None
-    return last, node
+    return last, node, condition
+
+
+def _only_statement_of_if(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.If]:
+    line = a.parent(small)
+    block = a.parent(line) if isinstance(line, cst.SimpleStatementLine) else None
+    if isinstance(line, cst.SimpleStatementSuite):
+        block, line = line, small
+    if not isinstance(line, (cst.SimpleStatementLine, cst.BaseSmallStatement)) or block is None:
+        return None
+    statement = a.parent(block)
+    if not isinstance(statement, cst.If) or statement.body is not block or statement.orelse is not None:
+        return None
+    if len(block.body) != 1 or len(getattr(line, "body", [small])) != 1:
+        return None
+    return statement
 
 
 def _previous_small_statement(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.BaseSmallStatement]:
-    line = a.parent(small)
-    if not isinstance(line, cst.SimpleStatementLine):
-        return None
-    index = list(line.body).index(small)
-    if index > 0:
-        return line.body[index - 1]
+    if isinstance(small, cst.BaseCompoundStatement):
+        line = small
+    else:
+        line = a.parent(small)
+        if not isinstance(line, cst.SimpleStatementLine):
+            return None
+        index = list(line.body).index(small)
+        if index > 0:
+            return line.body[index - 1]
     suite = a.parent(line)
     body = getattr(suite, "body", None)
     if not isinstance(body, (list, tuple)):
@@ -640,19 +791,152 @@ def _next_small_statement(a: FileAnalysis, small: cst.CSTNode) -> Optional[cst.B
     return following.body[0]
 
 
+# --- unguarded `.bias` uses: what `bias=False` would break --------------------------------------------
+
+
+@dataclass
+class _BiasUse:
+    """A ``<expr>.bias`` read with no ``is not None`` check, and the layer types its ``if``s restrict it to."""
+
+    code: str
+    types: Optional[Set[str]]  # isinstance(m, T) / type(m) is T: class names; None: any layer
+    substrings: Optional[Set[str]]  # "Conv" in classname / classname.find("Conv") != -1
+
+    def may_touch(self, layer: str) -> bool:
+        if self.types is None and self.substrings is None:
+            return True
+        if self.types is not None and any(t == layer or t not in _KNOWN_OTHER_TYPES for t in self.types):
+            return True
+        return self.substrings is not None and any(s in layer for s in self.substrings)
+
+
+# Layer classes an isinstance check can name that are not (and are no base class of) a Conv or Linear.
+_KNOWN_OTHER_TYPES = {
+    _short(q) for q in _LAYERS
+} | {
+    "LayerNorm", "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "Embedding", "EmbeddingBag",
+    "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "MultiheadAttention", "PReLU", "RMSNorm",
+    "LocalResponseNorm", "Bilinear", "Identity",
+}
+
+
+def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
+    """Every ``x.bias`` in the file that would fail on ``None`` (``m.bias.data.zero_()``,
+    ``nn.init.zeros_(m.bias)``), outside an ``if ... bias is not None`` guard. ``self.bias`` (the module's
+    own parameter) and ``self.conv.bias`` (checked per class) are left out."""
+    uses = []
+    for node in m.findall(a.module, m.Attribute(attr=m.Name("bias"))):
+        base = node.value
+        if isinstance(base, cst.Name) and base.value == "self" or _self_attr(base) is not None:
+            continue
+        parent = a.parent(node)
+        if isinstance(parent, cst.AssignTarget) or _is_none_test(parent, node):
+            continue
+        if _is_bias_guarded(a, node):
+            continue
+        types, substrings = _type_guards(a, node)
+        statement = a.enclosing_statement(node)
+        code = a.module.code_for_node(statement if isinstance(statement, cst.SimpleStatementLine) else node).strip()
+        uses.append(_BiasUse(code.splitlines()[0][:80] if code else "x.bias", types, substrings))
+    return uses
+
+
+def _is_none_test(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:
+    """``x.bias is None`` / ``x.bias is not None`` / ``x.bias != None``."""
+    if not isinstance(parent, cst.Comparison) or parent.left is not node or len(parent.comparisons) != 1:
+        return False
+    target = parent.comparisons[0]
+    return isinstance(target.operator, (cst.Is, cst.IsNot, cst.Equal, cst.NotEqual)) and _is_none(target.comparator)
+
+
+def _is_none(node: cst.CSTNode) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _guarding_tests(a: FileAnalysis, node: cst.CSTNode):
+    """The tests of the ``if``s (statements and expressions) whose true branch holds ``node``, and the left
+    operands of an ``and`` it is on the right of."""
+    child = node
+    for ancestor in a.ancestors(node):
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and child is ancestor.body:
+            yield ancestor.test
+        elif isinstance(ancestor, cst.BooleanOperation) and isinstance(ancestor.operator, cst.And) and child is ancestor.right:
+            yield ancestor.left
+        elif isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return
+        child = ancestor
+
+
+def _is_bias_guarded(a: FileAnalysis, node: cst.Attribute) -> bool:
+    for test in _guarding_tests(a, node):
+        for comparison in m.findall(test, m.Comparison()):
+            left = comparison.left
+            named_bias = (isinstance(left, cst.Attribute) and left.attr.value == "bias") or (
+                isinstance(left, cst.Call) and call_name(left) == "getattr" and len(left.args) >= 2
+                and isinstance(left.args[1].value, cst.SimpleString) and left.args[1].value.evaluated_value == "bias")
+            if named_bias and any(isinstance(c.operator, (cst.IsNot, cst.NotEqual)) and _is_none(c.comparator)
+                                  for c in comparison.comparisons):
+                return True
+    return False
+
+
+def _type_guards(a: FileAnalysis, node: cst.CSTNode) -> Tuple[Optional[Set[str]], Optional[Set[str]]]:
+    """Layer class names that ``isinstance``/``type`` checks around ``node`` name, and class-name substrings
+    that ``"Conv" in classname`` / ``classname.find("Conv") != -1`` checks look for (None: no such check)."""
+    types: Optional[Set[str]] = None
+    substrings: Optional[Set[str]] = None
+    for test in _guarding_tests(a, node):
+        if m.findall(test, m.UnaryOperation(operator=m.Not())):
+            continue  # `not isinstance(...)`: it names what the branch is not
+        for call in m.findall(test, m.Call()):
+            name = call_name(call)
+            if name in ("isinstance", "issubclass") and len(call.args) == 2:
+                spec = call.args[1].value
+                parts = [e.value for e in spec.elements] if isinstance(spec, (cst.Tuple, cst.List)) else [spec]
+                found = {(dotted_name(p) or "?").rsplit(".", 1)[-1] for p in parts}
+                types = found if types is None else types & found
+            elif name in ("find", "startswith", "endswith", "index") and call.args:
+                text = call.args[0].value
+                if isinstance(text, cst.SimpleString):
+                    substrings = (substrings or set()) | {text.evaluated_value}
+        for comparison in m.findall(test, m.Comparison()):
+            for target in comparison.comparisons:
+                if isinstance(target.operator, cst.In) and isinstance(comparison.left, cst.SimpleString):
+                    substrings = (substrings or set()) | {comparison.left.evaluated_value}
+                elif isinstance(target.operator, (cst.Is, cst.Equal)) and isinstance(comparison.left, cst.Call) \
+                        and call_name(comparison.left) == "type":
+                    found = {(dotted_name(target.comparator) or "?").rsplit(".", 1)[-1]}
+                    types = found if types is None else types & found
+    if types is not None and substrings is not None:
+        return types, None  # both forms: the isinstance check is the precise one
+    return types, substrings
+
+
 # --- the fix ---------------------------------------------------------------------------------------
 
 
-def _with_bias_false(a: FileAnalysis, call: cst.Call) -> Optional[cst.Call]:
+def _with_bias(a: FileAnalysis, call: cst.Call, value: cst.BaseExpression) -> Optional[cst.Call]:
     found = _layer_of(a, call)
     if found is None or not call.args:
         return None
     bias = _bias_arg(call, found[1])
-    if bias is not None:  # bias=True / positional True -> False
-        return call.with_changes(
-            args=[arg.with_changes(value=cst.Name("False")) if arg is bias else arg for arg in call.args]
-        )
-    return append_keyword(call, "bias", cst.Name("False"))
+    if bias is not None:  # bias=True / positional True -> the new value
+        return call.with_changes(args=[arg.with_changes(value=value) if arg is bias else arg for arg in call.args])
+    return append_keyword(call, "bias", value)
+
+
+def _negated(a: FileAnalysis, test: cst.BaseExpression) -> str:
+    """``not <test>`` as code; ``if not first:`` gives ``first`` (the layers only test ``bias`` for truth)."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = test.expression
+        return a.module.code_for_node(inner.with_changes(lpar=[], rpar=[]) if isinstance(inner, (cst.Name, cst.Attribute)) else inner).strip()
+    code = a.module.code_for_node(test).strip()
+    return f"not {code}" if isinstance(test, (cst.Name, cst.Attribute)) else f"not ({code})"
+
+
+def _is_pure(test: cst.BaseExpression) -> bool:
+    """A test that reading twice gives the same answer: names, attributes, literals and operators, no calls."""
+    return not m.findall(test, m.Call() | m.NamedExpr() | m.Await() | m.Subscript())
 
 
 def _line_break_like(ws: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:

@@ -102,7 +102,7 @@ SCHEMA = 2
 _MAX_ENTRY_BYTES = 64 * 1024 * 1024
 _MAX_HEADER_BYTES = 512
 _FIELDS = {"code": str, "name": str, "message": str, "line": int, "column": int, "end_line": int,
-           "end_column": int, "fix": (str, type(None)), "edits": list}
+           "end_column": int, "fix": (str, type(None)), "edits": list, "cell": (int, type(None))}
 
 
 def _encode_entry(key: str, diagnostics: Sequence[Diagnostic]) -> bytes:
@@ -141,7 +141,7 @@ def _to_json(d: Diagnostic) -> dict:
     return {
         "code": d.code, "name": d.name, "message": d.message, "line": d.line, "column": d.column,
         "end_line": d.end_line, "end_column": d.end_column, "fix": d.fix.value if d.fix else None,
-        "edits": [[e.line, e.column, e.end_line, e.end_column, e.content] for e in d.edits],
+        "edits": [[e.line, e.column, e.end_line, e.end_column, e.content] for e in d.edits], "cell": d.cell,
     }
 
 
@@ -150,5 +150,5 @@ def _from_json(item: dict, path: str) -> Diagnostic:
         code=item["code"], name=item["name"], message=item["message"], path=path, line=item["line"],
         column=item["column"], end_line=item["end_line"], end_column=item["end_column"],
         fix=Applicability(item["fix"]) if item["fix"] else None,
-        edits=tuple(Edit(*e) for e in item["edits"]),
+        edits=tuple(Edit(*e) for e in item["edits"]), cell=item.get("cell"),
     )

@@ -1,0 +1,252 @@
+"""Run torchlint on a folder of real code and say, per rule, what it found and whether its fixes hold up.
+
+    python benchmarks/real_code.py DIR [DIR ...] [--jobs N] [--build-check] [--findings FILE] [--labels FILE]
+
+Works on a temporary copy of the ``.py`` files (the folders themselves are never written). Steps:
+
+1. ``torchlint check --unsafe-fixes`` (JSON): findings and fixable findings per rule;
+2. ``torchlint fix --apply --unsafe-fixes``: the files it changed;
+3. ``compile()`` (as py_compile) on every changed file: a file that no longer compiles counts against each rule that had a
+   fix in it;
+4. with ``--build-check`` (needs torch): each changed file is imported before and after the fix in a fresh
+   interpreter, and each ``nn.Module`` subclass it defines that can be built without arguments is built; a
+   module or class that worked before and fails after counts as broken (this catches e.g. ``bias=False`` on
+   a layer whose ``.bias`` an init loop still touches);
+5. ``check`` again: fixable findings still left (each one a change the next run would make), and a second
+   ``fix --apply --unsafe-fixes``: files it changed (must be 0).
+
+``--findings FILE`` writes every finding (``path:line:col: CODE message``, paths relative to the given
+folders) for reading. ``--labels FILE`` reads a reviewer's verdicts, one per line
+``<path>:<line> <CODE> right|arguable|wrong [note]``, and adds the counts per rule to the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Dict, List, Sequence, Set, Tuple
+
+SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules"}
+
+
+def copy_python_tree(sources: Sequence[Path], dest: Path) -> int:
+    """Copies each folder's ``.py`` files under ``dest/<folder name>``; returns the number of lines."""
+    lines = 0
+    for source in sources:
+        for root, dirs, files in os.walk(source):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = Path(root) / name
+                target = dest / source.name / path.relative_to(source)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                with path.open("rb") as f:
+                    lines += sum(1 for _ in f)
+    return lines
+
+
+def digests(tree: Path) -> Dict[str, str]:
+    return {
+        str(p.relative_to(tree)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(tree.rglob("*.py"))
+    }
+
+
+def torchlint(args: List[str], cwd: Path, jobs: int) -> Tuple[subprocess.CompletedProcess, float]:
+    command = [sys.executable, "-m", "torchlint", *args, "--no-cache", "--jobs", str(jobs), "."]
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if result.returncode == 2 and "internal error" not in result.stdout + result.stderr:
+        sys.exit(f"torchlint failed: {' '.join(command)}\n{result.stdout}\n{result.stderr}")
+    return result, elapsed
+
+
+def check_json(tree: Path, jobs: int) -> Tuple[List[dict], float]:
+    result, elapsed = torchlint(["check", "--unsafe-fixes", "--output-format", "json", "--exit-zero"], tree, jobs)
+    return json.loads(result.stdout or "[]"), elapsed
+
+
+# Imports a file (by path, with its folder and the folders above it on sys.path, as a script would have) and
+# builds every nn.Module subclass it defines that takes no required arguments. Prints a JSON summary.
+BUILD_PROBE = r"""
+import importlib.util, inspect, json, os, sys, warnings
+warnings.simplefilter("ignore")
+path = os.path.abspath(sys.argv[1])
+for parent in reversed([os.path.dirname(path)] + [str(p) for p in __import__("pathlib").Path(path).parents][1:4]):
+    sys.path.insert(0, parent)
+out = {"imported": False, "built": {}}
+try:
+    import torch
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("probe_target", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.argv = [path]
+    spec.loader.exec_module(module)
+    out["imported"] = True
+except BaseException as error:
+    out["error"] = f"{type(error).__name__}: {error}"[:200]
+if out["imported"]:
+    for name, cls in vars(module).items():
+        if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module) and cls.__module__ == "probe_target"):
+            continue
+        try:
+            params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        except (TypeError, ValueError):
+            continue
+        if any(p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+            continue
+        try:
+            cls()
+            out["built"][name] = "ok"
+        except BaseException as error:
+            out["built"][name] = f"{type(error).__name__}: {error}"[:200]
+print("PROBE" + json.dumps(out))
+"""
+
+
+def probe(path: Path, timeout: float) -> dict:
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", BUILD_PROBE, str(path)], capture_output=True, text=True, timeout=timeout,
+            cwd=path.parent, stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        return {"imported": False, "error": "timeout", "built": {}}
+    for line in reversed(result.stdout.splitlines()):
+        if line.startswith("PROBE"):
+            return json.loads(line[5:])
+    return {"imported": False, "error": (result.stderr or "no output")[-200:], "built": {}}
+
+
+def build_regressions(before: Path, after: Path, timeout: float) -> List[str]:
+    """What worked in ``before`` and fails in ``after``: the import, or building a class."""
+    old, new = probe(before, timeout), probe(after, timeout)
+    if old["imported"] and not new["imported"]:
+        return [f"import: {new.get('error')}"]
+    return [
+        f"{name}(): {new['built'].get(name)}"
+        for name, state in old["built"].items()
+        if state == "ok" and new["built"].get(name, "ok") != "ok"
+    ]
+
+
+def read_labels(path: Path) -> Dict[Tuple[str, int, str], str]:
+    labels = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        where, code, verdict = line.split()[:3]
+        file, line_no = where.rsplit(":", 1)
+        labels[(file, int(line_no), code)] = verdict
+    return labels
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="+", type=Path)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--build-check", action="store_true", help="import and build each changed file (torch)")
+    parser.add_argument("--build-timeout", type=float, default=60.0)
+    parser.add_argument("--findings", type=Path, help="write every finding here")
+    parser.add_argument("--labels", type=Path, help="a reviewer's verdicts, to count right/arguable/wrong")
+    args = parser.parse_args(list(argv) or None)
+
+    with tempfile.TemporaryDirectory(prefix="torchlint-real-") as tmp:
+        work, original = Path(tmp) / "work", Path(tmp) / "original"
+        lines = copy_python_tree([f.resolve() for f in args.folders], work)
+        shutil.copytree(work, original)
+        print(f"{len(list(work.rglob('*.py')))} files, {lines:,} lines from {', '.join(map(str, args.folders))}")
+
+        findings, check_time = check_json(work, args.jobs)
+        before = digests(work)
+        fix_result, fix_time = torchlint(["fix", "--apply", "--unsafe-fixes"], work, args.jobs)
+        after = digests(work)
+        changed = sorted(p for p in after if after[p] != before.get(p))
+        left, _ = check_json(work, args.jobs)
+        torchlint(["fix", "--apply", "--unsafe-fixes"], work, args.jobs)
+        second = sorted(p for p, h in digests(work).items() if h != after[p])
+
+        # Undo the second run so the build check sees the first run's output.
+        for path in second:
+            shutil.copyfile(original / path, work / path)
+        if second:
+            torchlint(["fix", "--apply", "--unsafe-fixes"], work, args.jobs)
+
+        def norm(path: str) -> str:
+            return os.path.normpath(path)
+
+        fixable_in: Dict[str, Set[str]] = defaultdict(set)
+        for f in findings:
+            if f["fix"]:
+                fixable_in[norm(f["path"])].add(f["code"])
+
+        not_compiling: Counter = Counter()
+        not_building: Counter = Counter()
+        broken_notes: List[str] = []
+        for path in changed:
+            rules = fixable_in.get(norm(path), {"?"})
+            try:  # what py_compile does, without writing a .pyc
+                compile((work / path).read_bytes(), str(path), "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as error:
+                not_compiling.update(rules)
+                broken_notes.append(f"does not compile: {path} ({', '.join(sorted(rules))}): {error}")
+                continue
+            if args.build_check:
+                for problem in build_regressions(original / path, work / path, args.build_timeout):
+                    not_building.update(rules)
+                    broken_notes.append(f"no longer builds: {path} ({', '.join(sorted(rules))}): {problem}")
+
+    count = Counter(f["code"] for f in findings)
+    fixable = Counter(f["code"] for f in findings if f["fix"])
+    fixable_left = Counter(f["code"] for f in left if f["fix"])
+    codes = sorted(count | fixable_left)
+    labels = read_labels(args.labels) if args.labels else {}
+    verdicts: Dict[str, Counter] = defaultdict(Counter)
+    for f in findings:
+        verdicts[f["code"]][labels.get((norm(f["path"]), f["line"], f["code"]), "unread")] += 1
+
+    header = ["rule", "findings", "fixable", "fixed", "not compiling", "not building", "fixable left"]
+    if labels:
+        header[2:2] = ["right", "arguable", "wrong", "unread"]
+    rows = []
+    for code in codes:
+        row = [code, count[code], fixable[code], fixable[code] - fixable_left[code], not_compiling[code],
+               not_building[code] if args.build_check else "-", fixable_left[code]]
+        if labels:
+            v = verdicts[code]
+            row[2:2] = [v["right"], v["arguable"], v["wrong"], v["unread"]]
+        rows.append(row)
+    widths = [max(len(str(x)) for x in column) for column in zip(header, *rows)]
+    for row in [header, *rows]:
+        print("  ".join(str(x).rjust(w) for x, w in zip(row, widths)))
+    print(f"check: {check_time:.1f} s; fix --apply --unsafe-fixes: {fix_time:.1f} s (jobs={args.jobs}); "
+          f"files changed: {len(changed)}; files a second fix run changed: {len(second)}")
+    for note in broken_notes:
+        print(note)
+    for path in second:
+        print(f"changed again by a second fix run: {path}")
+    if "internal error" in fix_result.stdout + fix_result.stderr:
+        print("internal errors during fix:\n" + (fix_result.stdout + fix_result.stderr)[-2000:])
+    if args.findings:
+        ordered = sorted(findings, key=lambda f: (f["code"], f["path"], f["line"]))
+        args.findings.write_text("".join(
+            f"{norm(f['path'])}:{f['line']}:{f['column']}: {f['code']}{' [fix]' if f['fix'] else ''} {f['message']}\n"
+            for f in ordered
+        ))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
