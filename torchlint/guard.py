@@ -96,8 +96,11 @@ def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
     invalid = _invalid_everywhere(source)
     if invalid is not None:
         return invalid
+    global _last_tree
     tree, error = _stdlib_parse(source)
+    _last_tree = (None, None, None)  # LibCST parses next: the tree is not needed again, and may be large
     depth, line = _ast_nesting(tree, source) if tree is not None else _token_nesting(source)
+    del tree
     if depth <= MAX_NESTING:
         return None
     if isinstance(error, SyntaxError):  # CPython rejects it too: its message says why
