@@ -167,11 +167,11 @@ def cached_results(paths: Sequence[Path], job: Job) -> Dict[Path, FileResult]:
     for path in paths:
         if path.suffix == ".ipynb":
             continue  # notebooks go their own way (process_notebook)
+        file_job = job.for_file(path)
         try:
-            data = read_bytes(path)
+            data, _ = read_regular(path, file_job.settings.max_file_size)
         except SourceError:
             continue  # process_file reports it
-        file_job = job.for_file(path)
         shown = display_path(path)
         cached = _usable(cache.get(_cache_key(cache, data, path, file_job), shown), file_job)
         if cached is not None:
