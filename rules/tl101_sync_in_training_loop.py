@@ -161,7 +161,8 @@ class SyncInTrainingLoop(Rule):
     fix_availability = FixAvailability.SOMETIMES
     required_patterns = (
         r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
-        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
+        # syncs, and formatting (a tensor formatted for a progress bar: `%`, `.format(`, f-strings)
+        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(|%|\.format\(|\bf[\"']",
     )
 
     def check(self, ctx: RuleContext) -> None:

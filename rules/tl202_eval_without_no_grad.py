@@ -93,6 +93,8 @@ def _named_function_may_call_model(tree: ast.Module, text: str) -> bool:
                     return True
                 if isinstance(func, ast.Attribute) and (func.attr == "forward" or looks_like_model(func.attr)):
                     return True
+                if any(isinstance(arg, ast.Name) and looks_like_model(arg.id) for arg in node.args):
+                    return True  # `greedy_decode(model, src)`: a helper may run the model
         return False
 
     stack = [(tree, False)]
