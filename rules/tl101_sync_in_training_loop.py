@@ -159,6 +159,7 @@ class SyncInTrainingLoop(Rule):
                "(accumulate with `.detach()`) and convert once, or log every N steps")
     summary = "`.item()`, `.cpu()`, `float(tensor)`, `print(tensor)` in every step of a training loop"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (
         r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
         # syncs, and formatting (a tensor formatted for a progress bar: `%`, `.format(`, f-strings)

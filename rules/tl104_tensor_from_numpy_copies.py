@@ -138,6 +138,7 @@ class TensorFromNumpyCopies(Rule):
     message = "`torch.tensor()` copies the NumPy array; use `torch.from_numpy()` to share its memory"
     summary = "torch.tensor() on a NumPy array copies it; torch.from_numpy() does not"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     required_patterns = (r"numpy", r"\btensor\s*\(")  # the rarer one first
 
     def check(self, ctx: RuleContext) -> None:

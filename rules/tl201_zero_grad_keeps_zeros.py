@@ -92,6 +92,7 @@ class ZeroGradKeepsZeros(Rule):
     message = "Gradients are reset to zero tensors; set them to `None` instead"
     summary = "zero_grad(set_to_none=False) or manual gradient zeroing keeps zero-filled gradients"
     fix_availability = FixAvailability.ALWAYS
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"grad", r"zero_grad\s*\(|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
     # From 2.0 on a bare zero_grad() is fine: only an explicit False or a manual reset can fire.
     _MODERN_PATTERNS = (r"grad", r"zero_grad\s*\([^)]*False|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)

@@ -194,6 +194,7 @@ class EvalWithoutNoGrad(Rule):
     message = "evaluation runs the model with autograd on; disable it with `torch.no_grad()`"
     summary = "Evaluation/inference code runs the model without torch.no_grad()"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE,)
     # What can make code an evaluation candidate: an eval switch, an evaluation-named function, or a loop
     # over an evaluation loader. Checked in `may_fire` from the cheapest test to the dearest.
     required_patterns = (

@@ -193,6 +193,7 @@ class BiasBeforeBatchNorm(Rule):
     message = "this layer's bias is cancelled by the BatchNorm right after it; pass `bias=False`"
     summary = "Conv/Linear with a bias feeding straight into BatchNorm"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"BatchNorm", r"Conv|Linear")
 
     def check(self, ctx: RuleContext) -> None:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterable, List, Optional, Set
+from typing import Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+from ._foreach_rewrite import NoFix, loop_context, rewrite_loop
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
 _FOREACH_TWINS = {
@@ -36,6 +38,9 @@ _SCALAR_ATTRS = {"shape", "dtype", "device", "ndim", "is_sparse", "requires_grad
 _PASS_THROUGH = {"detach", "clone", "data", "to", "float", "type_as", "view_as", "contiguous"}
 _AUG_OPS = {cst.AddAssign: "add_", cst.SubtractAssign: "sub_", cst.MultiplyAssign: "mul_", cst.DivideAssign: "div_"}
 _INIT_FUNCTION = re.compile(r"init|reset_param", re.IGNORECASE)
+_SINGLE_TENSOR_FUNCTION = re.compile(r"single_tensor", re.IGNORECASE)
+_FOREACH_FLAG = re.compile(r"\b(foreach|fused|use_foreach|multi_tensor)\b|_foreach_", re.IGNORECASE)
+_TEST_PATH = re.compile(r"(^|[\\/])(tests?|testing)[\\/]|(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
 _PARAMS_NAME = re.compile(r"param", re.IGNORECASE)
 _NOT_PARAMS_NAME = re.compile(r"group|name|shape|size|count|num|key|spec|dict", re.IGNORECASE)
 _OPTIMIZER_SKIP = re.compile(r"^torch\.optim\.(lr_scheduler|swa_utils|_functional|_multi_tensor)\b")
@@ -135,6 +140,7 @@ class PerParameterOptimizerLoop(Rule):
     )
     summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE,)
     required_patterns = (
         r"param|state_dict|foreach",  # a cheap literal gate first: most files stop here
         r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",
@@ -163,11 +169,17 @@ class PerParameterOptimizerLoop(Rule):
         params = _param_targets(a, node.iter, node.target)
         if not params:
             return
+        if _is_test_path(a.path):
+            return  # tests run a loop once, to check something
         function = loop.function
         while function is not None:
-            if _INIT_FUNCTION.search(function.name):
-                return  # initialisation runs once
+            if _INIT_FUNCTION.search(function.name) or function.name.startswith("test"):
+                return  # initialisation and tests run once
+            if _SINGLE_TENSOR_FUNCTION.search(function.name):
+                return  # the deliberate per-parameter path beside a foreach/fused one (as torch.optim ships)
             function = function.parent
+        if _beside_foreach_branch(a, node) or _collects_for_foreach(a, node):
+            return
         body = _LoopBody(params, {local for local, target in a.imports.items() if target == "torch"})
         node.body.visit(body)
         if not body.updates:
@@ -175,9 +187,10 @@ class PerParameterOptimizerLoop(Rule):
         launches = max(body.launches, len(body.updates))
         ops = list(dict.fromkeys(body.inplace_ops))
         twins = _foreach_msg(ops)
-        if "lerp_" in ops or (_is_zip_of_params(a, node.iter) and ({"mul_", "add_"} <= set(ops) or "copy_" in ops)):
+        averaging = _is_zip_of_params(a, node.iter) or "state_dict" in a.module.code_for_node(node.iter)
+        if "lerp_" in ops or (averaging and ({"mul_", "add_"} <= set(ops) or "copy_" in ops)):
             hint = "for an EMA: `torch._foreach_lerp_(ema_params, params, 1 - decay)`"
-        elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"}:
+        elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"} and ".grad" in a.module.code_for_node(node.body):
             hint = "for gradient clipping: `torch.nn.utils.clip_grad_value_`, which uses them"
         elif ops and set(ops) <= {"mul_", "div_"}:
             hint = "for scaling gradients or weights: one call covers the whole list"
@@ -190,7 +203,21 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        ctx.report(node.iter, message=message)
+        fix, reason = self._rewrite(ctx, a, node)
+        if fix is None:
+            message += f"; no automatic fix: {reason}"
+        ctx.report(node.iter, message=message, fix=fix)
+
+    def _rewrite(self, ctx: RuleContext, a: FileAnalysis, node: cst.For) -> Tuple[Optional[Fix], str]:
+        """The unsafe fix lifting the loop into `torch._foreach_*` calls, or None and the reason there is none."""
+        where = loop_context(a, node, ctx.torch_version)
+        if where is None:
+            return None, "the file does not import torch"
+        try:
+            statements = rewrite_loop(node, where)
+        except NoFix as reason:
+            return None, str(reason)
+        return Fix({node: cst.FlattenSentinel(statements)}, Applicability.UNSAFE), ""
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
     def _check_foreach_false(self, ctx: RuleContext, a: FileAnalysis) -> None:
@@ -225,6 +252,43 @@ class PerParameterOptimizerLoop(Rule):
                 ctx.report(arg, message=f"{message} (not fixed automatically: it would drop a comment)")
                 continue
             ctx.report(arg, message=message, fix=Fix.replace(call, new_call, Applicability.SAFE))
+
+
+def _is_test_path(path: str) -> bool:
+    return bool(_TEST_PATH.search(path.replace("\\", "/")))
+
+
+def _beside_foreach_branch(a: FileAnalysis, loop: cst.For) -> bool:
+    """The loop sits in one branch of an ``if`` that picks a foreach or fused path (``if self.foreach: ...
+    else: for p in ...``, ``if not foreach:``): the per-parameter branch is the deliberate fallback."""
+    for ancestor in a.ancestors(loop):
+        if isinstance(ancestor, (cst.FunctionDef, cst.ClassDef)):
+            return False
+        if isinstance(ancestor, (cst.If, cst.IfExp)) and _FOREACH_FLAG.search(a.module.code_for_node(ancestor.test)):
+            return True
+    return False
+
+
+def _collects_for_foreach(a: FileAnalysis, loop: cst.For) -> bool:
+    """The loop appends to lists that a later ``torch._foreach_*`` call takes: it is the collecting pass of a
+    foreach implementation (whatever host bookkeeping it also does, like ``state["step"] += 1``)."""
+    appended = {
+        call.func.value.value
+        for call in a.calls_in(loop.body)
+        if call_name(call) == "append" and isinstance(call.func, cst.Attribute) and isinstance(call.func.value, cst.Name)
+    }
+    if not appended:
+        return False
+    scope = a.scope_of(loop)
+    for call in a.calls_in(scope):
+        if a.comes_before(call, loop) or a.contains(loop, call):
+            continue
+        name = call_name(call) or ""
+        if name.startswith("_foreach_") and any(
+            isinstance(arg.value, cst.Name) and arg.value.value in appended for arg in call.args
+        ):
+            return True
+    return False
 
 
 # --- the ast pre-filter: a superset of the loops `_check_loop` can report ---------------------------
@@ -295,7 +359,14 @@ def _param_targets(a: FileAnalysis, iterable: cst.BaseExpression, target: cst.Ba
         for arg, element in zip(iterable.args, target.elements):
             if not arg.star and arg.keyword is None:
                 names |= _param_targets(a, arg.value, element.value)
+        if names:  # zip(shadow, params): the partner of a parameter is a per-parameter tensor too (an EMA copy)
+            names |= {e.value.value for e in target.elements if isinstance(e.value, cst.Name)}
         return names
+    if _is_state_dict_items(iterable):  # for k, v in ema.state_dict().items()
+        if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+            value = target.elements[1].value
+            return {value.value} if isinstance(value, cst.Name) else set()
+        return set()
     if isinstance(iterable, cst.Call) and call_name(iterable) == "named_parameters":
         if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
             value = target.elements[1].value
@@ -304,6 +375,13 @@ def _param_targets(a: FileAnalysis, iterable: cst.BaseExpression, target: cst.Ba
     if isinstance(target, cst.Name) and _is_params_expr(a, iterable, depth=0):
         return {target.value}
     return set()
+
+
+def _is_state_dict_items(iterable: cst.BaseExpression) -> bool:
+    return (
+        isinstance(iterable, cst.Call) and call_name(iterable) == "items" and isinstance(iterable.func, cst.Attribute)
+        and isinstance(iterable.func.value, cst.Call) and call_name(iterable.func.value) == "state_dict"
+    )
 
 
 def _is_params_expr(a: FileAnalysis, expr: cst.BaseExpression, depth: int) -> bool:
@@ -349,7 +427,7 @@ def _comp_fors(comp_for: cst.CompFor) -> List[cst.CompFor]:
 def _is_zip_of_params(a: FileAnalysis, iterable: cst.BaseExpression) -> bool:
     if not (isinstance(iterable, cst.Call) and call_name(iterable) == "zip"):
         return False
-    return sum(1 for arg in iterable.args if _is_params_expr(a, arg.value, 0)) >= 2
+    return len(iterable.args) >= 2 and any(_is_params_expr(a, arg.value, 0) for arg in iterable.args)
 
 
 # --- what a loop body does ------------------------------------------------------------------------

@@ -37,6 +37,10 @@ Module-level constants (all optional but ``TOLERANCE``):
     command line's ``--repeats``/``--warmup`` win).
 ``MEASURE_MEMORY = True``
     Also report peak memory of one ``run`` per form (see below).
+``NEEDS_CUDA = True``
+    The rewrite only changes speed on a CUDA device (pinned memory, non-blocking copies, tensors made on the
+    device). Elsewhere the harness still fixes the workload and compares the results, then gives the verdict
+    ``needs CUDA`` instead of timing two forms that do the same work there.
 ``EXTRA = {"label": ..., "replace": {old_text: new_text, ...}}``
     Marks an extra comparison that is *not* a fixer rewrite (e.g. the seed's per-parameter AdamW against
     ``torchlint.runtime.AdamW``): the "after" text is made by those literal replacements and the row says so.
@@ -47,7 +51,8 @@ What the harness does per workload
    the fixer reports an error, or when the workload fails to load or run.
 2. Load "before" and "after" as separate modules from source text (``exec`` of ``compile(text, "<CODE before>")``),
    run each once from ``setup`` and compare every returned value with ``assert_close`` at the stated tolerance.
-   A mismatch is the verdict ``different results`` (a failure); nothing is timed then.
+   A mismatch is the verdict ``different results`` (a failure); nothing is timed then. A ``NEEDS_CUDA``
+   workload on another device stops here with the verdict ``needs CUDA`` (not a failure).
 3. Time: ``WARMUP`` untimed runs, then ``REPEATS`` timed runs of each form, interleaved (before, after, before,
    ...) so that drift hits both alike. On CUDA each run is bracketed by ``torch.cuda.synchronize()`` and timed
    with CUDA events; on the CPU with ``time.perf_counter``. The median is reported with the interquartile range.
@@ -73,6 +78,7 @@ import argparse
 import datetime as _dt
 import difflib
 import json
+import math
 import os
 import platform
 import re
@@ -108,7 +114,8 @@ NOISE_RULE = (
     "same = the medians differ by no more than the larger interquartile range of the two forms, "
     f"and never by less than {NOISE_FLOOR:.0%} of the slower median"
 )
-VERDICTS = ("faster", "same", "slower", "different results", "error")
+NEEDS_CUDA = "needs CUDA"  # the results match; the speed only differs on a CUDA device
+VERDICTS = ("faster", "same", "slower", NEEDS_CUDA, "different results", "error")
 
 # (code, before text, path) -> (after text, number of fixes applied)
 Fixer = Callable[[str, str, str], Tuple[str, int]]
@@ -421,6 +428,8 @@ class Row:
     memory_method: str = ""
     error: str = ""
     diff: str = ""
+    profile: str = ""  # --profile: what PyTorch's profiler matcher says (runtime/profile_check.py)
+    profile_check: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> Dict[str, Any]:
         data = asdict(self)
@@ -478,6 +487,9 @@ def bench_workload(
     row.match, row.max_abs_diff, row.mismatch = compare(out_before, out_after, row.tolerance, row.tolerance_per_key)
     if not row.match:
         row.verdict = "different results"
+        return row
+    if getattr(before, "NEEDS_CUDA", False) and not device.startswith("cuda"):
+        row.verdict = NEEDS_CUDA
         return row
     n = repeats if repeats is not None else int(getattr(before, "REPEATS", DEFAULT_REPEATS[size]))
     w = warmup if warmup is not None else int(getattr(before, "WARMUP", DEFAULT_WARMUP[size]))
@@ -545,9 +557,18 @@ def device_description(device: str) -> str:
     return f"CPU ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+def device_label(meta: Dict[str, Any]) -> str:
+    """The device, named once: its name, plus the index where there can be several (``cuda:1``)."""
+    device = meta["device"]
+    return f"{meta['device_name']} ({device})" if device.startswith("cuda") else meta["device_name"]
+
+
 def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
-    header = ["rule / workload", "before (median ± IQR)", "after (median ± IQR)", "speed-up", "max |diff|",
-              "tolerance", "verdict", "peak memory before -> after"]
+    header = ["rule / workload", "before (median ± IQR)", "after (median ± IQR)", "peak memory before -> after",
+              "speed-up", "max |diff|", "tolerance", "verdict"]
+    profiled = any(r.profile for r in rows)
+    if profiled:
+        header.append("profiler patterns (before: after the fix)")
     lines = []
     for r in rows:
         tol = "bitwise" if r.tolerance == {"rtol": 0.0, "atol": 0.0} else (
@@ -562,16 +583,15 @@ def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
             label,
             f"{_fmt_time(r.before.median)} ± {_fmt_time(r.before.iqr)}" if r.before else "-",
             f"{_fmt_time(r.after.median)} ± {_fmt_time(r.after.iqr)}" if r.after else "-",
+            mem,
             f"{r.speedup:.2f}x" if r.speedup is not None else "-",
             _fmt_diff(r),
             tol,
             r.verdict,
-            mem,
-        ])
+        ] + ([r.profile or "-"] if profiled else []))
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
     out = [
-        f"torchlint bench: device {meta['device_name']} ({meta['device']}), size {meta['size']}, "
-        f"torch {meta['torch_version']}, {meta['date']}",
+        f"torchlint bench on {device_label(meta)}, size {meta['size']}, torch {meta['torch_version']}, {meta['date']}",
         f"timing: median of {meta['repeats_note']} after warm-up; {NOISE_RULE}.",
         "",
         "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(),
@@ -584,6 +604,8 @@ def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
             notes.append(f"{r.label}: ERROR: {r.error.strip().splitlines()[0]}")
         elif r.verdict == "different results":
             notes.append(f"{r.label}: DIFFERENT RESULTS: {r.mismatch}")
+        if r.verdict == NEEDS_CUDA:
+            notes.append(f"{r.label}: the results match; not timed: the rewrite only changes speed on a CUDA device")
         if r.kind == "extra":
             notes.append(f"{r.label}: extra row, not a fixer rewrite: {r.extra_label or 'the after swaps the implementation'}")
         if r.memory_method:
@@ -593,39 +615,89 @@ def format_table(rows: List[Row], meta: Dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+VERDICT_COLORS = {"faster": "tab:green", "same": "tab:gray", "slower": "tab:red"}
+OTHER_COLOR = "tab:purple"
+
+
+def speedup_axis_limits(values: Sequence[float]) -> Tuple[float, float]:
+    """Log-axis limits symmetric about 1x, so 0.5x and 2x stand equally far from it (at least 0.5x..2x)."""
+    reach = max([abs(math.log10(v)) for v in values if v > 0] + [math.log10(2)]) * 1.25
+    return 10 ** -reach, 10 ** reach
+
+
+def speedup_label(value: float) -> str:
+    return f"{value:g}x"
+
+
 def write_plot(rows: List[Row], meta: Dict[str, Any], path: Path) -> None:
+    """Speed-up per workload on a log axis (bars grow up from 1x when faster, down when slower), coloured
+    by verdict with a legend, and beside it the peak memory before and after where it was measured."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.patches import Patch
+        from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     except ImportError as exc:
         raise PlotUnavailable(
             f"--plot needs matplotlib: pip install 'torchlint[plot]' (or pip install matplotlib) ({exc})"
         ) from None
     shown = [r for r in rows if r.speedup is not None]
-    colors = {"faster": "tab:green", "same": "tab:gray", "slower": "tab:red"}
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(shown) + 2), 4.5))
+    with_memory = [r for r in shown if r.memory_before_bytes is not None and r.memory_after_bytes is not None]
+    panels = 2 if with_memory else 1
+    fig, axes = plt.subplots(1, panels, figsize=(max(6.0, 1.1 * len(shown) + 2) + 3.5 * (panels - 1), 4.8),
+                             gridspec_kw={"width_ratios": [max(len(shown), 1), max(len(with_memory), 1)][:panels]},
+                             squeeze=False)
+    ax = axes[0][0]
     labels = [r.label + (" (extra)" if r.kind == "extra" else "") for r in shown]
     values = [r.speedup for r in shown]
     # error bars from the IQRs: speed-up at (before q1 / after q3) .. (before q3 / after q1)
     low = [r.speedup - r.before.q1 / r.after.q3 for r in shown]  # type: ignore[union-attr]
     high = [r.before.q3 / r.after.q1 - r.speedup for r in shown]  # type: ignore[union-attr]
-    bars = ax.bar(range(len(shown)), values, color=[colors.get(r.verdict, "tab:purple") for r in shown],
-                  yerr=[[max(0, v) for v in low], [max(0, v) for v in high]], capsize=3)
+    bars = ax.bar(range(len(shown)), [v - 1 for v in values], bottom=1,
+                  color=[VERDICT_COLORS.get(r.verdict, OTHER_COLOR) for r in shown])
+    ax.errorbar(range(len(shown)), values, yerr=[[max(0, v) for v in low], [max(0, v) for v in high]],
+                fmt="none", ecolor="black", capsize=3, linewidth=0.8)
+    ax.set_yscale("log")
+    bottom, top = speedup_axis_limits(values)
+    ax.set_ylim(bottom, top)
+    ticks = [t for t in (0.1, 0.2, 0.25, 0.5, 1, 2, 4, 5, 10) if bottom <= t <= top]
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_minor_locator(NullLocator())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: speedup_label(v)))
     for bar, value in zip(bars, values):
-        ax.annotate(f"{value:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                    ha="center", va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")
+        ax.annotate(f"{value:.2f}x", (bar.get_x() + bar.get_width() / 2, value), ha="center",
+                    va="bottom" if value >= 1 else "top", fontsize=8,
+                    xytext=(0, 3 if value >= 1 else -3), textcoords="offset points")
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(shown)))
     ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("speed-up (before / after median)")
-    ax.set_title(f"torchlint fixes on {meta['device_name']} ({meta['size']}, torch {meta['torch_version']}, "
-                 f"{meta['date'][:10]})", fontsize=9)
+    ax.set_ylabel("speed-up, before / after median (log scale)")
+    used = [v for v in VERDICT_COLORS if any(r.verdict == v for r in shown)]
+    handles = [Patch(color=VERDICT_COLORS[v], label=v) for v in used]
+    if any(r.verdict not in VERDICT_COLORS for r in shown):
+        handles.append(Patch(color=OTHER_COLOR, label="other"))
+    ax.legend(handles=handles, title="after vs before:", fontsize=7, title_fontsize=7, loc="lower left",
+              bbox_to_anchor=(0.0, 1.0), ncol=len(handles) + 1, frameon=False)
     broken = [r.label for r in rows if r.speedup is None]
     if broken:
-        ax.text(0.01, 0.98, "not timed: " + ", ".join(broken), transform=ax.transAxes, va="top", fontsize=7,
+        ax.text(0.01, 0.02, "not timed: " + ", ".join(broken), transform=ax.transAxes, va="bottom", fontsize=7,
                 color="tab:red")
+    if with_memory:
+        mem = axes[0][1]
+        xs = range(len(with_memory))
+        mib = 1024 * 1024
+        mem.bar([x - 0.2 for x in xs], [r.memory_before_bytes / mib for r in with_memory], width=0.4,
+                color="tab:orange", label="before")
+        mem.bar([x + 0.2 for x in xs], [r.memory_after_bytes / mib for r in with_memory], width=0.4,
+                color="tab:blue", label="after")
+        mem.set_xticks(list(xs))
+        mem.set_xticklabels([r.label for r in with_memory], rotation=30, ha="right", fontsize=8)
+        mem.set_ylabel("peak memory of one run (MiB)")
+        mem.legend(fontsize=7)
+    fig.suptitle(f"torchlint fixes on {device_label(meta)} ({meta['size']}, torch {meta['torch_version']}, "
+                 f"{meta['date'][:10]})", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -669,6 +741,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--require-faster", action="store_true", help="exit 1 when a rewrite is slower")
     p.add_argument("--show-diff", action="store_true", help="print the fixer's diff of each workload")
     p.add_argument("--list", action="store_true", help="list the workloads and exit")
+    p.add_argument("--profile", action="store_true",
+                   help="also run each form once under torch.profiler and report which of PyTorch's profiler "
+                        "anti-patterns (TorchTidy) the slow form triggers and whether the fix removed them")
     return p
 
 
@@ -725,6 +800,10 @@ def main(argv: Optional[Sequence[str]] = None, fixer: Fixer = real_fixer) -> int
         return 0
 
     rows = _run_all(workloads, device, args, fixer)
+    if args.profile:
+        from torchlint.runtime.profile_check import add_profiles
+
+        add_profiles(rows, workloads, device, args.size, fixer)
     meta = metadata(device, args.size, args.repeats, args.warmup)
     table = format_table(rows, meta)
     print(table, end="")
@@ -749,9 +828,12 @@ def main(argv: Optional[Sequence[str]] = None, fixer: Fixer = real_fixer) -> int
 def _run_all(workloads: List[Workload], device: str, args: argparse.Namespace, fixer: Fixer) -> List[Row]:
     rows: List[Row] = []
     show_bar = sys.stderr.isatty()
-    if not show_bar:
-        for w in workloads:
-            rows.append(bench_workload(w, device, args.size, args.repeats, args.warmup, fixer, not args.no_memory))
+    if not show_bar:  # piped or logged (CI): one line per workload as it starts and as it ends
+        for index, w in enumerate(workloads, start=1):
+            print(f"[{index}/{len(workloads)}] {w.label} ...", file=sys.stderr, flush=True)
+            row = bench_workload(w, device, args.size, args.repeats, args.warmup, fixer, not args.no_memory)
+            print(f"[{index}/{len(workloads)}] {w.label}: {progress_outcome(row)}", file=sys.stderr, flush=True)
+            rows.append(row)
         return rows
     import click
 
@@ -773,6 +855,14 @@ def _run_all(workloads: List[Workload], device: str, args: argparse.Namespace, f
                                        not args.no_memory, tick))
             bar.update(per - done[0] + 1, w.label)
     return rows
+
+
+def progress_outcome(row: Row) -> str:
+    if row.error:
+        return "error"
+    if row.speedup is None:
+        return row.verdict
+    return f"{row.verdict} ({row.speedup:.2f}x)"
 
 
 def metadata(device: str, size: str, repeats: Optional[int], warmup: Optional[int]) -> Dict[str, Any]:

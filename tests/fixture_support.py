@@ -36,6 +36,8 @@ def fixture_settings(source: str, code: str) -> Settings:
             key, _, value = option.strip().partition("=")
             if key == "torch-version":
                 settings = replace(settings, torch_version=parse_torch_version(value))
+            elif key == "also-select":  # other rules the fixture needs (TL900 judges their noqa comments)
+                settings = replace(settings, select=settings.select + tuple(value.split()))
             else:
                 raise ValueError(f"unknown fixture option {key!r}")
     return settings
@@ -62,14 +64,18 @@ def render_diagnostics(diagnostics: List[Diagnostic]) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+def fixture_rules(source: str, code: str) -> list:
+    return [get_rule(selected)() for selected in fixture_settings(source, code).select]
+
+
 def lint(source: str, code: str, path: str = "fixture.py") -> List[Diagnostic]:
     settings = fixture_settings(source, code)
-    return lint_source(source, path, [get_rule(code)()], settings).diagnostics
+    return lint_source(source, path, fixture_rules(source, code), settings).diagnostics
 
 
 def fix(source: str, code: str, unsafe: bool = True, path: str = "fixture.py") -> str:
     settings = fixture_settings(source, code)
-    outcome = fix_source(source, path, [get_rule(code)()], settings, unsafe=unsafe)
+    outcome = fix_source(source, path, fixture_rules(source, code), settings, unsafe=unsafe)
     assert not outcome.errors, [e.message for e in outcome.errors]
     return outcome.source
 

@@ -115,7 +115,7 @@ def test_json_output_shape(project):
     data = json.loads(result.output)
     assert result.exit_code == 1
     (item,) = data
-    assert set(item) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix", "url"}
+    assert set(item) == {"code", "name", "message", "path", "line", "column", "end_line", "end_column", "fix", "url", "cell"}
     assert (item["code"], item["path"], item["line"], item["column"]) == ("TL501", "train.py", 4, 51)
     assert item["fix"]["applicability"] == "safe"
     (edit,) = item["fix"]["edits"]
@@ -239,7 +239,7 @@ def test_torchlint_toml_and_per_file_ignores(project):
         ('selct = ["TL1"]', "unknown key 'selct'"),
         ('select = "TL1"', "expected a list of strings"),
         ('torch-version = "two"', "expected a PyTorch version"),
-        ('select = ["TL9"]', "matches no rule"),
+        ('select = ["TL09"]', "matches no rule"),
         ('unsafe-fixes = "yes"', "expected true or false"),
         ("select = [", "not valid TOML"),
     ],

@@ -7,10 +7,9 @@ import os
 import pytest
 
 from fixture_support import (
-    clean_fixtures, expected_paths, fix, fixture_settings, flagged_fixtures, lint, render_diagnostics,
+    clean_fixtures, expected_paths, fix, fixture_rules, fixture_settings, flagged_fixtures, lint, render_diagnostics,
 )
 from torchlint.engine import lint_source
-from torchlint.registry import get_rule
 
 UPDATE = os.environ.get("TORCHLINT_UPDATE_SNAPSHOTS") == "1"
 
@@ -84,7 +83,7 @@ def test_json_edits_of_each_fix_give_valid_code(item):
     """An editor applying one finding's edits (as JSON gives them) gets what `fix` would write for it."""
     code, path = item
     source = path.read_text(encoding="utf-8")
-    diagnostics = lint_source(source, path.name, [get_rule(code)()], fixture_settings(source, code), True).diagnostics
+    diagnostics = lint_source(source, path.name, fixture_rules(source, code), fixture_settings(source, code), True).diagnostics
     fixable = [d for d in diagnostics if d.fix is not None]
     for d in fixable:
         assert d.edits, d

@@ -1,5 +1,7 @@
 """TL501 per-parameter-optimizer-loop: loop classification, foreach=False fixes and torch versions."""
 
+import pytest
+
 from fixture_support import fix, lint
 
 HEADER = "import torch\n"
@@ -40,7 +42,7 @@ def test_loop_reported_once_with_launch_count():
         "        p.data.add_(p.grad, alpha=-lr)\n"
     )
     [(line, applicability, message)] = _lint(source)
-    assert line == 3 and applicability is None
+    assert line == 3 and applicability == "unsafe"  # lifted into torch._foreach_* calls
     assert "about 2 kernel launches per parameter" in message
 
 
@@ -80,3 +82,65 @@ def test_weight_copy_that_computes_is_an_update():
     )
     [(_, _, message)] = _lint(source)
     assert "_foreach_lerp_" in message
+
+
+LOOP = HEADER + (
+    "@torch.no_grad()\n"
+    "def step(model, lr):\n"
+    "    for p in model.parameters():\n"
+    "        p.add_(p.grad, alpha=-lr)\n"
+)
+
+
+@pytest.mark.parametrize("path", ["tests/test_optim.py", "pkg/tests/helpers.py", "test_sgd.py", "sgd_test.py",
+                                  "conftest.py"])
+def test_loops_in_test_files_are_silent(path):
+    assert lint(LOOP, "TL501", path=path) == []
+    assert len(lint(LOOP, "TL501", path="train/sgd.py")) == 1
+
+
+def test_loop_is_rewritten_into_foreach_calls_grouped_by_device_and_dtype():
+    fixed = fix(LOOP, "TL501")
+    assert "buckets.setdefault((p.device, p.dtype), ([], []))" in fixed
+    assert "torch._foreach_add_(params, grads, alpha=-lr)" in fixed
+    assert fix(fixed, "TL501") == fixed  # the collecting loop is not reported again
+    assert lint(fixed, "TL501") == []
+
+
+def test_rewrite_uses_the_files_torch_alias_and_free_names():
+    source = (
+        "import torch as T\n"
+        "@T.no_grad()\n"
+        "def step(params, lr, buckets):\n"
+        "    for p in params:\n"
+        "        p.sub_(p.grad * lr)\n"
+    )
+    fixed = fix(source, "TL501")
+    assert "T._foreach_sub_(param_list, T._foreach_mul(grads, lr))" in fixed
+    assert "bucket_list = {}" in fixed  # `buckets` and `params` are taken
+
+
+def test_loop_in_a_training_function_named_like_a_test_helper_is_still_reported():
+    source = LOOP.replace("def step", "def latest_step")
+    assert len(lint(source, "TL501")) == 1
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("    for p in params:\n        if p.grad.sum() > 0:\n            p.add_(p.grad)\n", "depends on tensor values"),
+    ("    for p in params:\n        p.add_(noise(p))\n", "calls `noise`"),
+    ("    for p in params:\n        p.data = p.data - lr * p.grad\n", "assigns `.data`"),
+    ("    for p in params:\n        p.add_(p.grad)\n    print(p)\n", "`p` is read after the loop"),
+    ("    for p in params:\n        p.add_(p.grad)\n        break\n", "`break`"),
+    ("    for p in params:\n        p.copy_(lr / p.grad)\n", "a scalar over a tensor"),
+])
+def test_report_only_loops_say_why(source, reason):
+    full = HEADER + "@torch.no_grad()\ndef step(params, lr, noise):\n" + source
+    [(_, applicability, message)] = _lint(full)
+    assert applicability is None
+    assert "no automatic fix" in message and reason in message, message
+
+
+def test_old_torch_gets_no_rewrite():
+    source = "# torchlint-fixture: torch-version=2.0\n" + LOOP
+    [(_, applicability, message)] = _lint(source)
+    assert applicability is None and "PyTorch 2.1" in message

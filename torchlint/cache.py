@@ -90,7 +90,7 @@ def _to_json(d: Diagnostic) -> dict:
     return {
         "code": d.code, "name": d.name, "message": d.message, "line": d.line, "column": d.column,
         "end_line": d.end_line, "end_column": d.end_column, "fix": d.fix.value if d.fix else None,
-        "edits": [[e.line, e.column, e.end_line, e.end_column, e.content] for e in d.edits],
+        "edits": [[e.line, e.column, e.end_line, e.end_column, e.content] for e in d.edits], "cell": d.cell,
     }
 
 
@@ -99,5 +99,5 @@ def _from_json(item: dict, path: str) -> Diagnostic:
         code=item["code"], name=item["name"], message=item["message"], path=path, line=item["line"],
         column=item["column"], end_line=item["end_line"], end_column=item["end_column"],
         fix=Applicability(item["fix"]) if item["fix"] else None,
-        edits=tuple(Edit(*e) for e in item["edits"]),
+        edits=tuple(Edit(*e) for e in item["edits"]), cell=item.get("cell"),
     )

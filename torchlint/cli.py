@@ -5,18 +5,20 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
+import pathspec
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_NAME
-from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch_version, resolve_settings
-from torchlint.discovery import discover
+from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch_version
+from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
+from torchlint.discovery import DEFAULT_EXCLUDE, discover
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, decode_source
+from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
 from torchlint.registry import all_rules, get_rule
 from torchlint.reporters import (
     color_diff,
@@ -42,28 +44,26 @@ def use_color() -> bool:
     return sys.stdout.isatty()
 
 
-def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
-    """The config file's settings with the command line on top; validates every selector."""
-    start = Path(paths[0]) if paths and paths[0] != "-" else Path.cwd()
-    start = start if start.is_dir() else (start.parent if str(start.parent) else Path.cwd())
+def _tree_from_options(opts: dict) -> ConfigTree:
+    """Per-file settings: the closest configuration file (or --config for all), the command line on top."""
+    forget_configuration_files()
     config = Path(opts["config"]) if opts.get("config") else None
     if config is not None and not config.is_file():
         raise ConfigError(f"--config: no such file: {config}")
-    settings = resolve_settings(config, start if start.exists() else Path.cwd())
-    changes: dict = {}
-    if opts.get("select"):
-        # As in Ruff, a selection on the command line replaces the file's whole selection, ignores included.
-        changes["select"] = parse_selectors(opts["select"], "--select")
-        settings = replace(settings, ignore=(), extend_select=())
-    if opts.get("extend_select"):
-        changes["extend_select"] = settings.extend_select + parse_selectors(opts["extend_select"], "--extend-select")
-    if opts.get("ignore"):
-        changes["ignore"] = settings.ignore + parse_selectors(opts["ignore"], "--ignore")
-    if opts.get("torch_version"):
-        changes["torch_version"] = parse_torch_version(opts["torch_version"])
-    if opts.get("unsafe_fixes") is not None:
-        changes["unsafe_fixes"] = opts["unsafe_fixes"]
-    return replace(settings, **changes)
+    overrides = CliOverrides(
+        select=parse_selectors(opts["select"], "--select") if opts.get("select") else None,
+        extend_select=parse_selectors(opts.get("extend_select") or (), "--extend-select"),
+        ignore=parse_selectors(opts.get("ignore") or (), "--ignore"),
+        torch_version=parse_torch_version(opts["torch_version"]) if opts.get("torch_version") else None,
+        unsafe_fixes=opts.get("unsafe_fixes"),
+    )
+    return ConfigTree(overrides, config.resolve() if config is not None else None, Path.cwd().resolve())
+
+
+def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
+    """The settings of the first path (they place the cache and word the summary); validates every selector."""
+    start = Path(paths[0]) if paths and paths[0] != "-" else Path.cwd()
+    return _tree_from_options(opts).for_path(start if start.exists() else Path.cwd())
 
 
 def common_options(func: Callable) -> Callable:
@@ -76,7 +76,9 @@ def common_options(func: Callable) -> Callable:
         click.option("--torch-version", help="The PyTorch version the checked code targets, e.g. 1.13 or 2.4."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None,
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
-        click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True),
+        click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,
+                     help="How to show findings (concise is the text default; see the README for each format)."),
+        click.option("--output-file", "-o", type=click.Path(dir_okay=False), help="Write the report to this file."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when problems remain."),
         click.option("--statistics", is_flag=True, help="Show counts per rule instead of each problem."),
         click.option("--quiet", "-q", is_flag=True, help="Print problems only: no summary."),
@@ -100,11 +102,36 @@ def cli() -> None:
 
 
 def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -> List[FileResult]:
-    found = discover(paths or (".",), settings, force_exclude=opts["force_exclude"])
-    results = [FileResult(p, [error_diagnostic(p, "no such file or directory")]) for p in found.missing]
+    tree = job.tree or ConfigTree()
+    files: Dict[Path, Path] = {}
+    results: List[FileResult] = []
+    for raw in paths or (".",):
+        # Each path is discovered with its own configuration's exclusions, whatever the argument order.
+        here = tree.for_path(Path(raw)) if Path(raw).exists() else settings
+        found = discover((raw,), here, force_exclude=opts["force_exclude"])
+        results += [FileResult(p, [error_diagnostic(p, "no such file or directory")]) for p in found.missing]
+        results += [FileResult(p, [error_diagnostic(p, "not a Python file or notebook (.py, .pyi, .ipynb); not checked")])
+                    for p in found.unsupported]
+        explicit = Path(raw).is_file()
+        for path in found.files:
+            own = tree.for_path(path)  # also validates every configuration file before any work starts
+            if not explicit and own.config_path != here.config_path and _excluded_by(own, path):
+                continue  # a nested configuration file excludes it
+            files.setdefault(path.resolve(), path)
+    if not files and not results:
+        click.echo("warning: No Python files found under the given path(s)", err=True)
     jobs = opts.get("jobs") or os.cpu_count() or 1
-    results += run(found.files, job, jobs=jobs)
+    results += run(sorted(files.values(), key=str), job, jobs=jobs)
     return results
+
+
+def _excluded_by(settings: Settings, path: Path) -> bool:
+    spec = pathspec.GitIgnoreSpec.from_lines([*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude])
+    try:
+        relative = path.resolve().relative_to(settings.root).as_posix()
+    except ValueError:
+        return False
+    return spec.match_file(relative)
 
 
 def _cache_dir(opts: dict, settings: Settings) -> Optional[Path]:
@@ -118,33 +145,65 @@ def _stdin_result(opts: dict, job: Job) -> FileResult:
     stream = sys.stdin
     data = getattr(stream, "buffer", stream).read()
     data = data.encode("utf-8") if isinstance(data, str) else data
+    if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
+        from torchlint.notebook import process_notebook_data
+
+        path = Path(shown)
+        result = process_notebook_data(data, shown, path, job.for_file(path))
+        result.original = result.original if result.original is not None else data.decode("utf-8", "replace")
+        return result
     try:
         source = decode_source(data)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     path = Path(opts["stdin_filename"]) if opts.get("stdin_filename") else None
+    job = job.for_file(path) if path is not None else job
     result = process_source(source, shown, path, job)
     result.original = result.original if result.original is not None else source.text
     return result
 
 
 def _emit_diagnostics(diagnostics: List[Diagnostic], opts: dict, settings: Settings, err: bool = False) -> None:
-    color = use_color() and not err
-    if opts["output_format"] == "json":
-        click.echo(statistics_json(diagnostics, settings.unsafe_fixes) if opts["statistics"] else format_json(diagnostics))
+    stream = None if err else opts.get("_stream")  # --output-file
+    color = use_color() and not err and stream is None
+
+    def echo(text: str, **kw) -> None:
+        click.echo(text, err=err, file=stream, **kw)
+
+    output_format = opts["output_format"]
+    if output_format == "json":
+        echo(statistics_json(diagnostics, settings.unsafe_fixes) if opts["statistics"] else format_json(diagnostics))
+        return
+    if output_format not in TEXT_FORMATS and not opts["statistics"]:
+        echo(render(diagnostics, output_format), nl=False)
         return
     if opts["statistics"]:
         for line in statistics_lines(diagnostics, settings.unsafe_fixes):
-            click.echo(line, err=err)
+            echo(line)
     else:
+        sources = SourceLines()
         for d in diagnostics:
-            click.echo(format_text(d, color, settings.unsafe_fixes), color=color, err=err)
+            line = format_text(d, color, settings.unsafe_fixes)
+            echo(format_full(d, line, sources) if output_format == "full" else line, color=color)
     if not opts["quiet"]:
-        click.echo(summary_line(diagnostics, settings.unsafe_fixes), err=err)
+        echo(summary_line(diagnostics, settings.unsafe_fixes))
         fixable, _ = fixable_counts(diagnostics, settings.unsafe_fixes)
         if fixable and not err:
-            click.echo("Run `torchlint fix --apply` to fix them." if not settings.unsafe_fixes
-                       else "Run `torchlint fix --apply --unsafe-fixes` to fix them.")
+            echo("Run `torchlint fix --apply` to fix them." if not settings.unsafe_fixes
+                 else "Run `torchlint fix --apply --unsafe-fixes` to fix them.")
+
+
+def _with_output_file(opts: dict, body: Callable[[], int]) -> Callable[[], int]:
+    """--output-file: the report goes to that file (written even when there is nothing to report)."""
+    if not opts.get("output_file"):
+        return body
+
+    def wrapped() -> int:
+        with open(opts["output_file"], "w", encoding="utf-8") as stream:
+            opts["_stream"] = stream
+            return body()
+
+    return wrapped
 
 
 def _guarded(body: Callable[[], int]) -> None:
@@ -154,8 +213,8 @@ def _guarded(body: Callable[[], int]) -> None:
     except ConfigError as exc:
         click.echo(f"torchlint: error: {exc}", err=True)
         code = EXIT_ERROR
-    except click.exceptions.Exit:
-        raise
+    except (click.exceptions.Exit, BrokenPipeError):
+        raise  # a reader that went away (`| head`): click ends quietly with exit code 1
     except Exception as exc:  # an internal error must still say what happened, never exit 1
         import traceback
 
@@ -168,37 +227,84 @@ def _guarded(body: Callable[[], int]) -> None:
 
 @cli.command()
 @common_options
-def check(paths: Tuple[str, ...], **opts) -> None:
+@click.option("--fix/--no-fix", "fix_", default=False, help="Apply the safe fixes, as `torchlint fix --apply`.")
+@click.option("--diff", is_flag=True, help="Show the fixes as a diff and write nothing, as `torchlint fix`.")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied per file.")
+@click.option("--add-noqa", is_flag=True, help="Write `# noqa: CODE` on every line with a finding.")
+def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_noqa: bool, **opts) -> None:
     """Report slow PyTorch patterns in PATHS (default: the current folder); '-' reads stdin."""
+    if fix_ or diff:  # Ruff's spelling of `fix --apply` and `fix`
+        _guarded(_with_output_file(opts, lambda: _fix_body(paths, fix_ and not diff, opts)))
+    if add_noqa:
+        _guarded(lambda: _add_noqa_body(paths, opts))
 
     def body() -> int:
         settings = _settings_from_options(opts, paths)
         job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings),
-                  with_edits=opts["output_format"] == "json" and not opts["statistics"])
+                  with_edits=opts["output_format"] in NEEDS_EDITS and not opts["statistics"], tree=_tree_from_options(opts))
         results = [_stdin_result(opts, job)] if paths == ("-",) else _collect(paths, settings, opts, job)
         diagnostics = sorted((d for r in results for d in r.diagnostics), key=lambda d: d.sort_key)
         _emit_diagnostics(diagnostics, opts, settings)
         return EXIT_PROBLEMS if diagnostics and not opts["exit_zero"] else EXIT_CLEAN
 
-    _guarded(body)
+    _guarded(_with_output_file(opts, body))
 
 
 @cli.command()
 @common_options
 @click.option("--apply", is_flag=True, help="Write the fixes (default: show them as a diff and write nothing).")
-def fix(paths: Tuple[str, ...], apply: bool, **opts) -> None:
+@click.option("--diff", is_flag=True, help="Show the fixes as a diff and write nothing (the default; wins over --apply).")
+@click.option("--show-fixes", is_flag=True, help="List the fixes applied per file (the default with --apply).")
+def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opts) -> None:
     """Fix slow patterns in PATHS: show a diff, or write the files with --apply."""
+    _guarded(_with_output_file(opts, lambda: _fix_body(paths, apply and not diff, opts)))
 
-    def body() -> int:
-        settings = _settings_from_options(opts, paths)
-        job = Job(settings, mode="fix", apply=apply and paths != ("-",), unsafe=settings.unsafe_fixes,
-                  cache_dir=_cache_dir(opts, settings))
-        if paths == ("-",):
-            return _fix_stdin(job, opts, settings, apply)
-        results = _collect(paths, settings, opts, job)
-        return _report_fix(results, opts, settings, apply)
 
-    _guarded(body)
+def _add_noqa_body(paths: Tuple[str, ...], opts: dict) -> int:
+    from torchlint.fileio import read_bytes, write_atomic
+    from torchlint.noqa import add_noqa
+
+    if paths == ("-",):
+        raise ConfigError("--add-noqa writes files: it cannot read stdin")
+    settings = _settings_from_options(opts, paths)
+    job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings), tree=_tree_from_options(opts))
+    by_path: Dict[str, List[Diagnostic]] = {}
+    for result in _collect(paths, settings, opts, job):
+        by_path.setdefault(result.path, []).extend(result.diagnostics)
+    added = 0
+    for shown, diagnostics in sorted(by_path.items()):
+        if shown.endswith(".ipynb") or not diagnostics:
+            continue
+        path = Path(shown)
+        source = decode_source(read_bytes(path))
+        text, count = add_noqa(source.text, diagnostics)
+        if count and _still_compiles(source.text, text):
+            write_atomic(Path(os.path.realpath(path)), source.encode(text))
+            added += count
+    click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
+    return EXIT_CLEAN
+
+
+def _still_compiles(before: str, after: str) -> bool:
+    try:
+        compile(before, "<before>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return True  # it did not compile before either: nothing to compare with
+    try:
+        compile(after, "<after>", "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _fix_body(paths: Tuple[str, ...], apply: bool, opts: dict) -> int:
+    settings = _settings_from_options(opts, paths)
+    job = Job(settings, mode="fix", apply=apply and paths != ("-",), unsafe=settings.unsafe_fixes,
+              cache_dir=_cache_dir(opts, settings), tree=_tree_from_options(opts))
+    if paths == ("-",):
+        return _fix_stdin(job, opts, settings, apply)
+    results = _collect(paths, settings, opts, job)
+    return _report_fix(results, opts, settings, apply)
 
 
 def _fix_stdin(job: Job, opts: dict, settings: Settings, apply: bool) -> int:
@@ -220,7 +326,9 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
     if not apply:
         changed = [r for r in results if r.changed]
         for r in changed:
-            diff = unified_diff(r.path, r.original or "", r.fixed or "")
+            cell_changes = getattr(r, "cell_changes", None)  # a notebook: one diff per changed cell
+            diff = "".join(unified_diff(f"{r.path}:cell {n}", a, b) for n, a, b in cell_changes) if cell_changes \
+                else unified_diff(r.path, r.original or "", r.fixed or "")
             click.echo(color_diff(diff) if color else diff, nl=False, color=color)
         if not opts["quiet"]:
             total = sum(applied.values())
@@ -228,12 +336,12 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
             click.echo(f"Would fix {total} problem{'s' if total != 1 else ''} in {files} file{'s' if files != 1 else ''}"
                        f"{_hidden_note(remaining, settings)}.", err=True)
         return EXIT_PROBLEMS if changed and not opts["exit_zero"] else EXIT_CLEAN
-    if opts["output_format"] == "text" and not opts["quiet"]:
+    if opts["output_format"] in TEXT_FORMATS and not opts["quiet"]:
         for r in results:
             for code, count in sorted(r.applied.items()):
                 click.echo(f"{r.path}: fixed {count} x {code} ({get_rule(code).name})")
     _emit_diagnostics(remaining, opts, settings)
-    if not opts["quiet"] and opts["output_format"] == "text":
+    if not opts["quiet"] and opts["output_format"] in TEXT_FORMATS:
         total = sum(applied.values())
         files = sum(1 for r in results if r.written)
         click.echo(f"Fixed {total} problem{'s' if total != 1 else ''} in {files} file{'s' if files != 1 else ''}.")
@@ -253,27 +361,34 @@ def list_rules(output_format: str) -> None:
     if output_format == "json":
         import json
 
+        from torchlint.docs import fix_line
+
         click.echo(json.dumps([
-            {"code": r.code, "name": r.name, "fix": r.fix_availability.value, "summary": r.summary, "url": r.url()}
+            {"code": r.code, "name": r.name, "fix": r.fix_availability.value, "default": r.default_enabled,
+             "fix_applicabilities": [a.value for a in r.fix_applicabilities], "fix_summary": fix_line(r),
+             "summary": r.summary, "url": r.url()}
             for r in rules
         ], indent=2))
         return
     fix_label = {FixAvailability.NONE: "", FixAvailability.SOMETIMES: "fix (sometimes)", FixAvailability.ALWAYS: "fix"}
     name_width = max((len(r.name) for r in rules), default=4)
     for r in rules:
-        click.echo(f"{r.code}  {r.name:<{name_width}}  {fix_label[r.fix_availability]:<15}  {r.summary}")
+        default = "" if r.default_enabled else "opt-in"
+        click.echo(f"{r.code}  {r.name:<{name_width}}  {fix_label[r.fix_availability]:<15}  {default:<6}  {r.summary}")
 
 
 @cli.command()
-@click.argument("code")
-def explain(code: str) -> None:
-    """Print the full documentation of rule CODE (e.g. TL201)."""
+@click.argument("code", required=False)
+@click.option("--all", "all_", is_flag=True, help="Print every rule's documentation, TL000 included.")
+def explain(code: Optional[str], all_: bool) -> None:
+    """Print the full documentation of a rule, by code (TL201) or name (zero-grad-keeps-zeros)."""
+    from torchlint.docs import all_docs, find_doc
 
     def body() -> int:
-        rule = get_rule(code)
-        click.echo(f"# {rule.code} {rule.name}\n")
-        click.echo(f"Fix: {rule.fix_availability.value}\n")
-        click.echo(rule.doc())
+        if all_ == bool(code):
+            raise ConfigError("explain: give a rule code or name, or --all")
+        docs = all_docs() if all_ else [find_doc(code or "")]
+        click.echo("\n".join(doc.markdown() for doc in docs), nl=False)
         return EXIT_CLEAN
 
     _guarded(body)
@@ -292,6 +407,17 @@ def bench(ctx: click.Context) -> None:
         click.echo(f"torchlint bench needs PyTorch: pip install 'torchlint[runtime]' ({exc})", err=True)
         sys.exit(EXIT_ERROR)
     sys.exit(harness.main(list(ctx.args)))
+
+
+@cli.command()
+def server() -> None:
+    """Run the Language Server for editors (LSP over stdio; needs pip install 'torchlint[server]')."""
+    try:
+        from torchlint.server import main as serve  # imports pygls: only here
+    except ImportError as exc:
+        click.echo(f"torchlint server needs pygls: pip install 'torchlint[server]' ({exc})", err=True)
+        sys.exit(EXIT_ERROR)
+    serve()
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

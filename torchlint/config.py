@@ -26,7 +26,7 @@ class ConfigError(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    select: Tuple[str, ...] = ("ALL",)
+    select: Optional[Tuple[str, ...]] = None  # None: the default set (every rule with default_enabled)
     ignore: Tuple[str, ...] = ()
     extend_select: Tuple[str, ...] = ()
     exclude: Tuple[str, ...] = ()
@@ -123,7 +123,7 @@ def _has_torchlint_table(path: Path) -> bool:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
 
 
-def load_config(path: Path) -> Settings:
+def load_config(path: Path, _seen: Tuple[Path, ...] = ()) -> Settings:
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)
@@ -138,12 +138,39 @@ def load_config(path: Path) -> Settings:
         table = {} if path.name == "pyproject.toml" else data
     values: Dict[str, Any] = {}
     for key, value in table.items():
+        if key == "extend":
+            continue
         if key not in _KEYS:
-            allowed = ", ".join(sorted(_KEYS))
+            allowed = ", ".join(sorted([*_KEYS, "extend"]))
             raise ConfigError(f"{path}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
         attr, parse = _KEYS[key]
         values[attr] = parse(value, f"{path}: {key}")
-    return Settings(root=path.parent.resolve(), config_path=path, **values)
+    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
+    return _merge(base, values, root=path.parent.resolve(), config_path=path)
+
+
+def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
+    """The settings of the file named by ``extend`` (relative to this file), as in Ruff."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: extend: expected the path of another configuration file, got {value!r}")
+    target = (path.parent / Path(value).expanduser()).resolve()
+    if target in seen or target == path.resolve():
+        raise ConfigError(f"{path}: extend: {value!r} extends itself in a cycle")
+    if not target.is_file():
+        raise ConfigError(f"{path}: extend: no such file: {value!r}")
+    return load_config(target, (*seen, path.resolve()))
+
+
+def _merge(base: Settings, values: Dict[str, Any], root: Path, config_path: Path) -> Settings:
+    """This file's keys over the extended file's: ``select`` starts a new selection (dropping the base's
+    ignores and extensions), ``ignore``/``extend-select``/``extend-exclude`` add, the rest replace."""
+    if "select" in values:
+        base = replace(base, ignore=(), extend_select=())
+    merged = dict(values)
+    for attr in ("ignore", "extend_select", "extend_exclude"):
+        if attr in values:
+            merged[attr] = getattr(base, attr) + values[attr]
+    return replace(base, root=root, config_path=config_path, **merged)
 
 
 def resolve_settings(config_file: Optional[Path], start: Path, **overrides: Any) -> Settings:
@@ -159,9 +186,18 @@ def selector_matches(selector: str, code: str) -> bool:
     return selector == "ALL" or code.startswith(selector)
 
 
-def selected_codes(settings: Settings, all_codes: Sequence[str], extra_ignores: Sequence[str] = ()) -> Tuple[str, ...]:
-    """Ruff's order: select, then extend-select adds, then ignore (and per-file ignores) removes."""
-    chosen = {c for c in all_codes if any(selector_matches(s, c) for s in settings.select)}
+def selected_codes(
+    settings: Settings,
+    all_codes: Sequence[str],
+    extra_ignores: Sequence[str] = (),
+    default_codes: Optional[Sequence[str]] = None,
+) -> Tuple[str, ...]:
+    """Ruff's order: select (without one, the default set), then extend-select adds, then ignore (and
+    per-file ignores) removes."""
+    if settings.select is None:
+        chosen = set(all_codes if default_codes is None else default_codes)
+    else:
+        chosen = {c for c in all_codes if any(selector_matches(s, c) for s in settings.select)}
     chosen |= {c for c in all_codes if any(selector_matches(s, c) for s in settings.extend_select)}
     ignores = (*settings.ignore, *extra_ignores)
     chosen = {c for c in chosen if not any(selector_matches(s, c) for s in ignores)}

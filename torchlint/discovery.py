@@ -16,6 +16,7 @@ DEFAULT_EXCLUDE = (
     "node_modules", "build", "dist", "__pycache__", ".mypy_cache", ".pytest_cache", ".ruff_cache",
     ".torchlint_cache", ".ipynb_checkpoints",
 )
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # what a folder walk finds; a named file may also be a script
 
 
 def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
@@ -26,6 +27,7 @@ def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
 class Discovery:
     files: List[Path] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)  # explicit paths that do not exist
+    unsupported: List[str] = field(default_factory=list)  # explicit files that are neither Python nor notebooks
 
 
 class _GitIgnores:
@@ -96,6 +98,9 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
         if not given.exists():
             result.missing.append(raw)
             continue
+        if given.is_file() and not is_source_file(given):
+            result.unsupported.append(raw)
+            continue
         if given.is_file():
             excluded = excluder(root if _relative(absolute, root) is not None else absolute.parent)
             if not (force_exclude and (excluded(absolute, False) or gitignores.ignored(absolute, False, _git_top(absolute.parent)))):
@@ -120,7 +125,7 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
                 keep.append(name)
             dirnames[:] = keep
             for name in sorted(filenames):
-                if not name.endswith(".py"):
+                if not name.endswith(SOURCE_SUFFIXES):
                     continue
                 child = folder_abs / name
                 if excluded(child, False) or gitignores.ignored(child, False, top):
@@ -144,3 +149,15 @@ def display_path(path: Path) -> str:
         return os.path.relpath(path)
     except ValueError:  # another drive on Windows
         return str(path)
+
+
+def is_source_file(path: Path) -> bool:
+    """A Python file, stub or notebook by its name, or a script whose first line runs Python."""
+    if path.suffix in SOURCE_SUFFIXES:
+        return True
+    try:
+        with path.open("rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return True  # reading will report the problem
+    return first.startswith(b"#!") and b"python" in first

@@ -9,7 +9,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Set, Tuple
+from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -102,44 +102,63 @@ class SyntaxProblem(Exception):
 
 
 def _run_rules(
-    module: cst.Module, source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
+    module: cst.Module, source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
+    selected: FrozenSet[str] = frozenset(),
 ) -> Tuple[FileAnalysis, List[Report], List[Diagnostic]]:
-    """Reports that survive suppression, paired index-for-index with their diagnostics."""
+    """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
+    codes of every rule selected for the file (``rules`` are those the pre-filter left)."""
     analysis = FileAnalysis(module, source, path)
     ctx = RuleContext(analysis, settings)
     crashes: List[RuleCrash] = []
-    reports = list(iter_reports(rules, ctx, crashes))
-    crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
-    if not reports:
-        return analysis, [], crash_diagnostics
-    wanted = [r.node for r in reports] + [n for r in reports if r.fix for n in r.fix.replacements]
-    positions = node_spans(module, wanted)
+    after = [rule for rule in rules if rule.runs_after_suppression]
+    reports = list(iter_reports([rule for rule in rules if not rule.runs_after_suppression], ctx, crashes))
+    if not reports and not after:
+        return analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
-    for report in reports:
-        line, column, end_line, end_column = positions[report.node]
-        key = (report.rule.code, line, column, report.message)
-        if key in seen:
-            continue
-        seen.add(key)
-        if suppressions.is_suppressed(report.rule.code, line, end_line):
-            continue
-        diagnostic = Diagnostic(
-            code=report.rule.code,
-            name=report.rule.name,
-            message=report.message,
-            path=path,
-            line=line,
-            column=column + 1,
-            end_line=end_line,
-            end_column=end_column + 1,
-            fix=report.fix.applicability if report.fix else None,
-            edits=_text_edits(source, FixApplier(module, analysis, path).render([report]))
-            if report.fix and with_edits else (),
-        )
-        kept.append((diagnostic, report))
+
+    def keep(found: List[Report]) -> None:
+        wanted = [r.node for r in found] + [n for r in found if r.fix for n in r.fix.replacements]
+        positions = node_spans(module, wanted)
+        for report in found:
+            line, column, end_line, end_column = positions[report.node]
+            key = (report.rule.code, line, column, report.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            if suppressions.is_suppressed(report.rule.code, line, end_line):
+                continue
+            diagnostic = Diagnostic(
+                code=report.rule.code,
+                name=report.rule.name,
+                message=report.message,
+                path=path,
+                line=line,
+                column=column + 1,
+                end_line=end_line,
+                end_column=end_column + 1,
+                fix=report.fix.applicability if report.fix else None,
+                edits=_text_edits(source, FixApplier(module, analysis, path).render([report]))
+                if report.fix and with_edits else (),
+            )
+            kept.append((diagnostic, report))
+
+    keep(reports)
+    if after:
+        used = frozenset(suppressions.used)
+        start = len(ctx.reports)
+        for rule in after:
+            ctx._rule = rule
+            try:
+                rule.check_suppressions(ctx, used, selected or frozenset(r.code for r in rules))
+            except RecursionError:
+                raise
+            except Exception as error:  # noqa: BLE001 - as in iter_reports
+                crashes.append(RuleCrash(rule, error))
+        keep(ctx.reports[start:])
     kept.sort(key=lambda pair: pair[0].sort_key)
+    crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
@@ -181,7 +200,8 @@ def lint_source(
         module = parse(source, path)
     except SyntaxProblem as exc:
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
-    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits)
+    selected = frozenset(rule.code for rule in rules)
+    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected)
     return LintOutcome(diagnostics, parsed=True)
 
 
@@ -202,7 +222,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                 outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
                 return outcome
             raise AssertionError("a verified fix produced unparsable code") from exc
-        analysis, reports, _ = _run_rules(module, current, path, candidates, settings)
+        analysis, reports, _ = _run_rules(module, current, path, candidates, settings,
+                                          selected=frozenset(rule.code for rule in rules))
         fixable = [
             r for r in reports
             if r.fix is not None and r.fix.applicability in allowed

@@ -33,7 +33,10 @@ def rules_by_code() -> Dict[str, Type[Rule]]:
 
 
 def get_rule(code: str) -> Type[Rule]:
+    """A rule by its code (``TL201``, any case) or its name (``zero-grad-keeps-zeros``)."""
     rule = rules_by_code().get(code.strip().upper())
+    if rule is None:
+        rule = next((r for r in all_rules() if r.name == code.strip().lower()), None)
     if rule is None:
         raise ConfigError(f"unknown rule code {code!r}; run `torchlint rules` to list them")
     return rule

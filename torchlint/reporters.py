@@ -20,7 +20,9 @@ def fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: bool) -> tuple:
 
 
 def format_text(d: Diagnostic, color: bool, unsafe: bool = False) -> str:
-    location = f"{click.style(d.path, bold=True)}:{d.line}:{d.column}:" if color else f"{d.path}:{d.line}:{d.column}:"
+    path = click.style(d.path, bold=True) if color else d.path
+    cell = f"cell {d.cell}:" if d.cell is not None else ""
+    location = f"{path}:{cell}{d.line}:{d.column}:"
     code = click.style(d.code, fg="red", bold=True) if color else d.code
     marker = "[*] " if d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE) else ""
     return f"{location} {code} {marker}{d.message}"
@@ -78,6 +80,7 @@ def diagnostic_json(d: Diagnostic) -> dict:
         "name": d.name,
         "message": d.message,
         "path": d.path,
+        "cell": d.cell,
         "line": d.line,
         "column": d.column,
         "end_line": d.end_line,

@@ -108,10 +108,11 @@ class Diagnostic:
     # The fix as text edits (JSON output only): what replaces which range (1-based, end exclusive). They
     # give exactly `torchlint fix`'s text for this finding, added imports included.
     edits: Tuple["Edit", ...] = field(default=(), compare=False)
+    cell: Optional[int] = None  # in a notebook: the 1-based cell number; line and column are in that cell
 
     @property
     def sort_key(self):
-        return (self.path, self.line, self.column, self.code, self.message)
+        return (self.path, self.cell or 0, self.line, self.column, self.code, self.message)
 
 
 class RuleContext:
@@ -147,12 +148,26 @@ class Rule:
     message: ClassVar[str]  # default message; reports may give a more specific one
     summary: ClassVar[str]  # one line for `torchlint rules`
     fix_availability: ClassVar[FixAvailability] = FixAvailability.NONE
+    # The applicabilities its fixes can have (`torchlint explain` shows them; tests hold the fixtures to it).
+    fix_applicabilities: ClassVar[Tuple[Applicability, ...]] = ()
     # Regexes that must all occur in a file's text for the rule to be able to fire. A file that no
     # selected rule can fire on is never parsed, so keep these tight.
     required_patterns: ClassVar[Tuple[str, ...]] = ()
+    # Rules that give advice a project may have declined on purpose (DataParallel, Adam's L2 decay...) are
+    # off by default, as Ruff keeps opinionated rules out of its defaults: `--extend-select TLxxx` or
+    # `select = ["ALL"]` turns them on.
+    default_enabled: ClassVar[bool] = True
 
     def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    # A rule about the suppressions themselves (TL900) runs after the others' findings were matched with
+    # the file's `# noqa` comments: the engine calls ``check_suppressions`` instead of ``check``.
+    runs_after_suppression: ClassVar[bool] = False
+
+    def check_suppressions(self, ctx: RuleContext, used: "frozenset", selected: "frozenset") -> None:
+        """``used``: the (line, code) pairs of `# noqa` comments that silenced a finding; ``selected``: the
+        codes of the rules selected for this file."""
 
     # --- helpers for the engine -------------------------------------------------------------
     @classmethod
@@ -163,9 +178,8 @@ class Rule:
 
     @classmethod
     def url(cls) -> str:
-        """The rule's source, whose docstring is its documentation (as `torchlint explain` prints it)."""
-        module = cls.__module__.rsplit(".", 1)[-1]
-        return f"https://github.com/torchlint/torchlint/blob/main/rules/{module}.py"
+        """The rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
+        return f"https://github.com/torchlint/torchlint/blob/main/docs/rules/{cls.code}.md"
 
     @classmethod
     def patterns_for(cls, settings: "Settings") -> Tuple[str, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pathspec
 
 from torchlint.config import Settings, selected_codes
+from torchlint.config_tree import ConfigTree
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.cache import Cache
@@ -45,6 +46,14 @@ class Job:
     unsafe: bool = False
     cache_dir: Optional[Path] = None  # None: no cache
     with_edits: bool = False  # render each fix as text edits (JSON output)
+    tree: Optional[ConfigTree] = None  # per-file settings (the closest configuration file); None: ``settings``
+
+    def for_file(self, path: Path) -> "Job":
+        """This job with the settings of the configuration file closest to ``path``."""
+        if self.tree is None:
+            return self
+        settings = self.tree.for_path(path)
+        return replace(self, settings=settings, unsafe=settings.unsafe_fixes if self.mode == "fix" else self.unsafe)
 
 
 @lru_cache(maxsize=64)
@@ -69,7 +78,8 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
         for pattern, codes in settings.per_file_ignores:
             if _glob(pattern).match_file(relative) or _glob(pattern).match_file(absolute.name):
                 extra.extend(codes)
-    codes = selected_codes(settings, [rule.code for rule in all_rules()], extra)
+    rules = all_rules()
+    codes = selected_codes(settings, [r.code for r in rules], extra, [r.code for r in rules if r.default_enabled])
     return _rule_instances(codes)
 
 
@@ -85,6 +95,11 @@ def process_source(source: SourceText, shown: str, path: Optional[Path], job: Jo
 
 
 def process_file(path: Path, job: Job) -> FileResult:
+    job = job.for_file(path)
+    if path.suffix == ".ipynb":
+        from torchlint.notebook import process_notebook
+
+        return process_notebook(path, job)
     shown = display_path(path)
     try:
         data = read_bytes(path)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 import re
 import tokenize
-from dataclasses import dataclass
-from typing import Dict, FrozenSet
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, Set, Tuple
 
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
@@ -43,6 +43,7 @@ def _comments(source: str) -> Dict[int, tuple]:
 class Suppressions:
     file_codes: FrozenSet[str]
     line_codes: Dict[int, FrozenSet[str]]
+    used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) of line comments that silenced
 
     @classmethod
     def parse(cls, source: str) -> "Suppressions":
@@ -62,8 +63,10 @@ class Suppressions:
         """A ``# noqa`` on the first or the last line of the finding silences it, as does a file-level one."""
         if "*" in self.file_codes or code in self.file_codes:
             return True
+        silenced = False
         for candidate in {line, end_line}:
             codes = self.line_codes.get(candidate)
             if codes is not None and ("*" in codes or code in codes):
-                return True
-        return False
+                self.used.add((candidate, code if code in codes else "*"))
+                silenced = True
+        return silenced

@@ -1,0 +1,565 @@
+"""Fuzz-and-fault check: inputs and faults that must never crash, hang or corrupt a torchlint run.
+
+Each case builds a small tree in a temporary folder, runs the real command line in a subprocess (so a
+native crash or a hang is observed, not suffered) and judges the outcome. It prints a table of cases
+tried / survived / failed per category, then every failure with the reason.
+
+    python benchmarks/fuzz_faults.py            # every case (about a minute on 2 cores)
+    python benchmarks/fuzz_faults.py --fast     # the subset the test suite runs (a few seconds)
+
+To measure another checkout, put it first on PYTHONPATH (the subprocesses inherit the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+# A line every case file carries so the pre-filter cannot skip it: TL501 reports it with a safe fix.
+FINDING = "opt = torch.optim.Adam(model.parameters(), foreach=False)"
+FIXED = "opt = torch.optim.Adam(model.parameters())"
+HEADER = "import torch\n"
+TIMEOUT = 60.0
+
+
+@dataclass
+class Outcome:
+    returncode: Optional[int]  # None: timed out (killed)
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+
+    @property
+    def text(self) -> str:
+        return (self.stdout + self.stderr).decode("utf-8", "replace")
+
+
+def torchlint(args: Sequence[str], cwd: Path, stdin: bytes = b"", timeout: float = TIMEOUT) -> Outcome:
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "torchlint", *args], cwd=cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(stdin, timeout=timeout)
+        return Outcome(proc.returncode, out, err, time.perf_counter() - start)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return Outcome(None, out, err, time.perf_counter() - start)
+
+
+def sound(outcome: Outcome) -> Optional[str]:
+    """Why a run did not end like a linter run should (exit 0 or 1, no internal error), or None."""
+    if outcome.returncode is None:
+        return f"hung (killed after {outcome.seconds:.0f} s)"
+    if outcome.returncode < 0:
+        return f"died of signal {-outcome.returncode}"
+    if outcome.returncode not in (0, 1):
+        return f"exit {outcome.returncode}: {outcome.text.strip().splitlines()[-1:] or ''}"
+    if "internal error" in outcome.text or "Traceback" in outcome.text:
+        return "internal error: " + outcome.text.strip().splitlines()[0][:120]
+    return None
+
+
+def sibling_reported(outcome: Outcome) -> Optional[str]:
+    """Every case puts a normal file ``ok.py`` beside the hostile one: its finding must still be reported."""
+    if b"ok.py" not in outcome.stdout or b"TL501" not in outcome.stdout:
+        return "the other file's finding is missing: the run lost it"
+    return None
+
+
+def first(*reasons: Optional[str]) -> Optional[str]:
+    return next((r for r in reasons if r), None)
+
+
+# --- generated sources --------------------------------------------------------------------------------
+
+def with_finding(body: str) -> str:
+    return HEADER + body + "\n\ndef build(model):\n    " + FINDING + "\n    return opt\n"
+
+
+DEEP: Dict[str, Callable[[int], str]] = {
+    "nested brackets": lambda n: "x = " + "(" * n + "1" + ")" * n,
+    "nested lists": lambda n: "x = " + "[" * n + "]" * n,
+    "and chain": lambda n: "x = " + " and ".join(["a"] * n),
+    "sum chain": lambda n: "x = " + " + ".join(["a"] * n),
+    "unary minus": lambda n: "x = " + "-" * n + "a",
+    "attribute chain": lambda n: "x = a" + ".b" * n,
+    "call chain": lambda n: "x = f" + "()" * n,
+    "conditional chain": lambda n: "x = " + " if c else ".join(["a"] * n),
+    "lambda chain": lambda n: "x = " + "lambda: " * n + "1",
+    "elif chain": lambda n: "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(n)),
+}
+
+
+def write(folder: Path, name: str, data, mode: Optional[int] = None) -> Path:
+    path = folder / name
+    path.write_bytes(data if isinstance(data, bytes) else data.encode("utf-8"))
+    if mode is not None:
+        path.chmod(mode)
+    return path
+
+
+def ok_file(folder: Path) -> None:
+    write(folder, "ok.py", with_finding(""))
+
+
+# --- cases ---------------------------------------------------------------------------------------------
+
+Case = Callable[[Path], Optional[str]]  # returns the reason it failed, or None
+CASES: List[tuple] = []  # (category, name, case, fast)
+
+
+def case(category: str, name: str, fast: bool = False):
+    def register(func: Case) -> Case:
+        CASES.append((category, name, func, fast))
+        return func
+    return register
+
+
+def _deep_case(kind: str, n: int, jobs: int) -> Case:
+    def run(tmp: Path) -> Optional[str]:
+        ok_file(tmp)
+        for i in range(3):  # a few hostile files, so a pool has several to lose
+            write(tmp, f"deep{i}.py", with_finding(DEEP[kind](n)))
+        out = torchlint(["check", "--no-cache", "--jobs", str(jobs), "."], tmp, timeout=30)
+        return first(sound(out), sibling_reported(out),
+                     None if out.stdout.count(b"deep") >= 3 else "a hostile file got no line at all")
+    return run
+
+
+for _kind in DEEP:
+    for _n, _jobs in ((3_000, 1), (3_000, 2), (10_000, 2)):
+        case("deep nesting", f"{_kind} x{_n}, --jobs {_jobs}",
+             fast=(_kind, _n, _jobs) == ("nested brackets", 3_000, 1))(_deep_case(_kind, _n, _jobs))
+
+
+def _valid_case(body: str, expect_finding_line: Optional[int] = None) -> Case:
+    """Code CPython compiles: checked like any other file, no TL000."""
+    def run(tmp: Path) -> Optional[str]:
+        write(tmp, "valid.py", with_finding(body))
+        out = torchlint(["check", "--no-cache", "valid.py"], tmp)
+        if b"TL000" in out.stdout:
+            return "valid Python got TL000: " + out.stdout.decode(errors="replace").splitlines()[0][:150]
+        return first(sound(out), None if b"TL501" in out.stdout else "its finding was not reported")
+    return run
+
+
+case("valid edge code", "500-branch if/elif chain", fast=True)(_valid_case(DEEP["elif chain"](500)))
+case("valid edge code", "500-term sum")(_valid_case(DEEP["sum chain"](500)))
+case("valid edge code", "5,000 adjacent string literals")(_valid_case("x = (" + " ".join(['"s"'] * 5000) + ")"))
+case("valid edge code", "rebinding one name 8,000 times in 10 s")(
+    lambda tmp: _timed_valid(tmp, "import numpy as np\n" + "x = np.zeros(3)\n" * 8000, 10.0))
+
+
+def _timed_valid(tmp: Path, body: str, limit: float) -> Optional[str]:
+    write(tmp, "big.py", with_finding(body))
+    out = torchlint(["check", "--no-cache", "big.py"], tmp, timeout=limit * 3)
+    return first(sound(out), None if out.seconds <= limit else f"took {out.seconds:.1f} s (limit {limit:.0f} s)")
+
+
+def _invalid_case(data: bytes) -> Case:
+    """Code CPython rejects: a TL000 and the file left alone by fix --apply."""
+    def run(tmp: Path) -> Optional[str]:
+        path = write(tmp, "bad.py", data)
+        out = torchlint(["fix", "--apply", "--no-cache", "bad.py"], tmp)
+        if b"TL000" not in out.stdout:
+            return "invalid Python got no TL000"
+        return first(sound(out), None if path.read_bytes() == data else "the invalid file was rewritten")
+    return run
+
+
+case("invalid code", "NUL inside a string")(_invalid_case(with_finding('s = "a\0b"').encode()))
+case("invalid code", "a second BOM")(_invalid_case(b"\xef\xbb\xbf" + with_finding("\ufeffx = 1").encode()))
+
+
+@case("symlinks", "a.py -> b.py -> a.py", fast=True)
+def _loop_pair(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    os.symlink("b.py", tmp / "a.py")
+    os.symlink("a.py", tmp / "b.py")
+    out = torchlint(["check", "--no-cache", "."], tmp)
+    return first(sound(out), sibling_reported(out), None if b"a.py" in out.stdout else "the loop was not reported")
+
+
+@case("symlinks", "x.py -> x.py, named explicitly")
+def _loop_self(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    os.symlink("x.py", tmp / "x.py")
+    out = torchlint(["check", "--no-cache", "x.py", "ok.py"], tmp)
+    return first(sound(out), sibling_reported(out), None if b"x.py" in out.stdout else "the loop was not reported")
+
+
+@case("special files", "a FIFO named x.py in the tree")
+def _fifo_walked(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    os.mkfifo(tmp / "x.py")
+    out = torchlint(["check", "--no-cache", "."], tmp, timeout=20)
+    return first(sound(out), sibling_reported(out))
+
+
+@case("special files", "a FIFO named explicitly", fast=True)
+def _fifo_explicit(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    os.mkfifo(tmp / "x.py")
+    out = torchlint(["check", "--no-cache", "x.py", "ok.py"], tmp, timeout=20)
+    return first(sound(out), sibling_reported(out), None if b"x.py" in out.stdout else "the FIFO was skipped silently")
+
+
+@case("special files", "a socket named explicitly")
+def _socket_explicit(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp / "s.py"))
+        out = torchlint(["check", "--no-cache", "s.py", "ok.py"], tmp, timeout=20)
+    finally:
+        sock.close()
+    return first(sound(out), sibling_reported(out), None if b"s.py" in out.stdout else "the socket was skipped silently")
+
+
+@case("special files", "x.py -> /dev/zero")
+def _dev_zero(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    os.symlink("/dev/zero", tmp / "x.py")
+    out = torchlint(["check", "--no-cache", "."], tmp, timeout=20)
+    return first(sound(out), sibling_reported(out))
+
+
+@case("special files", "a 5 MB generated file: 10 s, or a TL000 naming the limit")
+def _huge(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    body = "".join(f"y{i} = torch.zeros({i}) + x * {i}\n" for i in range(130_000))
+    write(tmp, "huge.py", with_finding(body))
+    out = torchlint(["check", "--no-cache", "."], tmp, timeout=30)
+    limited = b"huge.py" in out.stdout and b"max-file-size" in out.stdout
+    return first(sound(out), sibling_reported(out),
+                 None if limited or out.seconds <= 10 else f"took {out.seconds:.1f} s and named no limit")
+
+
+# Line endings and encodings: everything but the fixed line must come back byte for byte.
+def _roundtrip_case(prefix: bytes, eol: bytes, suffix: bytes = b"", encoding: str = "utf-8") -> Case:
+    def run(tmp: Path) -> Optional[str]:
+        def src(line: str) -> bytes:
+            body = ["import torch", "", "", "def build(model):", "    x = 1", "    " + line, "    return opt"]
+            return prefix + eol.join(s.encode(encoding) for s in body) + eol + suffix
+        path = write(tmp, "f.py", src(FINDING))
+        out = torchlint(["fix", "--apply", "--no-cache", "f.py"], tmp)
+        got = path.read_bytes()
+        return first(sound(out), None if got == src(FIXED) else f"bytes changed: {got[-60:]!r}")
+    return run
+
+
+for _label, _args in {
+    "LF": (b"", b"\n"), "CRLF": (b"", b"\r\n"), "CR only": (b"", b"\r"), "BOM": (b"\xef\xbb\xbf", b"\n"),
+    "latin-1 cookie": (b"# -*- coding: latin-1 -*-\n# caf\xe9\n", b"\n", b"", "latin-1"),
+    "no final newline": (b"", b"\n", b"x = 2"),
+}.items():
+    case("line endings, encodings", _label, fast=_label == "CR only")(_roundtrip_case(*_args))
+
+
+@case("line endings, encodings", "form feed in an untouched function")
+def _form_feed(tmp: Path) -> Optional[str]:
+    untouched = b"def other():\n    a = 1\n\x0c    b = 2\n    c = 3\n    return a\n\n\n"
+    original = with_finding("").encode() + b"\n\n" + untouched
+    path = write(tmp, "f.py", original)
+    out = torchlint(["fix", "--apply", "--no-cache", "f.py"], tmp)
+    expected = original.replace(FINDING.encode(), FIXED.encode())
+    return first(sound(out), None if path.read_bytes() == expected else "bytes outside the fix changed")
+
+
+def _stdin_case(data: bytes, expected: Optional[bytes] = None) -> Case:
+    """``fix - --apply`` (what editors call): stdout is the new buffer, byte for byte."""
+    def run(tmp: Path) -> Optional[str]:
+        out = torchlint(["fix", "-", "--apply", "--no-cache"], tmp, stdin=data)
+        want = data if expected is None else expected
+        if out.returncode is None or (out.returncode or 0) < 0:
+            return sound(out)
+        return None if out.stdout == want else f"stdout is not the buffer: {out.stdout[:60]!r} (exit {out.returncode})"
+    return run
+
+
+case("stdin", "undecodable bytes", fast=True)(_stdin_case(with_finding("s = '\xff'").encode("latin-1")))
+case("stdin", "BOM")(_stdin_case(b"\xef\xbb\xbf" + with_finding("").encode(),
+                                 b"\xef\xbb\xbf" + with_finding("").replace(FINDING, FIXED).encode()))
+case("stdin", "latin-1 with its cookie")(_stdin_case(
+    ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + with_finding("")).encode("latin-1"),
+    ("# -*- coding: latin-1 -*-\n# caf\xe9\n" + with_finding("").replace(FINDING, FIXED)).encode("latin-1")))
+case("stdin", "a syntax error")(_stdin_case(with_finding("x = (").encode()))
+
+
+# Files that change under the fixer: an in-process run whose fixer renames or deletes the file first.
+_VANISH = """
+import os, sys
+import torchlint.runner as runner
+real = runner.process_source
+def sabotage(source, shown, path, job):
+    result = real(source, shown, path, job)
+    {action}
+    return result
+runner.process_source = sabotage
+from torchlint.cli import main
+main(["fix", "--apply", "--no-cache", "--jobs", "1", "f.py"])
+"""
+
+
+def _vanish_case(action: str, check: Callable[[Path], Optional[str]]) -> Case:
+    def run(tmp: Path) -> Optional[str]:
+        write(tmp, "f.py", with_finding(""))
+        proc = subprocess.run([sys.executable, "-c", _VANISH.format(action=action)], cwd=tmp,
+                              capture_output=True, timeout=TIMEOUT)
+        out = Outcome(proc.returncode, proc.stdout, proc.stderr, 0.0)
+        return first(sound(out) if b"Traceback" in proc.stderr else None, check(tmp))
+    return run
+
+
+case("vanishing files", "deleted during fix --apply")(_vanish_case(
+    "os.unlink('f.py')", lambda tmp: "the deleted file was re-created" if (tmp / "f.py").exists() else None))
+case("vanishing files", "renamed during fix --apply")(_vanish_case(
+    "os.rename('f.py', 'g.py')", lambda tmp: "the renamed file came back as a copy" if (tmp / "f.py").exists() else None))
+case("vanishing files", "replaced during fix --apply")(_vanish_case(
+    "open('f.py', 'w').write('x = 1\\n')",
+    lambda tmp: None if (tmp / "f.py").read_text() == "x = 1\n" else "another program's new content was overwritten"))
+
+
+@case("permissions", "read-only file (0444)")
+def _read_only(tmp: Path) -> Optional[str]:
+    path = write(tmp, "f.py", with_finding(""), mode=0o444)
+    out = torchlint(["fix", "--apply", "--no-cache", "f.py"], tmp)
+    if path.read_text() != with_finding(""):
+        return "a read-only file was rewritten"
+    if stat.S_IMODE(path.stat().st_mode) != 0o444:
+        return "its mode changed"
+    return first(None if b"Fixed 0" in out.stdout or b"Fixed 1" not in out.stdout else "an unwritten fix was counted")
+
+
+@case("permissions", "hard-linked file")
+def _hard_link(tmp: Path) -> Optional[str]:
+    path = write(tmp, "f.py", with_finding(""))
+    os.link(path, tmp / "g.py.bak")
+    torchlint(["fix", "--apply", "--no-cache", "f.py"], tmp)
+    return None if path.stat().st_ino == (tmp / "g.py.bak").stat().st_ino else "the hard link was split"
+
+
+@case("permissions", "owner and group kept")
+def _owner(tmp: Path) -> Optional[str]:
+    if os.geteuid() != 0:
+        return None  # only root can give a file to someone else: nothing to try
+    path = write(tmp, "f.py", with_finding(""))
+    os.chown(path, 65534, 65534)
+    torchlint(["fix", "--apply", "--no-cache", "f.py"], tmp)
+    st = path.stat()
+    return None if (st.st_uid, st.st_gid) == (65534, 65534) else f"owner became {st.st_uid}:{st.st_gid}"
+
+
+@case("permissions", "read-only folder: nothing counted as fixed")
+def _read_only_dir(tmp: Path) -> Optional[str]:
+    folder = tmp / "ro"
+    folder.mkdir()
+    write(folder, "f.py", with_finding(""))
+    folder.chmod(0o555)
+    try:
+        out = torchlint(["fix", "--apply", "--no-cache", "ro/f.py"], tmp)
+    finally:
+        folder.chmod(0o755)
+    if os.geteuid() == 0:  # root writes anyway: then it must really be fixed
+        return None if (folder / "f.py").read_text() != with_finding("") or b"Fixed 0" in out.stdout else "counted, not written"
+    if b"Fixed 1 problem" in out.stdout:
+        return "an unwritten fix was counted as fixed"
+    return None if b"TL501" in out.stdout else "the finding that remains was hidden"
+
+
+@case("killed and concurrent runs", "SIGKILL of a --jobs 2 run leaves no worker")
+def _orphans(tmp: Path) -> Optional[str]:
+    for i in range(40):
+        write(tmp, f"m{i}.py", with_finding("\n".join(f"z{j} = {j}" for j in range(2000))))
+    proc = subprocess.Popen([sys.executable, "-m", "torchlint", "check", "--no-cache", "--jobs", "2", "."], cwd=tmp,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(2.0)
+    session = os.getsid(proc.pid)
+    proc.kill()
+    proc.wait()
+    time.sleep(2.0)
+    left = [pid for pid in _pids() if _sid(pid) == session]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return f"{len(left)} worker(s) still running" if left else None
+
+
+def _pids() -> List[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _sid(pid: int) -> Optional[int]:
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None
+
+
+@case("killed and concurrent runs", "SIGKILL during fix --apply: files whole, temp files cleaned")
+def _kill_writes(tmp: Path) -> Optional[str]:
+    originals = {}
+    for i in range(30):
+        originals[f"k{i}.py"] = with_finding("\n".join(f"z{j} = {j}" for j in range(300)))
+        write(tmp, f"k{i}.py", originals[f"k{i}.py"])
+    for delay in (0.8, 1.2, 1.6):
+        proc = subprocess.Popen([sys.executable, "-m", "torchlint", "fix", "--apply", "--no-cache", "--jobs", "1", "."],
+                                cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+    # A temp file left by a kill, aged: the next run must remove it.
+    stale = write(tmp, ".k0.py.abcd1234.torchlint.tmp", "partial")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    torchlint(["fix", "--apply", "--no-cache", "."], tmp)
+    for name, text in originals.items():
+        got = (tmp / name).read_text()
+        if got not in (text, text.replace(FINDING, FIXED)):
+            return f"{name} is neither the original nor the fixed file"
+    left = [p.name for p in tmp.iterdir() if p.name.endswith(".torchlint.tmp")]
+    return f"stale temp files left: {left}" if left else None
+
+
+@case("killed and concurrent runs", "two fix --apply runs at once")
+def _concurrent(tmp: Path) -> Optional[str]:
+    for i in range(20):
+        write(tmp, f"c{i}.py", with_finding(""))
+    procs = [subprocess.Popen([sys.executable, "-m", "torchlint", "fix", "--apply", "--jobs", "2", "."], cwd=tmp,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+    for proc in procs:
+        proc.wait(timeout=TIMEOUT)
+    bad = [i for i in range(20) if (tmp / f"c{i}.py").read_text() != with_finding("").replace(FINDING, FIXED)]
+    return f"{len(bad)} files not fixed exactly once" if bad else None
+
+
+# The cache: any damaged entry is a miss, never fatal, never "no findings".
+def _cache_case(damage: Callable[[Path], None]) -> Case:
+    def run(tmp: Path) -> Optional[str]:
+        ok_file(tmp)
+        cache = tmp / "cache"
+        first_run = torchlint(["check", "--cache-dir", str(cache), "ok.py"], tmp)
+        entries = [p for p in cache.rglob("*") if p.is_file() and p.parent.name != "cache" and not p.name.startswith(".")]
+        if not entries:
+            return "no cache entry was written"
+        for entry in entries:
+            damage(entry)
+        second = torchlint(["check", "--cache-dir", str(cache), "ok.py"], tmp)
+        fixed = torchlint(["fix", "--apply", "--cache-dir", str(cache), "ok.py"], tmp)
+        leaked = [p for p in cache.rglob(".tmp-*")]
+        return first(sound(second), None if second.stdout == first_run.stdout else "a damaged entry changed the result",
+                     None if FIXED in (tmp / "ok.py").read_text() else "fix --apply skipped the file",
+                     None if not leaked else f"{len(leaked)} temp files leaked", sound(fixed))
+    return run
+
+
+def _replace_with_dir(entry: Path) -> None:
+    entry.unlink()
+    entry.mkdir()
+
+
+for _label, _damage in {
+    "nested 100k deep": lambda e: e.write_text("[" * 100_000 + "]" * 100_000),
+    "{}": lambda e: e.write_text("{}"),
+    "[]": lambda e: e.write_text("[]"),
+    "a flipped digit": lambda e: e.write_bytes(e.read_bytes().replace(b'"line": 5', b'"line": 6')
+                                               .replace(b'"line":5', b'"line":6').replace(b"5", b"6", 1)),
+    "truncated": lambda e: e.write_bytes(e.read_bytes()[: len(e.read_bytes()) // 2]),
+    "a folder in its place": _replace_with_dir,
+}.items():
+    case("corrupted cache", _label, fast=_label == "nested 100k deep")(_cache_case(_damage))
+
+
+@case("optimizer", "runtime.AdamW with tensor betas matches torch bitwise")
+def _adamw_tensor_betas(tmp: Path) -> Optional[str]:
+    script = """
+import torch
+from torchlint.runtime import AdamW
+torch.manual_seed(0)
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    a = [torch.randn(64, dtype=dtype, requires_grad=True) for _ in range(3)]
+    b = [p.detach().clone().requires_grad_() for p in a]
+    betas = (torch.tensor(0.9), torch.tensor(0.999))
+    ours = AdamW(a, lr=1e-3, betas=betas, foreach=False)
+    ref = torch.optim.AdamW(b, lr=1e-3, betas=betas, foreach=False)
+    for _ in range(5):
+        for p, q in zip(a, b):
+            g = torch.randn_like(p)
+            p.grad, q.grad = g.clone(), g.clone()
+        ours.step(); ref.step()
+    for p, q in zip(a, b):
+        assert torch.equal(p, q), (dtype, (p.float() - q.float()).abs().max().item())
+print("ok")
+"""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None  # nothing to compare against
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=TIMEOUT)
+    return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1][:150]
+
+
+# --- driver --------------------------------------------------------------------------------------------
+
+def run_cases(fast: bool = False, only: str = "") -> List[tuple]:
+    """(category, name, failure reason or None) for each case."""
+    results = []
+    for category, name, func, is_fast in CASES:
+        if (fast and not is_fast) or (only and only.lower() not in f"{category} {name}".lower()):
+            continue
+        with tempfile.TemporaryDirectory(prefix="torchlint-fuzz-") as folder:
+            tmp = Path(folder)
+            try:
+                reason = func(tmp)
+            except Exception as exc:  # the case itself broke: count it as a failure, say why
+                reason = f"case error: {type(exc).__name__}: {exc}"
+            finally:
+                for path in tmp.rglob("*"):  # read-only folders would stop the cleanup
+                    if path.is_dir() and not path.is_symlink():
+                        path.chmod(0o755)
+        results.append((category, name, reason))
+    return results
+
+
+def table(results: List[tuple]) -> str:
+    categories: Dict[str, List[int]] = {}
+    for category, _, reason in results:
+        counts = categories.setdefault(category, [0, 0, 0])
+        counts[0] += 1
+        counts[1 if reason is None else 2] += 1
+    lines = ["| category | tried | survived | failed |", "| --- | --- | --- | --- |"]
+    for category, (tried, survived, failed) in categories.items():
+        lines.append(f"| {category} | {tried} | {survived} | {failed} |")
+    total = [sum(c[i] for c in categories.values()) for i in range(3)]
+    lines.append(f"| **all** | {total[0]} | {total[1]} | {total[2]} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true", help="only the subset the test suite runs")
+    parser.add_argument("--only", default="", help="only cases whose category or name contains this text")
+    args = parser.parse_args(argv)
+    results = run_cases(args.fast, args.only)
+    print(table(results))
+    failures = [(c, n, r) for c, n, r in results if r is not None]
+    if failures:
+        print("\nfailed:")
+        for category, name, reason in failures:
+            print(f"- {category} / {name}: {reason}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""TL103: a batch from a DataLoader copied to the GPU without ``non_blocking=True``."""
+
+from __future__ import annotations
+
+import ast
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from torchlint.arguments import with_keyword
+from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
+from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch
+from torchlint.loaders import LoaderFacts, loader_facts
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+
+class BlockingHostToDeviceCopy(Rule):
+    """## What it does
+    Flags `.to(device)` and `.cuda()` of a batch that comes from iterating a `DataLoader` (the loop's
+    targets, or what the loop body unpacks or indexes from them: `x, y = batch`, `batch["image"]`, the
+    values of `{k: v.to(device) for k, v in batch.items()}`) when the destination is plausibly a CUDA
+    device and `non_blocking=` is not passed.
+
+    A loop counts as iterating a loader when it walks a `DataLoader(...)` this file builds (through its
+    name, `enumerate`/`tqdm`/`zip`, or a function of the file that takes it as a parameter) or a name that
+    says it is one (`train_loader`, `dataloader`, `val_dl`). Silent for copies to a provable CPU device
+    (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
+    `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
+    way) or `**kwargs`, and in tests (pytest files, `tests/` folders).
+
+    ## Why is this slow?
+    A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU
+    before it can queue the forward pass, so the GPU idles during every copy and the CPU idles while it
+    waits. With `non_blocking=True` the copy is queued on the current stream like a kernel: the host goes
+    on to queue the forward pass (which the stream orders after the copy), and with pinned memory
+    (`DataLoader(..., pin_memory=True)`, see TL402) the DMA engine moves the data while the GPU still
+    computes. Without pinned memory the copy is staged through a driver buffer and the gain is small;
+    the two settings belong together.
+
+    ## Example
+    ```python
+    for images, labels in train_loader:
+        images, labels = images.to(device), labels.to(device)
+        loss = criterion(model(images), labels)
+    ```
+
+    ## Use instead
+    ```python
+    for images, labels in train_loader:
+        images = images.to(device, non_blocking=True)
+        labels = labels.to(device, non_blocking=True)
+        loss = criterion(model(images), labels)
+    ```
+
+    ## Fix safety
+    The fix adds `non_blocking=True` to the copy. A non-blocking host-to-device copy reads its source after
+    the call returns, so the source must not be written before the copy has run; the values a program
+    computes on the GPU are the same either way (the stream orders the copy before every kernel that reads
+    the result).
+
+    The fix is **safe** when the tensor is a fresh batch of a `torch.utils.data.DataLoader` the file builds:
+    the loader makes new tensors for every batch and nothing writes to them afterwards (PyTorch's pinned
+    allocator keeps a freed source alive until its copy is done).
+
+    It is **unsafe** when the loop's iterable is a loader only by its name (built in another file, or a
+    custom iterable that might refill one pinned buffer for every batch), or when the loop body writes to
+    the source tensor in place after the copy (`images.mul_(...)`, `images[...] = ...`): that write could
+    race the copy and the GPU would see the new values.
+
+    Device-to-host copies (`.cpu()`, `.to("cpu")`) are never flagged: with `non_blocking=True` the CPU
+    tensor can be read before the copy has filled it.
+
+    ## PyTorch versions
+    `non_blocking=` is the keyword of `Tensor.to` and `Tensor.cuda` from PyTorch 0.4 on (it replaced
+    `async=`, a reserved word since Python 3.7). Non-blocking copies only pay off on CUDA (and other
+    accelerators with streams); on a CPU-only machine `non_blocking=True` changes nothing.
+    """
+
+    code = "TL103"
+    name = "blocking-host-to-device-copy"
+    message = ("this copies a batch from the loader to the GPU and waits for it; pass `non_blocking=True` "
+               "(with `pin_memory=True` on the DataLoader) so the copy overlaps with compute")
+    summary = "Batch copied host-to-device without non_blocking=True"
+    fix_availability = FixAvailability.ALWAYS
+    required_patterns = (r"(?i)loader|_dl\b|\bdl\b|\bdl_", r"\.(?:to|cuda)\s*\(")
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        return loop_may_move_batch(tree, text)
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path):
+            return
+        facts = loader_facts(a)
+        built_here = {id(loop.node) for site in facts.sites for loop in site.loops}
+        seen: Set[int] = set()
+        for loop in a.loops:
+            from_dataloader = id(loop.node) in built_here
+            if not from_dataloader and not _named_like_a_loader(facts, loop):
+                continue
+            for call in facts.batch_moves(loop):
+                if id(call) in seen or not _can_add_keyword(call):
+                    continue
+                seen.add(id(call))
+                self._report(ctx, a, facts, loop, call, from_dataloader)
+
+    def _report(self, ctx: RuleContext, a: FileAnalysis, facts: LoaderFacts, loop: LoopInfo, call: cst.Call,
+                from_dataloader: bool) -> None:
+        written_after = _source_written_after(a, loop, call)
+        safe = from_dataloader and not written_after
+        message = self.message
+        if written_after:
+            message += " (the loop writes to the source tensor afterwards: check that the copy has landed first)"
+        elif not from_dataloader:
+            message += " (the loop's iterable is a loader only by its name: check that it yields fresh tensors)"
+        ctx.report(call, message=message,
+                   fix=Fix.replace(call, _with_non_blocking(call), Applicability.SAFE if safe else Applicability.UNSAFE))
+
+
+def _named_like_a_loader(facts: LoaderFacts, loop: LoopInfo) -> bool:
+    for expr in facts.iterated(loop):
+        written = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
+        if written is not None and LOADER_NAME.search(written):
+            return True
+    return False
+
+
+def _can_add_keyword(call: cst.Call) -> bool:
+    """No ``non_blocking=`` yet, no ``*args``/``**kwargs``, and no positional ``non_blocking`` either
+    (``x.to(device, dtype, True)``, ``x.cuda(0, True)``)."""
+    if keyword_arg(call, "non_blocking") is not None or any(arg.star for arg in call.args):
+        return False
+    positional = [arg for arg in call.args if arg.keyword is None]
+    return len(positional) <= (2 if call_name(call) == "to" else 1)
+
+
+def _with_non_blocking(call: cst.Call) -> cst.Call:
+    return with_keyword(call, "non_blocking", cst.Name("True"))
+
+
+def _source_written_after(a: FileAnalysis, loop: LoopInfo, call: cst.Call) -> bool:
+    """The loop body writes in place, after ``call``, to the name the call copies (unless the call's own
+    statement rebinds that name to the copy)."""
+    owner = receiver(call)
+    root = owner
+    while isinstance(root, (cst.Attribute, cst.Subscript)):
+        root = root.value
+    if not isinstance(root, cst.Name):
+        return False
+    name = root.value
+    statement = a.enclosing_statement(call)
+    if isinstance(statement, cst.SimpleStatementLine):
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
+                return False
+    assert isinstance(loop.node, cst.For)
+    for node in walk(loop.node.body):
+        if not a.comes_before(call, node):
+            continue
+        if isinstance(node, cst.Call) and _writes_in_place(node, name):
+            return True
+        targets: List[cst.BaseExpression] = []
+        if isinstance(node, cst.Assign):
+            targets = [t.target for t in node.targets]
+        elif isinstance(node, cst.AugAssign):
+            targets = [node.target]
+        if any(_root_is(t, name) and not isinstance(t, cst.Name) for t in targets):
+            return True
+        if isinstance(node, cst.AugAssign) and _root_is(node.target, name):
+            return True
+    return False
+
+
+def _writes_in_place(call: cst.Call, name: str) -> bool:
+    method = call_name(call)
+    owner: Optional[cst.BaseExpression] = receiver(call)
+    return (method is not None and method.endswith("_") and not method.startswith("_")
+            and owner is not None and _root_is(owner, name))
+
+
+def _root_is(expr: cst.BaseExpression, name: str) -> bool:
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return isinstance(expr, cst.Name) and expr.value == name

@@ -1,0 +1,123 @@
+"""TL401: a training DataLoader that loads every batch in the main process."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
+from torchlint.loader_prefilter import loader_argument as ast_argument
+from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.rule import FixAvailability, Rule, RuleContext
+
+
+def _single_process_in_ast(call: ast.Call) -> bool:
+    value = ast_argument(call, "num_workers", 5)
+    return value is None or (isinstance(value, ast.Constant) and value.value == 0) or isinstance(value, ast.Name)
+
+
+class DataloaderSingleProcess(Rule):
+    """## What it does
+    Flags a `torch.utils.data.DataLoader(...)` without `num_workers`, or with `num_workers=0`, that a
+    training loop of the same file iterates: a loop that calls `backward()` or steps an optimizer (itself or
+    through a function of the file, such as `train_step(batch)`), over the loader's name, through
+    `enumerate`/`tqdm`, or through a function of the file that takes the loader as a parameter.
+
+    Silent where the rule cannot see the value or the use:
+    - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;
+    - `num_workers=args.workers`, `cfg.num_workers` or any name not bound to `0` in the file;
+    - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes;
+    - loaders no training loop of the file iterates: validation and test loaders, the examples in a
+      `Dataset` module's docstring or `__main__` block. (A single-process validation loader slows the
+      epoch too, but the evaluation loop is often short and memory-bound; this rule keeps to the loop that
+      sets the pace of training.)
+    - loaders built in another module (`data.py`) and trained on here (`train.py`), or built here and handed
+      to another module: the link is not visible in one file, and the rule prefers silence to a guess;
+    - tests (pytest files, `tests/` folders).
+
+    ## Why is this slow?
+    With `num_workers=0` the main process loads, decodes, augments and collates every batch itself, between
+    training steps: the GPU waits for each batch to be made. Worker processes prepare the next batches
+    while the current one trains (`prefetch_factor` batches each, 2 by default). For image pipelines that
+    decode and augment on the CPU this commonly halves the epoch time or better.
+
+    ## Example
+    ```python
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=True)
+
+    for epoch in range(epochs):
+        for images, labels in train_loader:
+            loss = criterion(model(images.to(device)), labels.to(device))
+            loss.backward()
+            optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    import os
+
+    def main():
+        train_loader = DataLoader(train_set, batch_size=256, shuffle=True,
+                                  num_workers=min(8, os.cpu_count() or 1))
+        ...
+
+    if __name__ == "__main__":  # needed where workers are spawned (Windows, macOS)
+        main()
+    ```
+    A starting value is `min(8, os.cpu_count())`: raise it while the GPU still waits for data, lower it
+    when the machine runs out of memory or CPU (each worker holds a copy of the dataset object).
+
+    ## Fix safety
+    There is no automatic fix: worker processes change how the program runs, and only its author can check
+    what they need.
+    - Where workers are started by *spawn* (Windows, and macOS from Python 3.8), each worker re-imports the
+      main module: the training code must run under `if __name__ == "__main__":`, and the dataset, its
+      transforms and the `collate_fn` must be picklable (no lambdas, no open file handles or database
+      connections made in `__init__`; open them lazily in the worker).
+    - Random augmentations: each worker gets its own `torch` seed, but NumPy's and `random`'s state are
+      copied from the parent on fork, so every worker draws the same NumPy numbers unless a
+      `worker_init_fn` seeds them (`np.random.seed(torch.initial_seed() % 2**32)`).
+    - An `IterableDataset` is copied into every worker: without sharding by
+      `torch.utils.data.get_worker_info()` each worker yields the whole dataset and samples repeat.
+    - Each worker holds its own copy of the dataset: large in-memory datasets multiply host memory
+      (copy-on-write pages get touched by Python's reference counts).
+
+    ## PyTorch versions
+    `num_workers` exists in every version; `persistent_workers` (see TL403) from PyTorch 1.7 and
+    `prefetch_factor` from 1.7. Since PyTorch 2.0 a warning is printed when `num_workers` exceeds the CPUs
+    available to the process.
+    """
+
+    code = "TL401"
+    name = "dataloader-single-process"
+    message = ("this DataLoader loads every batch in the training process (`num_workers` is 0), so the "
+               "training loop waits for data; set `num_workers`, e.g. `min(8, os.cpu_count())`")
+    summary = "Training DataLoader without worker processes"
+    fix_availability = FixAvailability.NONE
+    required_patterns = (r"DataLoader", r"backward|\.step\s*\(")
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        return loader_may_fire(tree, _single_process_in_ast)
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path):
+            return
+        facts = loader_facts(a)
+        for site in facts.sites:
+            workers = loader_argument(site.call, "num_workers")
+            if workers is UNREADABLE:
+                continue
+            if isinstance(workers, cst.Arg) and int_value(a, workers.value) != 0:
+                continue
+            if facts.is_in_memory_dataset(site) or not facts.training_loops(site):
+                continue
+            message = self.message if workers is None else self.message.replace(
+                "(`num_workers` is 0)", "(`num_workers=0`)")
+            ctx.report(site.call, message=message)

@@ -1,0 +1,110 @@
+"""TL402: a training DataLoader whose batches go to the GPU from pageable host memory."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from torchlint.analysis import is_literal
+from torchlint.arguments import with_keyword
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
+from torchlint.loader_prefilter import is_literal as ast_is_literal
+from torchlint.loader_prefilter import loader_argument as ast_argument
+from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loaders import UNREADABLE, loader_argument, loader_facts
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+
+def _unpinned_in_ast(call: ast.Call) -> bool:
+    value = ast_argument(call, "pin_memory", 7)
+    return value is None or ast_is_literal(value, False)
+
+
+class DataloaderUnpinned(Rule):
+    """## What it does
+    Flags a `torch.utils.data.DataLoader(...)` without `pin_memory=True` (or with `pin_memory=False`) when
+    a training loop of the same file iterates it and copies its batches to a CUDA device (`.cuda()`,
+    `.to(device)`, `.to("cuda")`). The loop is tied to the loader as in TL401: by the loader's name,
+    through `enumerate`/`tqdm`, or through a function of the file that takes the loader as a parameter.
+
+    Silent where `pin_memory` comes through `**kwargs` or a variable (`pin_memory=args.pin_mem`), where the
+    destination is provably the CPU, for `TensorDataset` loaders and files whose `Dataset` classes move data
+    to the GPU themselves (their batches may already be on the device, which cannot be pinned), for loaders
+    no training loop of the file iterates (built in `data.py`, trained on in `train.py`: the rule cannot
+    see the link and stays silent rather than guess), and in tests.
+
+    ## Why is this slow?
+    A copy from ordinary (pageable) host memory to the GPU is done by the CUDA driver in two steps: it
+    first copies the data into a page-locked staging buffer, then lets the DMA engine transfer it, and the
+    host waits for both. With `pin_memory=True` the loader's pin-memory thread puts every batch in
+    page-locked memory as it arrives, so the copy to the device is a single DMA transfer, faster, and
+    with `non_blocking=True` (TL103) it overlaps with the computation instead of stalling the host.
+
+    ## Example
+    ```python
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=8)
+    for images, labels in train_loader:
+        images, labels = images.cuda(), labels.cuda()
+        ...
+    ```
+
+    ## Use instead
+    ```python
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=8, pin_memory=True)
+    for images, labels in train_loader:
+        images, labels = images.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+        ...
+    ```
+
+    ## Fix safety
+    The fix adds `pin_memory=True` (or turns `pin_memory=False` into `True`). It is **unsafe**:
+    - Pinning applies to tensors and to the standard containers (tuples, lists, dicts, namedtuples) of the
+      batch; a custom batch class is pinned only if it defines a `pin_memory()` method, and is otherwise
+      passed through unpinned (no error, but no gain either).
+    - A batch that already lives on the GPU (a dataset that returns CUDA tensors) makes the pin-memory
+      thread fail: only CPU tensors can be pinned.
+    - Pinned memory is page-locked host memory: the operating system cannot swap it out, and it is
+      allocated per batch in flight (`num_workers * prefetch_factor` batches); very large batches on a
+      machine short of RAM can make allocation fail or slow the whole system.
+    - On a machine without a GPU, `pin_memory=True` prints a warning and does nothing.
+
+    ## PyTorch versions
+    `pin_memory=` exists in every version. `pin_memory_device=` (1.13+) picks a non-CUDA accelerator, and
+    from PyTorch 2.3 a loader pins for the current accelerator (CUDA, XPU, MPS...) when `pin_memory=True`.
+    """
+
+    code = "TL402"
+    name = "dataloader-unpinned"
+    message = ("this DataLoader's batches are copied to the GPU from pageable memory; pass `pin_memory=True` "
+               "so each copy is one DMA transfer that can overlap with compute")
+    summary = "DataLoader feeding the GPU without pin_memory=True"
+    fix_availability = FixAvailability.ALWAYS
+    required_patterns = (r"DataLoader", r"\.(?:to|cuda)\s*\(", r"backward|\.step\s*\(")
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        return loader_may_fire(tree, _unpinned_in_ast)
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path):
+            return
+        facts = loader_facts(a)
+        for site in facts.sites:
+            pinned = loader_argument(site.call, "pin_memory")
+            if pinned is UNREADABLE or (isinstance(pinned, cst.Arg) and not is_literal(pinned.value, "False")):
+                continue
+            if facts.is_in_memory_dataset(site) or facts.dataset_on_cuda():
+                continue
+            if not any(facts.batch_moves(loop) for loop in facts.training_loops(site)):
+                continue
+            if isinstance(pinned, cst.Arg) and pinned.keyword is None:  # passed by position
+                fixed = site.call.with_changes(args=[
+                    arg.with_changes(value=cst.Name("True")) if arg is pinned else arg for arg in site.call.args])
+            else:
+                fixed = with_keyword(site.call, "pin_memory", cst.Name("True"))
+            ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))

@@ -1,0 +1,117 @@
+"""TL403: a DataLoader with workers that are started again for every epoch."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+
+from torchlint.analysis import is_literal
+from torchlint.arguments import with_keyword
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
+from torchlint.loader_prefilter import is_literal as ast_is_literal
+from torchlint.loader_prefilter import loader_argument as ast_argument
+from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+
+def _restarts_in_ast(call: ast.Call) -> bool:
+    workers = ast_argument(call, "num_workers", 5)
+    if workers is None or workers is ... or (isinstance(workers, ast.Constant) and workers.value == 0):
+        return False
+    persistent = ast_argument(call, "persistent_workers", None)
+    return persistent is None or ast_is_literal(persistent, False)
+
+
+class DataloaderWorkersRestart(Rule):
+    """## What it does
+    Flags a `torch.utils.data.DataLoader(...)` with worker processes (`num_workers` a positive integer, or
+    a name bound to one) and without `persistent_workers=True`, when a training loop of the same file
+    iterates it once per pass of an outer loop (an epoch loop), while the loader itself is built once,
+    outside that loop. The outer loop may be around the training loop or around a call of a function of
+    the file that runs it (`for epoch in ...: train_one_epoch(model, train_loader)`).
+
+    Silent where `num_workers` or `persistent_workers` come through `**kwargs` or a variable the rule cannot
+    read (`num_workers=args.workers` may be 0, and `persistent_workers=True` with no workers raises), for
+    loaders rebuilt every epoch (persistent workers die with their loader), for loaders no training loop
+    of the file iterates (built in another module: the link is not visible, the rule stays silent rather
+    than guess), and in tests.
+
+    ## Why is this slow?
+    Without `persistent_workers=True` a loader shuts its workers down at the end of every pass and starts
+    new ones at the next `iter(loader)`: every epoch pays for starting `num_workers` processes (with the
+    spawn start method, re-importing the main module, torch included, in each), copying the dataset object
+    into each, and refilling the prefetch queue before the first batch arrives. With short epochs or
+    many workers this pause is seconds per epoch, during which the GPU idles.
+
+    ## Example
+    ```python
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=8, pin_memory=True)
+    for epoch in range(epochs):
+        for images, labels in train_loader:
+            ...
+    ```
+
+    ## Use instead
+    ```python
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=True, num_workers=8, pin_memory=True,
+                              persistent_workers=True)
+    for epoch in range(epochs):
+        for images, labels in train_loader:
+            ...
+    ```
+
+    ## Fix safety
+    The fix adds `persistent_workers=True` (or turns `persistent_workers=False` into `True`). It is
+    **unsafe**, because the workers keep their own copy of the dataset from the first epoch on:
+    - State the main process changes on the dataset between epochs no longer reaches the workers: a
+      curriculum (`train_set.difficulty = ...`), a resampled or re-shuffled index list kept in the dataset,
+      `dataset.set_epoch(epoch)` on the dataset itself. (A `DistributedSampler`'s `set_epoch` is fine: the
+      sampler lives in the main process.)
+    - Random augmentations continue each worker's random streams instead of reseeding them every epoch,
+      so the exact augmentations (and results) differ from the old run's; a `worker_init_fn` now runs
+      once, not every epoch.
+    - Worker processes and their memory stay alive between epochs, also while the evaluation loop runs.
+
+    ## PyTorch versions
+    `persistent_workers=` exists from PyTorch 1.7; with `--torch-version` below 1.7 the fix would not run,
+    so the rule reports without fixing there. It requires `num_workers > 0` (a `ValueError` otherwise),
+    which is why the rule only fixes loaders whose worker count it can read.
+    """
+
+    code = "TL403"
+    name = "dataloader-workers-restart"
+    message = ("this DataLoader starts its worker processes again for every epoch; pass "
+               "`persistent_workers=True` to keep them")
+    summary = "DataLoader workers restarted every epoch (no persistent_workers=True)"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,",
+                         r"backward|\.step\s*\(")
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        return loader_may_fire(tree, _restarts_in_ast)
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path):
+            return
+        facts = loader_facts(a)
+        for site in facts.sites:
+            workers = loader_argument(site.call, "num_workers")
+            if not isinstance(workers, cst.Arg) or (int_value(a, workers.value) or 0) <= 0:
+                continue
+            persistent = loader_argument(site.call, "persistent_workers")
+            if persistent is UNREADABLE or (isinstance(persistent, cst.Arg) and not is_literal(persistent.value, "False")):
+                continue
+            if not any(facts.repeated_iteration(site, loop) for loop in facts.training_loops(site)):
+                continue
+            if ctx.torch_version < (1, 7):
+                ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
+                continue
+            fixed = with_keyword(site.call, "persistent_workers", cst.Name("True"))
+            ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))

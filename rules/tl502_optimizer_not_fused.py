@@ -1,0 +1,211 @@
+"""TL502: Adam, AdamW or SGD on CUDA without the fused implementation."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis
+from torchlint.config import Settings
+from torchlint.device_facts import cuda_evidence, is_test_path
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.script_facts import any_of, ast_facts, may_train, may_use_cuda
+
+# The first PyTorch version with a fused CUDA implementation of each optimizer.
+FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}
+CPU_FUSED_SINCE = (2, 4)  # before it, fused=True raises on a CPU parameter
+# From these versions the fused kernel also exists on the CPU and on MPS (Apple GPUs), the devices a
+# script falls back to: only then is adding it unable to break a run on another machine.
+EVERY_DEVICE_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (2, 4), "AdamW": (2, 4), "SGD": (2, 5)}
+_QUALIFIED = {f"torch.optim.{name}": name for name in FUSED_SINCE}
+_QUALIFIED.update({"torch.optim.adam.Adam": "Adam", "torch.optim.adamw.AdamW": "AdamW", "torch.optim.sgd.SGD": "SGD"})
+# Arguments that decide the implementation, or make fused=True an error.
+_EXCLUSIVE = ("fused", "foreach", "differentiable")
+# The fused kernels take real floating-point, dense parameters and gradients: complex parameters and
+# sparse gradients (nn.Embedding(sparse=True)) raise.
+_UNSUPPORTED_TEXT = re.compile(r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b")
+# Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is
+# covered by EVERY_DEVICE_SINCE.)
+_OTHER_DEVICE_TEXT = re.compile(r"(?<![A-Za-z])(xla|xpu|hpu|npu|mtia|privateuse1)(?![A-Za-z])")
+
+
+class OptimizerNotFused(Rule):
+    """## What it does
+    Flags `torch.optim.Adam`, `AdamW` and `SGD` built without `fused=` in a file that trains on a CUDA
+    device (it has a training loop and moves the model or its batches to CUDA), for the optimizers that
+    have a fused implementation in the configured `torch-version`: Adam since 1.13, AdamW since 2.0, SGD
+    since 2.3.
+
+    Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
+    `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
+    either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
+    reject both), in tests, in files without a training loop (optimizer factories in library code) and in
+    files with no sign of CUDA.
+
+    This rule is **on by default**: on public training code (GANs, reinforcement learning, image
+    classification, detection) every finding was an optimizer that trains on CUDA with the fused kernel
+    available. Its fix is unsafe (see Fix safety), so `fix --apply` alone never adds `fused=True`.
+
+    ## Why is this slow?
+    Since PyTorch 2.0 these optimizers use the multi-tensor (foreach) implementation on CUDA by default:
+    each elementwise operation of the update is one launch over all parameters, so an AdamW step is about
+    a dozen launches and reads and writes the parameters, gradients and both moments several times. The
+    fused implementation does the whole update for a list of tensors in one kernel (horizontal and vertical
+    fusion): one read and one write of each tensor per step. On large models the optimizer step is memory
+    bound, and fusing typically makes it 1.5-3x faster; it also keeps `step` on the device, avoiding a
+    host sync.
+
+    ## Example
+    ```python
+    model = GPT(config).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1)
+    ```
+
+    ## Use instead
+    ```python
+    model = GPT(config).cuda()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, weight_decay=0.1, fused=True)
+    ```
+
+    ## Fix safety
+    The fix adds `fused=True`. It is **unsafe**:
+    - Every parameter must be a floating-point tensor on a device with fused kernels: CUDA; since
+      PyTorch 2.4 the CPU, and Apple GPUs (MPS) for Adam/AdamW; MPS for SGD since 2.5. A script that
+      falls back to another device (`"cuda" if torch.cuda.is_available() else "cpu"`) would raise there,
+      so the fix is offered only from those versions (2.4 for Adam/AdamW, 2.5 for SGD); before them the
+      rule reports without a fix. Files that mention XLA, XPU, HPU, NPU or MTIA devices get no fix either.
+    - `fused=True` cannot be combined with `foreach=True` or `differentiable=True` (no finding then).
+    - Resuming from a checkpoint: `optimizer.load_state_dict(...)` restores each parameter group's saved
+      settings, including `fused` (`None` in a checkpoint saved without it). After loading such a
+      checkpoint the optimizer runs the foreach path again and the fix silently does nothing; set
+      `group["fused"] = True` for each group after loading, or save a new checkpoint.
+    - Results are not bitwise equal to the foreach path (the same formulas, fused differently), so a run
+      is not bit-reproducible against one recorded without it.
+
+    ## PyTorch versions
+    Fused CUDA implementations: Adam since 1.13, AdamW since 2.0, SGD since 2.3; CPU support for all three
+    since 2.4; MPS support for Adam/AdamW since 2.4 and for SGD since 2.5. The foreach implementation is the CUDA default since 2.0 (before it, the default was the
+    per-parameter loop). Adagrad also has a fused implementation in recent releases; the rule does not
+    cover it.
+    """
+
+    code = "TL502"
+    name = "optimizer-not-fused"
+    message = (
+        "optimizer on CUDA without `fused=True`: the fused kernel does the whole update in one launch per "
+        "tensor list instead of one per operation"
+    )
+    summary = "Adam/AdamW/SGD trained on CUDA without fused=True"
+    fix_availability = FixAvailability.SOMETIMES
+    # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return (settings.torch_version >= FUSED_SINCE["Adam"] and any_of(text, "Adam", "SGD") and may_train(text)
+                and may_use_cuda(text) and not _UNSUPPORTED_TEXT.search(text))
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        facts = ast_facts(tree)
+        if not (facts.has_training_loop and facts.may_use_cuda):
+            return False
+        return any(
+            not any(k.arg is None or k.arg in _EXCLUSIVE for k in call.keywords)
+            and not any(isinstance(arg, ast.Starred) for arg in call.args)
+            for name, since in FUSED_SINCE.items() if settings.torch_version >= since
+            for call in facts.calls_by_name.get(name, ())
+        )
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path) or _UNSUPPORTED_TEXT.search(a.source):
+            return
+        if not a.training_loops() or cuda_evidence(a) is None:
+            return
+        other_device = _OTHER_DEVICE_TEXT.search(a.source)
+        for name in FUSED_SINCE:
+            for call in a.calls_by_name.get(name, ()):
+                optimizer = _QUALIFIED.get(a.qualified_name(call.func) or "")
+                if optimizer is None or ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+                    continue
+                self._report(ctx, a, call, optimizer, other_device)
+
+    def _report(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, optimizer: str, other_device) -> None:
+        message = (
+            f"`{optimizer}` on CUDA without `fused=True`: the fused kernel does the whole update in one launch "
+            "per tensor list instead of one per operation"
+        )
+        if ctx.torch_version < CPU_FUSED_SINCE:
+            ctx.report(call.func, message=(
+                f"{message}; before PyTorch 2.4 it raises for CPU parameters, so pass it where the model is "
+                "always on CUDA (not fixed automatically)"
+            ))
+            return
+        if ctx.torch_version < EVERY_DEVICE_SINCE[optimizer]:
+            ctx.report(call.func, message=(
+                f"{message} (not fixed automatically: before PyTorch 2.5 fused `SGD` raises on Apple GPUs (MPS), "
+                "which a script may fall back to)"
+            ))
+            return
+        if other_device is not None:
+            ctx.report(call.func, message=(
+                f"{message} (not fixed automatically: the file may run on `{other_device.group(1)}`, whose "
+                "fused support this rule does not check)"
+            ))
+            return
+        new_call = append_keyword(a, call, "fused", cst.Name("True"))
+        if new_call is None:
+            ctx.report(call.func, message=f"{message} (not fixed automatically: it would move a comment)")
+            return
+        ctx.report(call.func, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
+
+
+def _decides_nothing(call: cst.Call) -> bool:
+    """No argument that chooses the implementation or could (``**kwargs``, ``*args``, param-group keys)."""
+    for arg in call.args:
+        if arg.star:
+            return False
+        if arg.keyword is not None and arg.keyword.value in _EXCLUSIVE:
+            return False
+    first = call.args[0].value if call.args and call.args[0].keyword is None else None
+    if isinstance(first, (cst.List, cst.Tuple)):
+        for element in first.elements:
+            if isinstance(element.value, cst.Dict) and any(
+                isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString)
+                and entry.key.evaluated_value in _EXCLUSIVE
+                for entry in element.value.elements
+            ):
+                return False
+    return True
+
+
+def append_keyword(a: FileAnalysis, call: cst.Call, name: str, value: cst.BaseExpression) -> Optional[cst.Call]:
+    """``call`` with ``name=value`` added last, in the call's own layout; None where a comment would move."""
+    if "#" in a.module.code_for_node(call):
+        return None
+    keyword = cst.Arg(
+        keyword=cst.Name(name), value=value,
+        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")),
+    )
+    args = list(call.args)
+    if not args:
+        return call.with_changes(args=[keyword])
+    last = args[-1]
+    # The whitespace between two arguments, as the call writes it (", " or a newline and an indent).
+    between = (args[-2].comma.whitespace_after if len(args) > 1 and isinstance(args[-2].comma, cst.Comma)
+               else cst.SimpleWhitespace(" "))
+    if isinstance(last.comma, cst.Comma):  # a trailing comma: `lr=1e-3,\n)`
+        args[-1] = last.with_changes(comma=last.comma.with_changes(whitespace_after=between))
+        args.append(keyword.with_changes(comma=last.comma))
+    else:  # `lr=1e-3)` or `lr=1e-3\n)`
+        args[-1] = last.with_changes(
+            comma=cst.Comma(whitespace_after=between), whitespace_after_arg=cst.SimpleWhitespace("")
+        )
+        args.append(keyword.with_changes(whitespace_after_arg=last.whitespace_after_arg))
+    return call.with_changes(args=args)
+

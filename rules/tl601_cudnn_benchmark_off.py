@@ -1,0 +1,181 @@
+"""TL601: a convolutional training script that never lets cuDNN autotune."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, call_name
+from torchlint.config import Settings
+from torchlint.device_facts import cuda_evidence, is_test_path
+from torchlint.rule import Rule, RuleContext
+from torchlint.script_facts import any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
+
+_CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
+_MODEL_ZOOS = ("torchvision.models.", "timm.")
+_ZOO_FACTORY = re.compile(r"^[a-z]\w*$")
+_NOT_FACTORIES = {"get_model_weights", "get_weight", "list_models", "list_pretrained", "is_model", "load_checkpoint"}
+# Detection and optical-flow models take inputs of a different size every step: autotuning would re-run.
+_VARIABLE_SHAPE_ZOOS = ("torchvision.models.detection.", "torchvision.models.optical_flow.")
+# Frameworks that set cudnn.benchmark themselves (from a Trainer argument or a config key).
+_FRAMEWORKS = {"lightning", "pytorch_lightning", "detectron2", "mmengine", "mmcv", "mmdet", "ultralytics"}
+# Any mention of cuDNN (code or comment) or of a `benchmark=` option: the author or a framework decides.
+_DECIDED_TEXT = re.compile(r"cudnn|\bbenchmark\s*=", re.IGNORECASE)
+
+
+class CudnnBenchmarkOff(Rule):
+    """## What it does
+    Flags a training script that trains convolutions on a CUDA device and never sets
+    `torch.backends.cudnn.benchmark = True`. Convolutions are found as `nn.Conv1d/2d/3d`,
+    `nn.ConvTranspose*d` and `nn.LazyConv*d` layers built in the file, or a `torchvision.models` /
+    `timm.create_model` model it builds. It reports once per file: on the line that builds the model
+    (a call of a class of the file that holds convolutions, or the model-zoo call), else on the first
+    training loop.
+
+    Silent where the file mentions cuDNN at all (it sets `cudnn.benchmark` or `cudnn.deterministic`, or a
+    comment explains why not), passes a `benchmark=` option (Lightning's `Trainer(benchmark=...)`), imports
+    a framework that sets it from its configuration (Lightning, detectron2, MMEngine/MMCV, Ultralytics),
+    builds torchvision's detection or optical-flow models (their input sizes vary), and in tests, in files
+    without a training loop (model definitions) and in files with no sign of CUDA.
+
+    This rule is **off by default** (opt in with `--extend-select TL601` or `select = ["ALL"]`): whether
+    autotuning pays depends on the input shapes, which the rule cannot see.
+
+    ## Why is this slow?
+    For each convolution cuDNN offers several algorithms (implicit GEMM, FFT, Winograd...), whose speed
+    depends on the layer shape, batch size and GPU. By default PyTorch picks one with cuDNN's heuristics.
+    With `cudnn.benchmark = True`, the first time a convolution sees a new input shape, cuDNN times the
+    candidates and caches the fastest for that shape: later steps with the same shape use it. For
+    convolutional networks with fixed input sizes this commonly makes each step 10-30% faster, sometimes
+    more, for a one-time cost of a few seconds.
+
+    ## Example
+    ```python
+    model = torchvision.models.resnet50().cuda()
+    for images, labels in loader:
+        loss = criterion(model(images.cuda()), labels.cuda())
+        ...
+    ```
+
+    ## Use instead
+    ```python
+    torch.backends.cudnn.benchmark = True  # input shapes are fixed: let cuDNN time its algorithms once
+    model = torchvision.models.resnet50().cuda()
+    for images, labels in loader:
+        loss = criterion(model(images.cuda()), labels.cuda())
+        ...
+    ```
+
+    When not to: if input shapes change from step to step (variable image sizes in detection, variable
+    sequence lengths through 1-D convolutions, multi-scale training, a last batch of another size is fine),
+    each new shape triggers a new round of timing and the run gets slower, and the autotuner's workspace
+    can raise peak memory. Benchmarking can also pick different algorithms from run to run, so results are
+    not bitwise reproducible; keep it off where you need determinism, and say so in a comment (any mention
+    of cuDNN silences this rule).
+
+    ## Fix safety
+    No fix: whether the shapes are fixed is not visible in the source, and the setting belongs once at
+    the script's entry point.
+
+    ## PyTorch versions
+    `torch.backends.cudnn.benchmark` exists in every supported version and defaults to False. Since
+    PyTorch 1.12 cuDNN convolutions may use TF32 on Ampere and newer GPUs independently of this setting
+    (`torch.backends.cudnn.allow_tf32`, default True). PyTorch Lightning's `Trainer(benchmark=None)`
+    leaves the global setting unchanged in Lightning 2.x (older Lightning versions set it to False).
+    """
+
+    code = "TL601"
+    name = "cudnn-benchmark-off"
+    message = (
+        "convolutions train on CUDA without `torch.backends.cudnn.benchmark = True`: cuDNN uses heuristics "
+        "instead of timing its algorithms once per input shape; set it at startup if input shapes are fixed"
+    )
+    summary = "Convolutional CUDA training without torch.backends.cudnn.benchmark = True"
+    default_enabled = False
+    # Text stage (may_fire): convolutions or a model zoo, a training loop, a device, no cuDNN decision.
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return (any_of(text, "Conv", "torchvision", "timm") and may_train(text) and may_use_cuda(text)
+                and not _DECIDED_TEXT.search(text))
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        facts = ast_facts(tree)
+        if facts.imported_roots & _FRAMEWORKS or not (facts.has_training_loop and facts.may_use_cuda):
+            return False
+        return bool(facts.imported_roots & {"torchvision", "timm"}) or any(_CONV.match(n) for n in facts.calls_by_name)
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path) or _DECIDED_TEXT.search(a.source):
+            return
+        if any(target.split(".")[0] in _FRAMEWORKS for target in a.imports.values()):
+            return
+        loop = first_training_loop(a)
+        if loop is None or cuda_evidence(a) is None:
+            return
+        anchor = _conv_model_anchor(a)
+        if anchor is None:
+            return
+        ctx.report(anchor if anchor is not a.module else loop_header(loop))
+
+
+def _conv_model_anchor(a: FileAnalysis) -> Optional[cst.CSTNode]:
+    """Where the file builds a convolutional model: the model-zoo call or the first instantiation of a
+    class of this file that holds convolutions; ``a.module`` when there are convolutions but no such line
+    (the caller then points at the training loop); None without convolutions, or with a model zoo whose
+    inputs vary in size."""
+    builds: List[cst.Call] = []
+    conv_layers: List[cst.Call] = []
+    for call in a.calls:
+        qualified = a.qualified_name(call.func if not isinstance(call.func, cst.Subscript) else call.func.value) or ""
+        if qualified.startswith(_VARIABLE_SHAPE_ZOOS):
+            return None
+        last = qualified.rsplit(".", 1)[-1]
+        if qualified.startswith("torch.nn.") and _CONV.match(last):
+            conv_layers.append(call)
+        elif (isinstance(call.func, cst.Subscript) and qualified.startswith("torchvision.models")) or (
+            qualified.startswith(_MODEL_ZOOS) and _ZOO_FACTORY.match(last) and last not in _NOT_FACTORIES
+            and (qualified.startswith("torchvision.") or last == "create_model")
+        ):  # `models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`
+            in_class = any(isinstance(p, cst.ClassDef) for p in a.ancestors(call))
+            (conv_layers if in_class else builds).append(call)  # inside a class: the class is the model
+    if not builds and not conv_layers:
+        return None
+    conv_classes = _classes_holding(a, conv_layers)
+    build_ids = {id(call) for call in builds}
+    for call in a.calls:
+        if id(call) in build_ids:
+            return call
+        if (call_name(call) in conv_classes and isinstance(call.func, cst.Name)
+                and not any(isinstance(p, cst.ClassDef) for p in a.ancestors(call))):
+            return call
+    if conv_layers and not conv_classes:  # nn.Sequential(nn.Conv2d(...), ...) built in a function or at top level
+        statement = a.enclosing_statement(conv_layers[0])
+        return statement if statement is not None else a.module
+    return a.module
+
+
+def _classes_holding(a: FileAnalysis, conv_layers: List[cst.Call]) -> Set[str]:
+    """Names of the classes of this file that build convolutions, directly or through other such classes."""
+    def class_of(node: cst.CSTNode) -> Optional[str]:
+        for ancestor in a.ancestors(node):
+            if isinstance(ancestor, cst.ClassDef):
+                return ancestor.name.value
+        return None
+
+    names = {name for name in map(class_of, conv_layers) if name is not None}
+    for _ in range(3):  # Net uses Block, Block holds the Conv2d
+        users = {class_of(call) for name in names for call in a.calls_by_name.get(name, ())
+                 if isinstance(call.func, cst.Name)}
+        users = {u for u in users if u is not None} - names
+        if not users:
+            break
+        names |= users
+    return names

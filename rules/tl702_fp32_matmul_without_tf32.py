@@ -1,0 +1,260 @@
+"""TL702: a script trains on CUDA in fp32 and never lets matmuls use TF32 tensor cores."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import List, Optional, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, call_name
+from torchlint.config import Settings
+from torchlint.device_facts import cuda_evidence, is_test_path, mixed_precision_evidence
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+
+# Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
+# author has decided (on, off, or from a flag): not ours to second-guess.
+_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\btf32\b", re.IGNORECASE)
+# Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
+_SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
+                "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
+                "multiprocessing.get_context", "torch.multiprocessing.get_context"}
+_FP64 = {"double", "float64"}
+
+
+class Fp32MatmulWithoutTf32(Rule):
+    """## What it does
+    Flags a training script (a file with a training loop and an entry point: an
+    `if __name__ == "__main__":` block or a loop at module level) that puts its work on a CUDA device,
+    trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=`, or a
+    framework that manages precision) and never sets how fp32 matmuls may run: no
+    `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
+    `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
+    value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,
+    `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
+    them). The finding stands on the entry point (the `if __name__ == "__main__":` line, or the first
+    module-level training loop) and quotes where the file moves work to CUDA.
+
+    This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
+    TF32 changes no dtype, no checkpoint and no code path; it only lets cuBLAS use tensor cores for fp32
+    matmuls.
+
+    ## Why is this slow?
+    Since PyTorch 1.12, fp32 matmuls (`nn.Linear`, `@`, `bmm`, attention projections) run in full fp32 on
+    CUDA by default, on the GPU's slow fp32 pipeline. On Ampere and newer GPUs (compute capability 8.0+,
+    A100, H100, RTX 30xx/40xx) TF32 tensor cores do the same matmuls with fp32 inputs and outputs and fp32
+    accumulation, only rounding the inputs to 10 mantissa bits: NVIDIA quotes up to 8x the fp32 matmul
+    throughput on an A100 (156 vs 19.5 TFLOPS), and a transformer or MLP trained in fp32 typically gets
+    1.5-3x faster steps. PyTorch's own profiler flags these matmuls ("FP32 MatMul Pattern").
+
+    ## Example
+    ```python
+    import torch
+
+    def main():
+        model = Net().cuda()
+        for x, y in loader:
+            loss = loss_fn(model(x.cuda()), y.cuda())
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    if __name__ == "__main__":
+        main()
+    ```
+
+    ## Use instead
+    ```python
+    if __name__ == "__main__":
+        torch.set_float32_matmul_precision("high")
+        main()
+    ```
+
+    ## Fix safety
+    The fix is **unsafe**: it inserts `torch.set_float32_matmul_precision("high")` once, as the first
+    statement of the `if __name__ == "__main__":` block, or, for a script whose training loop runs at module
+    level, right after its leading imports. From then on fp32 matmuls on Ampere+ GPUs round their inputs to
+    TF32 (10 mantissa bits instead of 23; fp32's range and fp32 accumulation stay): results change in the low
+    bits (relative error around 1e-3 per matmul instead of 1e-6), runs are not bit-identical to earlier ones,
+    and code that needs full fp32 matmul precision (some scientific code, ill-conditioned solves done with
+    matmuls) can lose accuracy. Deep-learning training is generally insensitive to it; PyTorch's own docs
+    recommend it for training and it is what most GPT-style training scripts set. On older GPUs and on the
+    CPU the setting changes nothing. No fix is offered where the script starts workers with
+    `torch.multiprocessing.spawn` or `multiprocessing` (they do not run the `__main__` block: set it at the
+    start of each worker), or where `torch` is imported only after the insertion point.
+
+    ## PyTorch versions
+    `torch.backends.cuda.matmul.allow_tf32` defaulted to True from 1.7 to 1.11, so with a `--torch-version`
+    below 1.12 the rule is silent (matmuls already used TF32). It has defaulted to False since 1.12, which also
+    added `torch.set_float32_matmul_precision` ("highest", the default; "high" allows TF32; "medium" also
+    allows bf16). cuDNN convolutions are a different story: `torch.backends.cudnn.allow_tf32` has defaulted to
+    True since 1.7 and still does, so a convolution-only network already gets TF32 and gains little here (the
+    message says so where the file builds no `nn.Linear`, `matmul`, `bmm` or attention). PyTorch 2.9 added the
+    `fp32_precision` settings (`torch.backends.cuda.matmul.fp32_precision = "tf32"`,
+    `torch.backends.cudnn.conv.fp32_precision`, `torch.backends.fp32_precision`) and plans to deprecate the
+    `allow_tf32` flags; `torch.set_float32_matmul_precision("high")` sets the new matmul setting to "tf32"
+    and raises no warning (checked with 2.13), so the fix uses it on every version from 1.12.
+    """
+
+    code = "TL702"
+    name = "fp32-matmul-without-tf32"
+    message = (
+        "this script trains on CUDA in fp32 and never enables TF32: `torch.set_float32_matmul_precision(\"high\")` "
+        "runs its fp32 matmuls on tensor cores (Ampere or newer), keeping fp32 weights and ranges"
+    )
+    summary = "fp32 CUDA training script that never enables TF32 matmuls"
+    fix_availability = FixAvailability.SOMETIMES
+    required_patterns = (r"backward|\.step\(", r"cuda|device|\.to\(")
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        if settings.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(text):
+            return False
+        return super().may_fire(text, settings)
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        """An entry point (a `__main__` block or a module-level loop) and a backward or step call somewhere."""
+        if not any(_is_main_guard_ast(s) or isinstance(s, (ast.For, ast.While)) for s in tree.body):
+            return False
+        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
+                   for n in ast.walk(tree))
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if ctx.torch_version < (1, 12) or is_test_path(a.path) or _TF32_SETTING_TEXT.search(a.source):
+            return
+        training = a.training_loops()
+        if not training:
+            return
+        module_level = any(loop.function is None for loop in training)
+        guard = _main_guard(a.module)
+        if not module_level and guard is None:
+            return  # a library module: the script that runs it decides
+        evidence = cuda_evidence(a)
+        if evidence is None or mixed_precision_evidence(a) is not None or _uses_fp64(a):
+            return
+        where = a.module.code_for_node(evidence).split("\n")[0]
+        where = where if len(where) <= 50 else where[:47] + "..."
+        message = (
+            f"this script trains on CUDA (`{where}`) in fp32 and never enables TF32: "
+            "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
+            "(Ampere or newer), keeping fp32 weights and ranges"
+        )
+        if not _has_matmuls(a) and _has_convolutions(a):
+            message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
+        fix, why_not = self._fix(a, guard if not module_level else None)
+        if fix is None:
+            message += f" (not fixed automatically: {why_not})"
+        # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
+        anchor = guard.test if guard is not None and not module_level else _first_module_level_loop(training)
+        ctx.report(anchor, message=message, fix=fix)
+
+    def _fix(self, a: FileAnalysis, guard: Optional[cst.If]) -> Tuple[Optional[Fix], str]:
+        if any(a.qualified_name(call.func) in _SPAWN_CALLS for call in a.calls):
+            return None, "its worker processes do not run the `__main__` block; set it at the start of each worker"
+        alias = a.module_alias("torch")
+        imports = () if alias is not None else (ImportRequest("torch"),)
+        statement = cst.parse_statement(f'{alias or "torch"}.set_float32_matmul_precision("high")\n')
+        if guard is not None:
+            if alias is not None and not _imports_torch_by(a, guard):
+                return None, "`torch` is not imported at module level before the `__main__` block"
+            body = guard.body
+            if not isinstance(body, cst.IndentedBlock):
+                return None, "the `__main__` block is on one line"
+            new_guard = guard.with_changes(body=body.with_changes(body=[statement, *body.body]))
+            return Fix({guard: new_guard}, Applicability.UNSAFE, imports), ""
+        anchor = _last_leading_import(a.module)
+        if alias is not None and not _imports_torch_by(a, anchor):
+            return None, "`torch` is imported after the script's first statements"
+        if anchor is None:
+            first = a.module.body[0] if a.module.body else None
+            if first is None or _is_docstring(first):
+                return None, "the script has no leading imports to put it after"
+            return Fix({first: cst.FlattenSentinel([statement, first])}, Applicability.UNSAFE, imports), ""
+        statement = statement.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
+        return Fix({anchor: cst.FlattenSentinel([anchor, statement])}, Applicability.UNSAFE, imports), ""
+
+
+def _is_main_guard_ast(statement: ast.stmt) -> bool:
+    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
+        return False
+    names = [statement.test.left, *statement.test.comparators]
+    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
+        isinstance(n, ast.Constant) and n.value == "__main__" for n in names)
+
+
+def _main_guard(module: cst.Module) -> Optional[cst.If]:
+    for statement in module.body:
+        if isinstance(statement, cst.If) and isinstance(statement.test, cst.Comparison):
+            test = statement.test
+            parts = [test.left, *(c.comparator for c in test.comparisons)]
+            if any(isinstance(p, cst.Name) and p.value == "__name__" for p in parts) and any(
+                isinstance(p, cst.SimpleString) and p.evaluated_value == "__main__" for p in parts
+            ):
+                return statement
+    return None
+
+
+def _is_docstring(statement: cst.CSTNode) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and isinstance(statement.body[0].value, cst.SimpleString))
+
+
+def _is_import_line(statement: cst.CSTNode) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and all(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in statement.body)
+
+
+def _last_leading_import(module: cst.Module) -> Optional[cst.SimpleStatementLine]:
+    """The last import of the run of imports (after a docstring) that starts the module."""
+    last = None
+    for index, statement in enumerate(module.body):
+        if index == 0 and _is_docstring(statement):
+            continue
+        if not _is_import_line(statement):
+            break
+        last = statement
+    return last
+
+
+def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
+    """True when an ``import torch`` at module level comes no later than ``anchor``."""
+    if anchor is None:
+        return False
+    for statement in a.module.body:
+        if _is_import_line(statement) and any(
+            isinstance(s, cst.Import) and any(alias.name.value == "torch" if isinstance(alias.name, cst.Name) else False
+                                              for alias in s.names) for s in statement.body):
+            return not a.comes_before(anchor, statement)
+    return False
+
+
+def _uses_fp64(a: FileAnalysis) -> bool:
+    for call in a.calls:
+        if call_name(call) == "double" and not call.args:
+            return True
+    return bool(re.search(r"\btorch\.(float64|double)\b|set_default_dtype", a.source))
+
+
+_MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
+                 "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+                 "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}
+
+
+def _has_convolutions(a: FileAnalysis) -> bool:
+    return any(name in a.calls_by_name for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "conv2d"))
+
+
+def _first_module_level_loop(training) -> cst.CSTNode:
+    loop = next(loop for loop in training if loop.function is None).node
+    return loop.iter if isinstance(loop, cst.For) else loop.test
+
+
+def _has_matmuls(a: FileAnalysis) -> bool:
+    if "@" in a.source and re.search(r"\w\s*@\s*\w", a.source):
+        return True
+    return any(name in a.calls_by_name for name in _MATMUL_CALLS)

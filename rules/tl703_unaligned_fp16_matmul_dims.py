@@ -1,0 +1,244 @@
+"""TL703: fp16/bf16 layers whose sizes are not multiples of 8, which tensor-core matmuls want."""
+
+from __future__ import annotations
+
+import ast
+import re
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, dotted_name, keyword_arg, walk
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path, reduced_precision_evidence
+from torchlint.rule import FixAvailability, Rule, RuleContext
+
+# Sizes below this are cheap layers (a 10-class head, a 3-channel input): padding them gains nothing worth
+# the change, so they are never reported.
+MIN_DIM = 64
+ALIGN = 8
+# (argument position, keyword) of each size that becomes a matmul dimension.
+_LINEAR_DIMS = ((0, "in_features"), (1, "out_features"))
+_EMBEDDING_DIMS = ((0, "num_embeddings"), (1, "embedding_dim"))
+_REDUCED_TEXT = r"autocast|GradScaler|half|bfloat16|float16"
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class UnalignedFp16MatmulDims(Rule):
+    """## What it does
+    Flags `nn.Linear` and `nn.Embedding` layers whose sizes, as written in the file (a literal, a name bound
+    to one, or a config class's default such as `vocab_size: int = 50257`), are not multiples of 8, in a
+    file that itself runs in fp16 or bf16 (autocast, a GradScaler, `.half()`/`.bfloat16()`, a reduced
+    `dtype=`). For `nn.Linear` both `in_features` and `out_features` count (they are the K and N of the
+    matmul); for `nn.Embedding` the `embedding_dim` counts, and `num_embeddings` only where the file ties
+    an embedding's weight to an output layer (`self.lm_head.weight = self.wte.weight`), which makes the
+    vocabulary a matmul dimension. Sizes below 64 are ignored (small heads and inputs cost little), and so
+    are test files and sizes the file does not spell out (read from a tokenizer, a flag, a checkpoint).
+
+    ## Why is this slow?
+    fp16/bf16 tensor-core GEMMs in cuBLAS need the matrix dimensions (and the leading dimensions in memory)
+    to be multiples of 8 elements (16 bytes) to use their fastest kernels; otherwise cuBLAS falls back to
+    slower kernels or pads internally. The classic case is GPT-2's vocabulary of 50257 tokens: the output
+    projection (`hidden @ wte.weight.T`) is the largest matmul of a small GPT, and padding the vocabulary to
+    50304 (a multiple of 64) made nanoGPT's training step about 25% faster. PyTorch's profiler reports these
+    matmuls as the "Matrix Multiplication Dimension Not Aligned Pattern".
+
+    ## Example
+    ```python
+    class GPT(nn.Module):
+        def __init__(self, n_embd=768, vocab_size=50257):
+            super().__init__()
+            self.wte = nn.Embedding(50257, 768)
+            self.lm_head = nn.Linear(768, 50257, bias=False)
+            self.wte.weight = self.lm_head.weight
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        logits = model(idx)
+    ```
+
+    ## Use instead
+    ```python
+    self.wte = nn.Embedding(50304, 768)  # 50257 padded to a multiple of 64
+    self.lm_head = nn.Linear(768, 50304, bias=False)
+    ```
+
+    ## Fix safety
+    There is no fix: padding a layer is a model change. The extra rows of a padded vocabulary are tokens no
+    tokenizer produces: they get (small) probability in the softmax unless their logits are masked or
+    sliced off (`logits[..., :50257]`) before the loss and sampling; in practice training learns to push
+    them down, as nanoGPT does. Checkpoints change shape: loading weights saved with 50257 rows needs
+    padding the tensors (`F.pad(w, (0, 0, 0, 47))`) or slicing them on the way back, and exporting to a
+    tokenizer-bound format needs the slice. A padded hidden size changes every layer that uses it.
+
+    ## PyTorch versions
+    Any version with autocast (1.6+) or `.half()`. The alignment rule comes from cuBLAS/cuDNN tensor cores
+    (Volta and newer for fp16, Ampere and newer for bf16); recent cuBLAS versions handle unaligned sizes with
+    tensor cores too, but with less efficient kernels, so aligned sizes stay faster.
+    """
+
+    code = "TL703"
+    name = "unaligned-fp16-matmul-dims"
+    message = "fp16/bf16 layer size is not a multiple of 8: tensor-core matmuls run slower kernels"
+    summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
+    fix_availability = FixAvailability.NONE
+    required_patterns = (r"Linear|Embedding", _REDUCED_TEXT)
+    default_enabled = False  # opt-in: padding is a model change a project may have declined (see the docs)
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        """Some integer literal in the file that would be a reportable size."""
+        return any(isinstance(n, ast.Constant) and type(n.value) is int and _unaligned(n.value)
+                   for n in ast.walk(tree))
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path):
+            return
+        layers = [call for name in ("Linear", "Embedding") for call in a.calls_by_name.get(name, ())
+                  if a.qualified_name(call.func) in ("torch.nn.Linear", "torch.nn.Embedding")]
+        if not layers or reduced_precision_evidence(a) is None:
+            return
+        fields = _config_defaults(a.module)
+        tied = _tied_names(a)
+        # A tied vocabulary is one weight: report it once, at the output layer, when the file has one.
+        linear_outputs = {
+            _int_value(a, arg.value, fields) for call in layers if a.qualified_name(call.func) == "torch.nn.Linear"
+            for arg in [_argument(call, 1, "out_features")] if arg is not None
+        }
+        for call in sorted(layers, key=a.order.__getitem__):
+            is_linear = a.qualified_name(call.func) == "torch.nn.Linear"
+            problems = []
+            for position, keyword in _LINEAR_DIMS if is_linear else _EMBEDDING_DIMS:
+                if keyword == "num_embeddings" and _layer_name(a, call) not in tied:
+                    continue  # an untied embedding lookup is a gather, not a matmul
+                arg = _argument(call, position, keyword)
+                value = _int_value(a, arg.value, fields) if arg is not None else None
+                if keyword == "num_embeddings" and value in linear_outputs:
+                    continue
+                if value is not None and _unaligned(value):
+                    problems.append(f"{keyword}={value} (pad to {_suggestion(value)})")
+            if problems:
+                layer = "nn.Linear" if is_linear else "nn.Embedding"
+                message = (
+                    f"`{layer}` runs in fp16/bf16 in this file with {' and '.join(problems)}, not a multiple of "
+                    f"{ALIGN}: tensor-core matmuls take slower kernels on unaligned sizes; padding changes the "
+                    f"checkpoint's shapes (see `torchlint explain {self.code}`)"
+                )
+                ctx.report(call, message=message)
+
+
+def _unaligned(value: int) -> bool:
+    return value >= MIN_DIM and value % ALIGN != 0
+
+
+def _suggestion(value: int) -> str:
+    eight = round_up(value, ALIGN)
+    sixty_four = round_up(value, 64)
+    if value >= 1024 and sixty_four != eight:
+        return f"{eight}, or {sixty_four}, a multiple of 64"
+    return str(eight)
+
+
+def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.Arg]:
+    found = keyword_arg(call, keyword)
+    if found is not None:
+        return found
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    return positional[position] if position < len(positional) else None
+
+
+def _int_value(a: FileAnalysis, expr: cst.BaseExpression, fields: Dict[str, int], depth: int = 0) -> Optional[int]:
+    """The integer a size expression certainly is, from the file alone; None where it cannot be read."""
+    if depth > 4:
+        return None
+    if isinstance(expr, cst.Integer):
+        return int(expr.evaluated_value)
+    if isinstance(expr, cst.Name):
+        value = a.single_value(expr.value, a.scope_of(expr))
+        if value is not None:
+            return _int_value(a, value, fields, depth + 1)
+        return None
+    if isinstance(expr, cst.Attribute) and isinstance(expr.value, (cst.Name, cst.Attribute)):
+        # `config.vocab_size`: the default of a config class's field, when the file has exactly one.
+        return fields.get(expr.attr.value)
+    return None
+
+
+def _config_defaults(module: cst.Module) -> Dict[str, int]:
+    """Integer defaults of class-level fields (`vocab_size: int = 50257`), for names with one value in the
+    file. A name with several values, or one also assigned elsewhere (`config.vocab_size = ...`), is dropped."""
+    values: Dict[str, Set[int]] = {}
+    reassigned: Set[str] = set()
+    for statement in _class_defs(module):
+        if isinstance(statement, cst.ClassDef):
+            for line in statement.body.body:
+                if not isinstance(line, cst.SimpleStatementLine):
+                    continue
+                for small in line.body:
+                    target, value = _simple_assignment(small)
+                    if target is not None and isinstance(value, cst.Integer):
+                        values.setdefault(target, set()).add(int(value.evaluated_value))
+    for node in _all_assign_targets(module):
+        if isinstance(node, cst.Attribute):
+            reassigned.add(node.attr.value)
+    return {name: next(iter(found)) for name, found in values.items() if len(found) == 1 and name not in reassigned}
+
+
+def _simple_assignment(small: cst.BaseSmallStatement) -> Tuple[Optional[str], Optional[cst.BaseExpression]]:
+    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+        return small.target.value, small.value
+    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
+        return small.targets[0].target.value, small.value
+    return None, None
+
+
+def _class_defs(module: cst.Module) -> List[cst.CSTNode]:
+    return [node for node in walk(module) if isinstance(node, cst.ClassDef)]
+
+
+def _all_assign_targets(module: cst.Module) -> List[cst.CSTNode]:
+    targets: List[cst.CSTNode] = []
+    for node in walk(module):
+        if isinstance(node, cst.Assign):
+            targets.extend(t.target for t in node.targets)
+        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
+            targets.append(node.target)
+    return targets
+
+
+_WEIGHT = re.compile(r"\.weight$")
+
+
+def _tied_names(a: FileAnalysis) -> Set[str]:
+    """Last names of the layers in ``self.lm_head.weight = self.transformer.wte.weight`` (both sides)."""
+    names: Set[str] = set()
+    if ".weight" not in a.source:
+        return names
+    for target in _all_assign_targets(a.module):
+        written = dotted_name(target)
+        holder = a.parent(target)
+        assign = a.parent(holder) if isinstance(holder, cst.AssignTarget) else None
+        value = dotted_name(assign.value) if isinstance(assign, cst.Assign) else None
+        if written is None or value is None or "." not in value or not (_WEIGHT.search(written) or _WEIGHT.search(value)):
+            continue
+        for side in (written, value):
+            parts = side.split(".")
+            if len(parts) >= 2:
+                names.add(parts[-2])
+    return names
+
+
+def _layer_name(a: FileAnalysis, call: cst.Call) -> Optional[str]:
+    """``wte`` for ``self.wte = nn.Embedding(...)`` or ``dict(wte=nn.Embedding(...))``."""
+    parent = a.parent(call)
+    if isinstance(parent, cst.Arg) and parent.keyword is not None:
+        return parent.keyword.value
+    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
+        written = dotted_name(parent.targets[0].target)
+        return written.split(".")[-1] if written else None
+    return None

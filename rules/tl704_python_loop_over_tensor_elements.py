@@ -1,0 +1,446 @@
+"""TL704: a Python loop over a tensor's indices doing elementwise tensor arithmetic."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import List, Optional, Set
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, receiver, target_names, walk
+from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
+from torchlint.rule import FixAvailability, Rule, RuleContext
+
+# What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
+_TORCH_FUNCS = {
+    "exp", "log", "log1p", "expm1", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "pow", "clamp", "clip",
+    "where", "maximum", "minimum", "sum", "mean", "max", "min", "amax", "amin", "norm", "dot", "matmul", "mm",
+    "mul", "add", "sub", "div", "neg", "sin", "cos", "erf", "sign", "floor", "ceil", "round", "square", "prod",
+    "logsumexp", "softmax", "log_softmax", "outer", "lerp", "addcmul", "addcdiv", "exp2", "reciprocal",
+}
+_FUNCTIONAL = {"relu", "gelu", "silu", "sigmoid", "tanh", "softplus", "leaky_relu", "elu", "softmax",
+               "log_softmax", "mse_loss", "l1_loss", "smooth_l1_loss", "normalize", "cosine_similarity"}
+_TENSOR_METHODS = _TORCH_FUNCS | {
+    "t", "transpose", "view", "reshape", "squeeze", "unsqueeze", "float", "double", "detach", "clone",
+    "flatten", "contiguous", "expand", "expand_as", "view_as", "type_as", "exp_", "mul_", "add_", "sub_",
+    "div_", "clamp_", "copy_", "fill_", "zero_", "sum", "mean", "std", "var", "argmax", "argmin",
+}
+# Ops whose result for a whole tensor is the stack of their results per element: only bodies made of these
+# get a concrete one-expression suggestion (a reduction such as `x[i].sum()` does not become `x.sum()`).
+_ELEMENTWISE = {
+    "exp", "log", "log1p", "expm1", "sigmoid", "tanh", "relu", "abs", "sqrt", "rsqrt", "pow", "clamp", "clip",
+    "where", "maximum", "minimum", "mul", "add", "sub", "div", "neg", "sin", "cos", "erf", "sign", "floor",
+    "ceil", "round", "square", "lerp", "addcmul", "addcdiv", "exp2", "reciprocal", "gelu", "silu", "softplus",
+    "leaky_relu", "elu", "float", "double", "detach", "clone", "contiguous", "type_as",
+}
+_VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the body must show tensors
+_TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
+_CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
+
+
+@dataclass
+class _Body:
+    """What one pass over a loop body found."""
+
+    index: str
+    ok: bool = True
+    why: str = ""
+    indexed: Set[str] = field(default_factory=set)  # names subscripted with the loop variable
+    written: Set[str] = field(default_factory=set)  # names whose `[i]` elements the body assigns
+    appended: Set[str] = field(default_factory=set)  # lists the body appends to
+    gathers: bool = False
+
+    def stop(self, why: str) -> None:
+        if self.ok:
+            self.ok, self.why = False, why
+
+
+class PythonLoopOverTensorElements(Rule):
+    """## What it does
+    Flags `for i in range(x.shape[0])`, `range(x.size(0))` and `range(len(x))` loops inside a model's
+    `forward`, a `training_step`-style function, or a training loop, whose body does nothing but tensor
+    arithmetic on elements indexed with `i` (`out[i] = torch.sigmoid(x[i]) * w[i]`,
+    `rows.append(x[i] @ y[i])`, `picked[i] = logits[i, labels[i]]`). The message names the vectorized form
+    where it is evident: an elementwise body becomes one expression over the whole dimension, a gather
+    becomes indexing with a tensor.
+
+    It stays silent where it cannot be sure the loop is a vectorizable map: the body calls anything that is
+    not a known elementwise, reduction or view op (a submodule, a helper, `.item()`, `print`); it carries
+    state from one iteration to the next (an accumulator `total += ...`, a name read before it is
+    assigned, an element `out[i - 1]`, a scatter `out[idx[i]] = ...`); it has control flow (`if`, `break`,
+    nested loops, `return`); or the loop runs outside a forward pass or training step (one-off setup code).
+    Test files are skipped.
+
+    ## Why is this slow?
+    Each tensor op in the body is one small kernel launch per iteration, plus Python and dispatcher
+    overhead (several microseconds each): a loop over a batch of 256 doing 4 ops makes 1,024 launches where
+    one vectorized expression makes 4, and on a GPU the device idles between them. PyTorch's profiler reports
+    the same thing at run time as the "For Loop Indexing Pattern" (repeated `aten::select`).
+
+    ## Example
+    ```python
+    def forward(self, x, w):
+        out = torch.empty_like(x)
+        for i in range(x.shape[0]):
+            out[i] = torch.sigmoid(x[i]) * w[i]
+        return out
+    ```
+
+    ## Use instead
+    ```python
+    def forward(self, x, w):
+        return torch.sigmoid(x) * w
+    ```
+    A gather `for i in range(n): picked[i] = logits[i, labels[i]]` becomes
+    `picked = logits[torch.arange(n), labels]` (or `logits.gather(1, labels[:, None])`).
+
+    ## Fix safety
+    There is no fix: the vectorized form depends on the tensors' shapes (broadcasting a `w` that is indexed
+    per row is not the same as one that is shared), which the code does not state. The message's
+    suggestion assumes the looped dimension is the first of every indexed tensor.
+
+    ## PyTorch versions
+    All versions. `torch.vmap` (2.0+, `functorch.vmap` before) vectorizes bodies that have no obvious
+    closed form.
+    """
+
+    code = "TL704"
+    name = "python-loop-over-tensor-elements"
+    message = "Python loop over a tensor's elements: one kernel launch per op and element; vectorize it"
+    summary = "Python loop over tensor indices doing elementwise tensor arithmetic"
+    fix_availability = FixAvailability.NONE
+    required_patterns = (r"\brange\s*\(", r"\.shape\b|\.size\s*\(|\blen\s*\(")
+
+    has_ast_prefilter = True
+
+    @classmethod
+    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
+        """A `for NAME in range(...)` whose body indexes something with NAME and has only simple statements."""
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)
+                    and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range"):
+                continue
+            if not all(isinstance(s, (ast.Assign, ast.AugAssign, ast.Expr, ast.AnnAssign)) for s in node.body):
+                continue
+            index = node.target.id
+            if any(isinstance(n, ast.Subscript) and any(isinstance(m, ast.Name) and m.id == index
+                                                        for m in ast.walk(n.slice)) for s in node.body
+                   for n in ast.walk(s)):
+                return True
+        return False
+
+    def check(self, ctx: RuleContext) -> None:
+        a = ctx.analysis
+        if is_test_path(a.path) or "range" not in a.calls_by_name:
+            return
+        for loop in a.loops:
+            node = loop.node
+            if not isinstance(node, cst.For) or node.asynchronous is not None or not isinstance(node.target, cst.Name):
+                continue
+            length = _range_over_tensor(a, node.iter)
+            if length is None or not self._in_step_or_forward(a, loop):
+                continue
+            body = _read_body(a, node, node.target.value)
+            if body is None or not body.ok or not body.indexed:
+                continue
+            owner = length[: -len(_VIA_LEN)] if length.endswith(_VIA_LEN) else length
+            if owner != "?" and owner not in body.indexed:
+                continue  # `range(len(a))` while indexing other things: the length is not the looped tensor's
+            if length.endswith(_VIA_LEN) and not _fills_tensor(a, node, body):
+                continue  # `len(feats)` of a list of feature maps of different shapes is no tensor dimension
+            ctx.report(node, message=self._message(a, node, body, length))
+
+    def _in_step_or_forward(self, a: FileAnalysis, loop: LoopInfo) -> bool:
+        function = loop.function
+        if function is not None and _CONTEXT_FUNCTIONS.match(function.name) and function.class_name is not None:
+            return True
+        if function is not None and function.name in ("training_step", "train_step", "train_one_step"):
+            return True
+        return any(outer.is_training for outer in _outer_loops(a, loop))
+
+    def _message(self, a: FileAnalysis, node: cst.For, body: _Body, length: str) -> str:
+        bound = a.module.code_for_node(node.iter)
+        head = (f"Python loop `for {body.index} in {bound}` over a tensor's elements: each op in the body is one "
+                f"kernel launch per element")
+        hint = _vectorized_hint(a, node, body)
+        return f"{head}; {hint}"
+
+
+def _fills_tensor(a: FileAnalysis, loop: cst.For, body: _Body) -> bool:
+    """The loop fills a tensor made by a torch factory, or appends to a list later given to `torch.stack`/`cat`."""
+    scope = a.scope_of(loop)
+    for name in body.written:
+        value = a.single_value(name, scope)
+        if isinstance(value, cst.Call) and _TENSOR_FACTORIES.match(a.qualified_name(value.func) or ""):
+            return True
+    for call in a.calls_in(scope):
+        if a.qualified_name(call.func) in ("torch.stack", "torch.cat") and call.args and a.comes_before(loop, call):
+            if isinstance(call.args[0].value, cst.Name) and call.args[0].value.value in body.appended:
+                return True
+    return False
+
+
+def _outer_loops(a: FileAnalysis, loop: LoopInfo) -> List[LoopInfo]:
+    found = []
+    outer = loop.parent
+    while outer is not None:
+        found.append(outer)
+        outer = outer.parent
+    return found
+
+
+def _range_over_tensor(a: FileAnalysis, expr: cst.BaseExpression) -> Optional[str]:
+    """For `range(x.shape[0])`, `range(x.size(0))`, `range(len(x))` (also `range(0, ...)`, or `range(n)` with
+    `n` bound once to one of those): the tensor's written name, or "?" where it is an expression; None for
+    any other iterable."""
+    if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and expr.func.value == "range"):
+        return None
+    if any(arg.keyword is not None or arg.star for arg in expr.args):
+        return None
+    args = list(expr.args)
+    if len(args) == 2 and isinstance(args[0].value, cst.Integer) and args[0].value.value == "0":
+        args = args[1:]
+    if len(args) != 1:
+        return None
+    bound = args[0].value
+    if isinstance(bound, cst.Name):
+        value = a.single_value(bound.value, a.scope_of(bound))
+        bound = value if value is not None else bound
+    owner: Optional[cst.BaseExpression] = None
+    if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Name) and bound.func.value == "len" and len(bound.args) == 1:
+        owner = bound.args[0].value
+    elif isinstance(bound, cst.Call) and call_name(bound) == "size" and len(bound.args) == 1:
+        owner = receiver(bound)
+    elif (isinstance(bound, cst.Subscript) and isinstance(bound.value, cst.Attribute)
+          and bound.value.attr.value == "shape"):
+        owner = bound.value.value
+    if owner is None:
+        return None
+    return (dotted_name(owner) or "?") + (_VIA_LEN if isinstance(bound, cst.Call) and call_name(bound) == "len" else "")
+
+
+def _read_body(a: FileAnalysis, loop: cst.For, index: str) -> Optional[_Body]:
+    """Check that the body is a map over `index`: simple statements, known ops, no carried state."""
+    if loop.orelse is not None or not isinstance(loop.body, cst.IndentedBlock):
+        return None
+    body = _Body(index)
+    lines = loop.body.body
+    if not all(isinstance(line, cst.SimpleStatementLine) for line in lines):
+        body.stop("control flow")
+        return body
+    smalls = [small for line in lines for small in line.body]  # type: ignore[union-attr]
+    # Names the body binds: read before their binding in an iteration, they carry the last iteration's value.
+    bound = {name for small in smalls if isinstance(small, (cst.Assign, cst.AugAssign))
+             for target in (small.targets if isinstance(small, cst.Assign) else [small])
+             for name in target_names(target.target) if isinstance(target.target, (cst.Name, cst.Tuple))}
+    body.written = {target.value.value for small in smalls if isinstance(small, (cst.Assign, cst.AugAssign))
+                    for target in ([t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target])
+                    if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name)}
+    assigned: Set[str] = {index}
+    for small in smalls:
+        if isinstance(small, cst.Assign):
+            _read_expression(a, small.value, body, assigned, bound)
+            for target in small.targets:
+                _read_target(target.target, body, assigned)
+        elif isinstance(small, cst.AugAssign):
+            if not isinstance(small.target, cst.Subscript):
+                body.stop("an accumulator carries state between iterations")
+            _read_expression(a, small.value, body, assigned, bound)
+            _read_target(small.target, body, assigned)
+        elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and call_name(small.value) == "append":
+            owner = receiver(small.value)
+            if not isinstance(owner, cst.Name) or len(small.value.args) != 1:
+                body.stop("an append to something other than a list name")
+                continue
+            _read_expression(a, small.value.args[0].value, body, assigned, bound)
+            body.appended.add(owner.value)
+        else:
+            body.stop("a statement other than an assignment or an append")
+    if body.appended & (body.indexed | body.written):
+        body.stop("a list that is also indexed")
+    return body
+
+
+def _read_target(target: cst.BaseExpression, body: _Body, assigned: Set[str]) -> None:
+    if isinstance(target, cst.Name):
+        assigned.add(target.value)  # a temporary of this iteration
+    elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and _is_plain_index(target, body.index):
+        body.written.add(target.value.value)
+        body.indexed.add(target.value.value)
+    else:
+        body.stop("a write to something other than a name or the loop variable's element")
+
+
+def _read_expression(a: FileAnalysis, expr: cst.BaseExpression, body: _Body, assigned: Set[str], bound: Set[str]) -> None:
+    for node in walk(expr):
+        if isinstance(node, (cst.Lambda, cst.ListComp, cst.GeneratorExp, cst.DictComp, cst.SetComp, cst.Await,
+                             cst.NamedExpr, cst.Yield)):
+            body.stop("a nested scope or an expression with effects")
+            return
+        if isinstance(node, cst.Call) and not _known_call(a, node):
+            body.stop(f"a call to `{a.module.code_for_node(node.func)}`")
+            return
+        if isinstance(node, cst.Subscript) and _mentions(_slice_elements(node), body.index):
+            owner = dotted_name(node.value)
+            if owner is None:
+                continue
+            if owner in body.written and not _is_plain_index(node, body.index):
+                body.stop("reads another iteration's element")
+                return
+            if _is_gather_index(node, body.index):
+                body.gathers = True
+            elif not _is_plain_index(node, body.index):
+                body.stop("an index computed from the loop variable (a neighbour or a shifted element)")
+                return
+            body.indexed.add(owner)
+        if isinstance(node, cst.Name) and _is_read(a, node):
+            if node.value in bound and node.value not in assigned:
+                body.stop(f"`{node.value}` carries a value between iterations")
+                return
+            if node.value in body.written | body.appended and not _is_subscripted(a, node):
+                body.stop("uses the whole tensor it is filling")
+                return
+
+
+def _is_read(a: FileAnalysis, name: cst.Name) -> bool:
+    """A name in an expression that is a variable read, not an attribute's or a keyword's name."""
+    parent = a.parent(name)
+    if isinstance(parent, cst.Attribute) and parent.attr is name:
+        return False
+    return not (isinstance(parent, cst.Arg) and parent.keyword is name)
+
+
+def _is_subscripted(a: FileAnalysis, name: cst.Name) -> bool:
+    parent = a.parent(name)
+    return isinstance(parent, cst.Subscript) and parent.value is name
+
+
+def _known_call(a: FileAnalysis, call: cst.Call) -> bool:
+    qualified = a.qualified_name(call.func) or ""
+    name = call_name(call)
+    if qualified.startswith("torch.nn.functional."):
+        return name in _FUNCTIONAL
+    if qualified.startswith("torch.") and qualified.count(".") == 1:
+        return name in _TORCH_FUNCS
+    if isinstance(call.func, cst.Attribute) and not qualified:
+        return name in _TENSOR_METHODS
+    return False
+
+
+def _slice_elements(subscript: cst.Subscript) -> List[cst.BaseExpression]:
+    out = []
+    for element in subscript.slice:
+        if isinstance(element.slice, cst.Index):
+            out.append(element.slice.value)
+        else:
+            out.append(element.slice)  # a cst.Slice
+    return out
+
+
+def _mentions(slices, index: str) -> bool:
+    return any(isinstance(n, cst.Name) and n.value == index for element in slices for n in walk(element))
+
+
+def _is_plain_index(subscript: cst.Subscript, index: str) -> bool:
+    """`x[i]`, `x[i, 2]`, `x[:, i]`: the loop variable alone in one position, nowhere else."""
+    elements = _slice_elements(subscript)
+    plain = [e for e in elements if isinstance(e, cst.Name) and e.value == index]
+    others = [e for e in elements if not (isinstance(e, cst.Name) and e.value == index)]
+    return len(plain) == 1 and not any(isinstance(n, cst.Name) and n.value == index for e in others for n in walk(e))
+
+
+def _is_gather_index(subscript: cst.Subscript, index: str) -> bool:
+    """`x[idx[i]]`, `x[i, labels[i]]`: positions are the loop variable or a tensor indexed by it."""
+    elements = _slice_elements(subscript)
+    gathered = False
+    for element in elements:
+        if isinstance(element, cst.Name) and element.value == index:
+            continue
+        if (isinstance(element, cst.Subscript) and isinstance(element.value, (cst.Name, cst.Attribute))
+                and _is_plain_index(element, index) and len(element.slice) == 1):
+            gathered = True
+            continue
+        if any(isinstance(n, cst.Name) and n.value == index for n in walk(element)):
+            return False
+    return gathered
+
+
+def _vectorized_hint(a: FileAnalysis, loop: cst.For, body: _Body) -> str:
+    index = body.index
+    count = _count_text(a, loop)
+    lines = loop.body.body if isinstance(loop.body, cst.IndentedBlock) else ()
+    if len(lines) == 1 and isinstance(lines[0], cst.SimpleStatementLine) and len(lines[0].body) == 1:
+        small = lines[0].body[0]
+        if (isinstance(small, cst.Assign) and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Subscript)
+                and _first_index_only(small.targets[0].target, index)):
+            value = _vectorize(small.value, index, count)
+            if value is not None:
+                name = a.module.code_for_node(small.targets[0].target.value)
+                kind = "gathers by an index tensor" if body.gathers else "is elementwise in `" + index + "`"
+                return f"the body {kind}: one expression does it (`{name} = {value}`, shapes permitting)"
+        if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) and small.value.args:
+            value = _vectorize(small.value.args[0].value, index, count)
+            if value is not None:
+                return (f"the body maps each element: compute `{value}` once for the whole dimension instead of "
+                        f"appending per element and stacking (shapes permitting)")
+    if any(isinstance(n, cst.Call) and call_name(n) not in _ELEMENTWISE for n in walk(loop.body)):
+        return ("the body reduces or reshapes each element: the same ops over the whole tensor with their `dim=` "
+                "shifted by one, or `torch.vmap`, do it in one call")
+    if body.gathers:
+        return "it gathers by an index tensor: index with whole tensors instead (`x[idx[i]]` -> `x[idx]`)"
+    return "the body is elementwise in the loop variable: write it as whole-tensor operations, or use `torch.vmap`"
+
+
+def _count_text(a: FileAnalysis, loop: cst.For) -> str:
+    """The loop's length as written: `labels.size(0)` for `range(labels.size(0))`."""
+    args = loop.iter.args if isinstance(loop.iter, cst.Call) else ()
+    return a.module.code_for_node(args[-1].value) if args else "n"
+
+
+def _first_index_only(subscript: cst.Subscript, index: str) -> bool:
+    elements = _slice_elements(subscript)
+    return len(elements) == 1 and isinstance(elements[0], cst.Name) and elements[0].value == index
+
+
+def _vectorize(expr: cst.BaseExpression, index: str, count: str) -> Optional[str]:
+    """The expression over the whole dimension: `x[i]` -> `x`, `x[i, 2]` -> `x[:, 2]`, `w[y[i]]` -> `w[y]`,
+    `x[i, y[i]]` -> `x[torch.arange(n), y]`; None where some use of the loop variable has no such form."""
+
+    if any(isinstance(n, cst.Call) and call_name(n) not in _ELEMENTWISE for n in walk(expr)):
+        return None
+
+    class _Whole(cst.CSTTransformer):
+        failed = False
+
+        def leave_Subscript(self, original: cst.Subscript, updated: cst.Subscript) -> cst.BaseExpression:
+            elements = _slice_elements(original)
+            if not _mentions(elements, index):
+                return updated
+            if _first_index_only(original, index):
+                return updated.value
+            gathers = any(not (isinstance(e, cst.Name) and e.value == index) and _mentions([e], index)
+                          for e in elements)
+            parts = []
+            for element, new in zip(original.slice, updated.slice):
+                value = element.slice.value if isinstance(element.slice, cst.Index) else None
+                if isinstance(value, cst.Name) and value.value == index:
+                    parts.append(f"torch.arange({count})" if gathers else ":")
+                elif value is not None and _mentions([value], index):
+                    if not isinstance(new.slice, cst.Index) or _mentions([new.slice.value], index):
+                        self.failed = True
+                        return updated
+                    parts.append(cst.Module([]).code_for_node(new.slice.value))
+                else:
+                    parts.append(cst.Module([]).code_for_node(element.slice))
+            return cst.parse_expression(f"{cst.Module([]).code_for_node(updated.value)}[{', '.join(parts)}]")
+
+    transformer = _Whole()
+    new = expr.visit(transformer)
+    if transformer.failed:
+        return None
+    text = cst.Module([]).code_for_node(new)
+    return None if re.search(rf"\b{re.escape(index)}\b", text) else text

@@ -1,0 +1,157 @@
+"""TL900: `# noqa: TLxxx` comments that suppress nothing."""
+
+from __future__ import annotations
+
+import re
+from typing import Callable, FrozenSet, List, Optional, Tuple, Union
+
+import libcst as cst
+
+from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.suppression import _LINE_NOQA
+
+_TL_CODE = re.compile(r"^TL\d{3}$")
+# Rebuild a comment's owner with a new comment (None: drop the comment and the whitespace before it).
+Rebuild = Callable[[Optional[str]], Union[cst.CSTNode, cst.RemovalSentinel]]
+
+
+class UnusedNoqa(Rule):
+    """## What it does
+    Flags `# noqa` comments that name torchlint codes (`TL...`) which suppress nothing on their line: the
+    finding was fixed, the code moved, or the code is not a torchlint rule at all (`TL999`). Codes of other
+    tools (`E501`, `F401`) and bare `# noqa` are left alone, as are codes of rules that are not selected for
+    the file (they cannot be judged).
+
+    ## Why is this slow?
+    It is not: a stale `# noqa` hides the next real finding on that line, so a slow pattern written there
+    later is never reported. Cleaning them keeps suppressions meaning what they say.
+
+    ## Example
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # noqa: TL501
+    ```
+
+    ## Use instead
+    ```python
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    ```
+
+    ## Fix safety
+    Safe: the fix removes only the unused codes (`# noqa: TL101, TL501` becomes `# noqa: TL101`), keeps other
+    tools' codes and any other text of the comment, and removes the comment only when nothing is left. Comments
+    inside brackets and at the very top or bottom of a file are reported without a fix. Ruff's `RUF100` would
+    delete these codes as unknown to it: set `lint.external = ["TL"]` in Ruff's configuration.
+
+    ## PyTorch versions
+    All.
+    """
+
+    code = "TL900"
+    name = "unused-noqa"
+    message = "unused `noqa` directive"
+    summary = "`# noqa: TLxxx` comments that suppress nothing"
+    fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE,)
+    required_patterns = (r"(?i)#\s*noqa\s*:\s*[^\n]*TL",)
+    runs_after_suppression = True
+
+    def check(self, ctx: RuleContext) -> None:
+        """Nothing to find before suppression: see ``check_suppressions``."""
+
+    def check_suppressions(self, ctx: RuleContext, used: FrozenSet, selected: FrozenSet) -> None:
+        from torchlint.positions import node_spans
+        from torchlint.registry import rules_by_code
+
+        finder = _NoqaComments()
+        ctx.module.visit(finder)
+        if not finder.found:
+            return
+        known = set(rules_by_code())
+        lines = {comment: span[0] for comment, span in node_spans(ctx.module, [c for c, _ in finder.found]).items()}
+        for comment, rebuild in finder.found:
+            match = _LINE_NOQA.search(comment.value)
+            if match is None or not match.group("codes"):
+                continue
+            codes = re.split(r"[\s,]+", match.group("codes").strip())
+            line = lines[comment]
+            unused = [
+                code for code in codes
+                if _TL_CODE.match(code.upper()) and code.upper() != self.code
+                and (code.upper() not in known or (code.upper() in selected and (line, code.upper()) not in used))
+            ]
+            if not unused:
+                continue
+            kinds = ["unknown" if c.upper() not in known else "unused" for c in unused]
+            detail = ", ".join(f"`{c}`" for c in unused)
+            label = kinds[0] if len(set(kinds)) == 1 else "unused or unknown"
+            message = f"unused `noqa` directive ({label}: {detail}); remove it"
+            fix = None
+            if rebuild is not None:
+                new_value = _without(comment.value, match, [c for c in codes if c not in unused])
+                owner, replacement = rebuild(new_value)
+                fix = Fix.replace(owner, replacement, Applicability.SAFE)
+            ctx.report(comment, message=message, fix=fix)
+
+
+def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[str]:
+    """The comment with only the ``kept`` codes in its noqa directive; None when nothing is left of it."""
+    if kept:
+        start, end = match.span("codes")
+        return value[:start] + ", ".join(kept) + value[end:]
+    rest = (value[: match.start()] + value[match.end():]).rstrip()
+    return rest if rest.strip("# \t") else None
+
+
+class _NoqaComments(cst.CSTVisitor):
+    """Every comment with a noqa directive, and how to rebuild the statement (or block) that owns it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: List[Tuple[cst.Comment, Optional[Callable]]] = []
+        self._owned: set = set()
+
+    def _add(self, comment: Optional[cst.Comment], rebuild: Optional[Callable]) -> None:
+        if comment is not None and _LINE_NOQA.search(comment.value) and id(comment) not in self._owned:
+            self._owned.add(id(comment))
+            self.found.append((comment, rebuild))
+
+    def _trailing(self, owner: cst.CSTNode, field: str) -> None:
+        trailing: cst.TrailingWhitespace = getattr(owner, field)
+
+        def rebuild(value: Optional[str]):
+            if value is None:
+                new = trailing.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
+            else:
+                new = trailing.with_changes(comment=cst.Comment(value))
+            return owner, owner.with_changes(**{field: new})
+
+        self._add(trailing.comment, rebuild)
+
+    def _leading(self, owner: cst.CSTNode) -> None:
+        for index, empty in enumerate(owner.leading_lines):
+            def rebuild(value: Optional[str], index: int = index, empty: cst.EmptyLine = empty):
+                lines = list(owner.leading_lines)
+                if value is None:
+                    del lines[index]
+                else:
+                    lines[index] = empty.with_changes(comment=cst.Comment(value))
+                return owner, owner.with_changes(leading_lines=lines)
+
+            self._add(empty.comment, rebuild)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._leading(node)
+        self._trailing(node, "trailing_whitespace")
+
+    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+        self._trailing(node, "trailing_whitespace")
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._trailing(node, "header")
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.BaseCompoundStatement):
+            self._leading(node)
+        elif isinstance(node, cst.Comment):
+            self._add(node, None)  # inside brackets, a block's footer, the file's header or footer: no fix
+        return super().on_visit(node)

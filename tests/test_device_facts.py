@@ -1,0 +1,132 @@
+"""The shared device and precision facts: CUDA destinations, provable CPU devices, mixed-precision signs."""
+
+import libcst as cst
+import pytest
+
+from torchlint.analysis import FileAnalysis
+from torchlint.device_facts import (
+    CPU, CUDA, cuda_evidence, is_test_path, mixed_precision_evidence, to_destination,
+)
+
+
+def analyse(source: str) -> FileAnalysis:
+    return FileAnalysis(cst.parse_module(source), source)
+
+
+def last_to_call(analysis: FileAnalysis) -> cst.Call:
+    return [c for c in analysis.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value in {"to", "cuda"}][-1]
+
+
+@pytest.mark.parametrize(
+    "setup, move, expected",
+    [
+        ("", "x.cuda()", CUDA),
+        ("", "x.to('cuda:1')", CUDA),
+        ("", "x.to('cpu')", CPU),
+        ("device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')", "x.to(device)", CUDA),
+        ("device = torch.device('cpu')", "x.to(device)", CPU),
+        ("device = 'mps'", "x.to(device=device)", CPU),
+        ("", "x.to(args.device)", CUDA),  # a device-looking name: plausibly CUDA
+        ("", "x.to(torch.float16)", None),  # a dtype, not a device
+        ("", "x.to(other)", None),  # a tensor or anything: unknown
+        ("", "x.to(0)", CUDA),
+    ],
+)
+def test_to_destination(setup, move, expected):
+    analysis = analyse(f"import torch\n{setup}\n{move}\n")
+    assert to_destination(analysis, last_to_call(analysis)) == expected
+
+
+def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
+    assert cuda_evidence(analyse("import torch\nmodel.to('cpu')\nx = torch.zeros(3)\n")) is None
+    found = cuda_evidence(analyse("import torch\nx = torch.zeros(3, device='cuda')\nmodel.cuda()\n"))
+    assert found is not None and cst.Module([]).code_for_node(found).startswith("torch.zeros")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nwith torch.autocast('cuda'):\n    y = model(x)\n",
+        "from torch.cuda.amp import autocast\nwith autocast():\n    pass\n",
+        "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+        "import torch\nmodel = model.half()\n",
+        "import torch as t\nmodel.to(t.bfloat16)\n",
+        "import torch\nx = torch.zeros(3, dtype=torch.float16)\n",
+        "from accelerate import Accelerator\n",
+        "import lightning as L\ntrainer = L.Trainer(precision='bf16-mixed')\n",
+        "import torch\nfrom functools import partial\namp_autocast = partial(torch.autocast, device_type='cuda')\n",
+    ],
+)
+def test_mixed_precision_evidence(source):
+    assert mixed_precision_evidence(analyse(source)) is not None
+
+
+def test_no_mixed_precision_in_a_plain_fp32_script():
+    source = "import torch\nx = torch.zeros(3, dtype=torch.float32)\nmodel.to(device)\nloss.backward()\n"
+    assert mixed_precision_evidence(analyse(source)) is None
+
+
+@pytest.mark.parametrize(
+    "path, expected",
+    [("tests/test_train.py", True), ("pkg/tests/helpers.py", True), ("conftest.py", True),
+     ("model_test.py", True), ("train.py", False), ("contest/train.py", False)],
+)
+def test_is_test_path(path, expected):
+    assert is_test_path(path) is expected
+
+
+# The default rule set (Rule.default_enabled) lives in config.selected_codes; tested here beside the other
+# shared facts that the opinionated rules rely on.
+from torchlint.config import Settings, selected_codes  # noqa: E402
+
+
+def test_default_set_leaves_out_opt_in_rules_until_selected():
+    codes, defaults = ["TL101", "TL302", "TL503"], ["TL101"]
+    assert selected_codes(Settings(), codes, default_codes=defaults) == ("TL101",)
+    assert selected_codes(Settings(extend_select=("TL302",)), codes, default_codes=defaults) == ("TL101", "TL302")
+    assert selected_codes(Settings(select=("ALL",)), codes, default_codes=defaults) == tuple(codes)
+    assert selected_codes(Settings(select=("TL5",)), codes, default_codes=defaults) == ("TL503",)
+    assert selected_codes(Settings(ignore=("TL1",)), codes, default_codes=defaults) == ()
+
+
+@pytest.mark.parametrize(
+    "source, certain",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n", True),
+        ("model = model.half()\n", True),
+        ("trainer = Trainer(precision=16)\n", True),
+        ("import lightning.pytorch as pl\n", True),
+        ("from accelerate import Accelerator\n", True),
+        ("from accelerate import *\n", False),  # a star import is not in the analysis' import table
+        ("from .accelerate import helper\n", False),  # a relative import is the project's own module
+        ("import torch\nx = torch.zeros(3, dtype=torch.float16)\n", False),  # needs names: left to LibCST
+        ("model = model.half(memory_format)\n", False),
+        ("import torch\nmodel.cuda()\n", False),
+    ],
+)
+def test_mixed_precision_in_ast_only_where_the_analysis_certainly_agrees(source, certain):
+    from torchlint.device_facts import mixed_precision_in_ast
+    import ast
+
+    assert mixed_precision_in_ast(ast.parse(source)) is certain
+    if certain:
+        assert mixed_precision_evidence(analyse(source)) is not None
+from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
+        ("import torch\nmodel = model.bfloat16()\n", True),
+        ("import torch\nx = torch.zeros(3, dtype=torch.half)\n", True),
+        ("from accelerate import Accelerator\n", False),  # may as well be fp32: mixed_precision_evidence only
+        ("import lightning as L\ntrainer = L.Trainer(precision='32')\n", False),
+        ("import torch\nx = torch.zeros(3)\n", False),
+    ],
+)
+def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_bf16(source, expected):
+    assert (reduced_precision_evidence(analyse(source)) is not None) is expected
+    if expected:
+        assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one

@@ -1,0 +1,67 @@
+"""TL702 fp32-matmul-without-tf32: versions, entry points, where the fix goes, and when it is withheld."""
+
+from fixture_support import fix, lint
+from torchlint.config import Settings
+from torchlint.engine import lint_source
+from torchlint.registry import get_rule
+
+LOOP = (
+    "model = Net().cuda()\n"
+    "for x, y in loader:\n"
+    "    loss = crit(model(x.cuda()), y.cuda())\n"
+    "    loss.backward()\n"
+    "    optimizer.step()\n"
+)
+
+
+def _found(source, path="train.py", version=(2, 13)):
+    settings = Settings(select=("TL702",), torch_version=version)
+    return lint_source(source, path, [get_rule("TL702")()], settings).diagnostics
+
+
+def test_module_level_script_gets_the_setting_after_its_imports_and_a_second_fix_changes_nothing():
+    source = "import torch\n\n" + LOOP
+    fixed = fix(source, "TL702")
+    assert fixed.startswith('import torch\n\ntorch.set_float32_matmul_precision("high")\n\nmodel =')
+    assert fix(fixed, "TL702") == fixed and lint(fixed, "TL702") == []
+
+
+def test_missing_torch_import_is_added():
+    fixed = fix("from torch import nn\n\n" + LOOP, "TL702")
+    assert "import torch\n" in fixed and 'torch.set_float32_matmul_precision("high")' in fixed
+    compile(fixed, "fixed.py", "exec")
+
+
+def test_torch_imported_after_the_first_statements_gets_no_fix():
+    source = "from torch import nn\nSEED = 0\nimport torch\n" + LOOP
+    [finding] = lint(source, "TL702")
+    assert finding.fix is None and "imported after" in finding.message
+
+
+def test_one_line_main_guard_gets_no_fix():
+    source = "import torch\n\ndef main():\n" + "".join("    " + line + "\n" for line in LOOP.splitlines())
+    source += 'if __name__ == "__main__": main()\n'
+    [finding] = lint(source, "TL702")
+    assert finding.fix is None and finding.line == source.splitlines().index('if __name__ == "__main__": main()') + 1
+
+
+def test_silent_before_torch_1_12_when_matmuls_defaulted_to_tf32():
+    assert _found("import torch\n" + LOOP, version=(1, 11)) == []
+    assert len(_found("import torch\n" + LOOP, version=(1, 12))) == 1
+
+
+def test_silent_in_test_files_and_where_any_precision_setting_is_mentioned():
+    assert _found("import torch\n" + LOOP, path="tests/test_train.py") == []
+    for setting in ('torch.backends.cuda.matmul.fp32_precision = "ieee"\n', "# TF32 disabled on purpose\n",
+                    "torch.backends.fp32_precision = cfg.precision\n"):
+        assert _found("import torch\n" + setting + LOOP) == []
+
+
+def test_mixed_precision_or_a_precision_framework_keeps_it_silent():
+    assert _found("import torch\nmodel = model.half()\n" + LOOP) == []
+    assert _found("import torch\nfrom accelerate import Accelerator\n" + LOOP) == []
+
+
+def test_inference_only_scripts_are_not_training():
+    source = "import torch\nmodel = Net().cuda()\nfor x in loader:\n    print(model(x.cuda()))\n"
+    assert _found(source) == []

@@ -1,0 +1,147 @@
+"""`torchlint server`: driven over stdio with real LSP messages, as an editor would."""
+
+from __future__ import annotations
+
+import json
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls", reason="the Language Server needs the `server` extra (pygls)")
+
+SLOW = (
+    "import torch\n"
+    "\n"
+    "model = torch.nn.Linear(4, 2)\n"
+    "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # café\n"
+    "\n"
+    "def train(opt, loader):\n"
+    "    for x in loader:\n"
+    "        opt.zero_grad(set_to_none=False)\n"
+)
+WAIT_S = 60  # a bound so a broken server fails the test instead of hanging it; not a speed assertion
+
+
+class Client:
+    def __init__(self, cwd: Path) -> None:
+        self.process = subprocess.Popen([sys.executable, "-m", "torchlint", "server"], cwd=cwd,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.messages: "queue.Queue[dict]" = queue.Queue()
+        self.next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        stream = self.process.stdout
+        while True:
+            length = None
+            while True:
+                line = stream.readline()
+                if not line:
+                    return
+                if line in (b"\r\n", b"\n"):
+                    break
+                name, _, value = line.decode().partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            self.messages.put(json.loads(stream.read(length)))
+
+    def send(self, message: dict) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.process.stdin.flush()
+
+    def request(self, method: str, params: dict) -> dict:
+        self.next_id += 1
+        self.send({"id": self.next_id, "method": method, "params": params})
+        return self.wait(lambda m: m.get("id") == self.next_id and "method" not in m)
+
+    def notify(self, method: str, params: dict) -> None:
+        self.send({"method": method, "params": params})
+
+    def wait(self, matches) -> dict:
+        while True:
+            message = self.messages.get(timeout=WAIT_S)
+            if matches(message):
+                return message
+
+    def diagnostics(self, uri: str) -> list:
+        message = self.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics"
+                            and m["params"]["uri"] == uri)
+        return message["params"]["diagnostics"]
+
+    def close(self) -> None:
+        try:
+            self.request("shutdown", None)
+            self.notify("exit", None)
+            self.process.wait(timeout=WAIT_S)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+@pytest.fixture
+def client(tmp_path):
+    started = Client(tmp_path)
+    yield started
+    started.close()
+
+
+def test_diagnostics_on_open_change_and_save_and_fixes_as_code_actions(client, tmp_path):
+    target = tmp_path / "train.py"
+    target.write_text(SLOW, encoding="utf-8")
+    uri = target.as_uri()
+    init = client.request("initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
+    capabilities = init["result"]["capabilities"]
+    assert capabilities["codeActionProvider"]
+    client.notify("initialized", {})
+
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": SLOW}})
+    found = client.diagnostics(uri)
+    assert [(d["code"], d["range"]["start"]) for d in found] == [
+        ("TL501", {"line": 3, "character": 50}),
+        ("TL201", {"line": 7, "character": 8}),
+    ]
+    assert all(d["source"] == "torchlint" for d in found)
+    assert found[0]["codeDescription"]["href"].endswith("docs/rules/TL501.md")
+
+    actions = client.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 8, "character": 0}},
+        "context": {"diagnostics": found},
+    })["result"]
+    by_title = {a["title"]: a for a in actions}
+    safe = by_title["Fix TL501 (per-parameter-optimizer-loop)"]
+    assert safe["kind"] == "quickfix" and safe["isPreferred"] is True
+    assert safe["edit"]["changes"][uri] == [{"range": {"start": {"line": 3, "character": 48},
+                                                       "end": {"line": 3, "character": 63}}, "newText": ""}]
+    unsafe = by_title["Fix TL201 (zero-grad-keeps-zeros) (unsafe: can change behaviour)"]
+    assert unsafe["kind"] == "refactor.rewrite" and not unsafe.get("isPreferred")
+    fix_all = by_title["Fix all safe torchlint problems"]
+    assert "foreach=False" not in fix_all["edit"]["changes"][uri][0]["newText"]
+    assert "set_to_none=False" in fix_all["edit"]["changes"][uri][0]["newText"]  # unsafe: not in fix-all
+
+    fixed = SLOW.replace(", foreach=False", "")
+    client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 2},
+                                             "contentChanges": [{"text": fixed}]})
+    assert [d["code"] for d in client.diagnostics(uri)] == ["TL201"]
+
+    (tmp_path / "torchlint.toml").write_text('ignore = ["TL201"]\n')
+    client.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
+    assert client.diagnostics(uri) == []  # the saved configuration applies
+
+
+def test_positions_are_utf16_as_lsp_requires(client, tmp_path):
+    text = 'x = "é😀"; opt = torch.optim.SGD(params, foreach=False)\nimport torch\n'
+    target = tmp_path / "emoji.py"
+    target.write_text(text, encoding="utf-8")
+    client.request("initialize", {"processId": None, "rootUri": tmp_path.as_uri(), "capabilities": {}})
+    client.notify("initialized", {})
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": target.as_uri(), "languageId": "python",
+                                                            "version": 1, "text": text}})
+    (finding,) = client.diagnostics(target.as_uri())
+    column = text.index("foreach")  # code points
+    assert finding["range"]["start"]["character"] == column + 1  # the emoji is two UTF-16 units

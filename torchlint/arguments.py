@@ -1,0 +1,46 @@
+"""Rewrite a call's keyword arguments while keeping its layout (one line, or one argument per line)."""
+
+from __future__ import annotations
+
+from typing import List
+
+import libcst as cst
+
+_NO_SPACE = cst.SimpleWhitespace("")
+
+
+def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
+    """``name=value``, written without spaces as PEP 8 asks for keywords."""
+    return cst.Arg(keyword=cst.Name(name), value=value,
+                   equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE))
+
+
+def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:
+    """``call`` with ``name=value``: the existing keyword's value replaced, or a new last argument.
+
+    A new argument follows the call's layout: after a trailing comma that ends a line, it goes on a line
+    of its own (with the separator the other arguments use) and keeps the trailing comma.
+    """
+    args: List[cst.Arg] = list(call.args)
+    for index, arg in enumerate(args):
+        if arg.keyword is not None and arg.keyword.value == name:
+            args[index] = arg.with_changes(value=value)
+            return call.with_changes(args=args)
+    new_arg = keyword(name, value)
+    if not args:
+        return call.with_changes(args=[new_arg])
+    last = args[-1]
+    trailing = last.comma
+    if trailing is cst.MaybeSentinel.DEFAULT:
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+    else:
+        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
+            separator = args[-2].comma
+        elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):  # `f(\n    x,\n)`
+            separator = cst.Comma(whitespace_after=call.whitespace_before_args)
+        else:
+            separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        args[-1] = last.with_changes(comma=separator)
+        new_arg = new_arg.with_changes(comma=trailing)
+    args.append(new_arg)
+    return call.with_changes(args=args)

@@ -1,0 +1,71 @@
+"""Per-file settings, as Ruff resolves them: each file uses the closest configuration file above it.
+
+``--config FILE`` overrides that for every file. Command-line options go on top of whichever file applies,
+so ``torchlint check a.py sub/b.py`` and ``torchlint check sub/b.py a.py`` give the same results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Tuple
+
+from torchlint.config import Settings, find_config, load_config
+
+
+@dataclass(frozen=True)
+class CliOverrides:
+    """What the command line changes in every file's settings (Ruff's order: select replaces the file's
+    whole selection, ignores included; extend-select and ignore add to it)."""
+
+    select: Optional[Tuple[str, ...]] = None
+    extend_select: Tuple[str, ...] = ()
+    ignore: Tuple[str, ...] = ()
+    torch_version: Optional[Tuple[int, int]] = None
+    unsafe_fixes: Optional[bool] = None
+
+    def apply(self, settings: Settings) -> Settings:
+        if self.select is not None:
+            settings = replace(settings, select=self.select, ignore=(), extend_select=())
+        changes: dict = {}
+        if self.extend_select:
+            changes["extend_select"] = settings.extend_select + self.extend_select
+        if self.ignore:
+            changes["ignore"] = settings.ignore + self.ignore
+        if self.torch_version is not None:
+            changes["torch_version"] = self.torch_version
+        if self.unsafe_fixes is not None:
+            changes["unsafe_fixes"] = self.unsafe_fixes
+        return replace(settings, **changes)
+
+
+@dataclass(frozen=True)
+class ConfigTree:
+    """Settings for any path; picklable, so worker processes resolve the same settings the parent did."""
+
+    overrides: CliOverrides = CliOverrides()
+    config: Optional[Path] = None  # --config: one file for every path
+    cwd: Path = Path(".")  # where files without any configuration file are anchored (resolved)
+
+    def for_path(self, path: Path) -> Settings:
+        """The settings for a file or folder (a folder's own configuration file applies to it)."""
+        folder = path if path.is_dir() else path.parent
+        return _settings_for_folder(self, Path(folder).resolve() if str(folder) else self.cwd)
+
+
+@lru_cache(maxsize=1024)
+def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
+    path = tree.config if tree.config is not None else find_config(folder)
+    return tree.overrides.apply(_load(path) if path is not None else Settings(root=tree.cwd))
+
+
+@lru_cache(maxsize=256)
+def _load(path: Path) -> Settings:
+    return load_config(path)
+
+
+def forget_configuration_files() -> None:
+    """Read configuration files afresh (a new command in the same process: tests, the editor server)."""
+    _settings_for_folder.cache_clear()
+    _load.cache_clear()

@@ -1,0 +1,353 @@
+"""Jupyter notebooks: check and fix the code cells of an ``.ipynb`` as one program.
+
+A notebook runs top to bottom in one namespace (imports in cell 1, the training loop in cell 5), so its code
+cells are joined into one Python text and analysed together. Each cell starts with a marker comment line
+(``# torchlint-cell N``) that maps findings back to ``train.ipynb:cell N:line:col`` and, after fixing,
+splits the text back into cells. IPython syntax is not Python: line magics, shell escapes and help
+(``%time``, ``!pip``, ``x = !ls``, ``model?``) stand in the program as ``pass`` placeholders and are put back
+verbatim; cells that start with a cell magic (``%%bash``) are left out entirely. Writing back replaces only
+the sources of the cells that changed, and the JSON keeps its key order, indentation, outputs and metadata:
+each changed source is spliced into the original text, so every other byte stays as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from torchlint.cache import Cache
+from torchlint.discovery import display_path
+from torchlint.engine import error_diagnostic, fix_source, lint_source
+from torchlint.fileio import SourceError, read_bytes, write_atomic
+from torchlint.rule import Diagnostic, Edit
+from torchlint.runner import FileResult, Job, rules_for
+
+_MARKER = "# torchlint-cell {}"
+_MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")
+_PLACEHOLDER = "pass  # torchlint-magic {}"
+_PLACEHOLDER_LINE = re.compile(r"^(\s*)pass  # torchlint-magic (\d+)$")
+# IPython-only lines: magics, shell escapes, help, and their assigned forms (`files = !ls`).
+_MAGIC = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!])")
+_HELP = re.compile(r"^\s*[\w.]+\s*\?\??\s*$")
+
+
+class NotebookError(Exception):
+    """Not a notebook torchlint can read: reported as TL000."""
+
+
+def is_ipython_line(line: str) -> bool:
+    return bool(_MAGIC.match(line) or _HELP.match(line))
+
+
+def cell_source(cell: Dict[str, Any]) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else str(source)
+
+
+@dataclass
+class NotebookProgram:
+    """The code cells of one notebook as one Python text, with the map back to cells."""
+
+    notebook: Dict[str, Any]
+    raw: str
+    text: str
+    # program line (1-based; index 0 unused) -> (cell number, 1-based; line in that cell, 0 for the marker)
+    line_map: List[Tuple[int, int]]
+    cells: List[int]  # the cell numbers in the program, in order
+    magics: List[str] = field(default_factory=list)  # placeholder number -> the original line, unindented
+
+    @classmethod
+    def parse(cls, raw: str) -> "NotebookProgram":
+        try:
+            notebook = json.loads(raw)
+        except ValueError as exc:
+            raise NotebookError(f"not a valid notebook: {exc}") from None
+        cells = notebook.get("cells") if isinstance(notebook, dict) else None
+        if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
+            raise NotebookError("not a valid notebook: no list of cells (nbformat 4 is required)")
+        lines: List[str] = []
+        line_map: List[Tuple[int, int]] = [(0, 0)]
+        program = cls(notebook, raw, "", line_map, [])
+        for index, cell in enumerate(cells):
+            source = cell_source(cell)
+            if cell.get("cell_type") != "code" or source.lstrip().startswith("%%"):
+                continue  # markdown, raw, or a cell magic (%%bash, %%timeit...): not Python
+            number = index + 1
+            program.cells.append(number)
+            lines.append(_MARKER.format(number))
+            line_map.append((number, 0))
+            for line_number, line in enumerate(source.splitlines(), start=1):
+                if is_ipython_line(line):
+                    program.magics.append(line.lstrip())
+                    line = line[: len(line) - len(line.lstrip())] + _PLACEHOLDER.format(len(program.magics) - 1)
+                lines.append(line)
+                line_map.append((number, line_number))
+        program.text = "\n".join(lines) + "\n" if lines else ""
+        return program
+
+    # --- positions -----------------------------------------------------------------------------
+    def locate(self, line: int, column: int) -> Tuple[int, int, int]:
+        """(cell, line, column) of a program position; a marker line stands for the start of its cell."""
+        line = min(max(line, 1), len(self.line_map) - 1) if len(self.line_map) > 1 else 1
+        cell, cell_line = self.line_map[line] if len(self.line_map) > 1 else (1, 1)
+        return (cell, 1, 1) if cell_line == 0 else (cell, cell_line, column)
+
+    def to_cells(self, d: Diagnostic) -> Diagnostic:
+        cell, line, column = self.locate(d.line, d.column)
+        end_cell, end_line, end_column = self.locate(d.end_line, d.end_column)
+        if end_cell != cell:
+            end_line, end_column = line, column
+        edits = tuple(self._edit(e, cell) for e in d.edits)
+        return replace(d, cell=cell, line=line, column=column, end_line=end_line, end_column=end_column,
+                       edits=() if None in edits else edits)
+
+    def _edit(self, edit: Edit, cell: int) -> Optional[Edit]:
+        start_cell, line, column = self.locate(edit.line, edit.column)
+        end_cell, end_line, end_column = self.locate(edit.end_line, edit.end_column)
+        if start_cell != cell or end_cell != cell:
+            return None  # an edit outside the finding's cell cannot be given in its coordinates
+        return Edit(line, column, end_line, end_column, edit.content)
+
+    # --- writing back --------------------------------------------------------------------------
+    def cell_sources(self, fixed: str) -> Optional[Dict[int, str]]:
+        """Cell number -> new source, from a fixed program; None when the cells cannot be told apart."""
+        chunks: Dict[int, List[str]] = {}
+        order: List[int] = []
+        preamble: List[str] = []
+        current: Optional[List[str]] = None
+        for line in fixed.splitlines():
+            marker = _MARKER_LINE.match(line)
+            if marker:
+                order.append(int(marker.group(1)))
+                current = chunks.setdefault(order[-1], [])
+                continue
+            (current if current is not None else preamble).append(line)
+        if order != self.cells:
+            return None
+        if preamble and order:  # something a fix put above the first marker (an import) opens the first cell
+            chunks[order[0]] = preamble + chunks[order[0]]
+        used: List[int] = []
+        sources: Dict[int, str] = {}
+        for number, lines in chunks.items():
+            restored = []
+            for line in lines:
+                placeholder = _PLACEHOLDER_LINE.match(line)
+                if placeholder:
+                    used.append(int(placeholder.group(2)))
+                    line = placeholder.group(1) + self.magics[used[-1]]
+                restored.append(line)
+            original = cell_source(self.notebook["cells"][number - 1])
+            text = "\n".join(restored)
+            sources[number] = text + "\n" if original.endswith("\n") and restored else text
+        if sorted(used) != list(range(len(self.magics))):
+            return None
+        return sources
+
+    def rewritten(self, fixed: str) -> Optional[str]:
+        """The notebook's JSON text with the changed cells' sources replaced in place, every other byte
+        kept; None if that cannot be done faithfully (the cells cannot be told apart after fixing)."""
+        sources = self.cell_sources(fixed)
+        if sources is None:
+            return None
+        expected = json.loads(self.raw)
+        changes = []
+        for number, text in sources.items():
+            cell = expected["cells"][number - 1]
+            if text != cell_source(cell):
+                cell["source"] = text.splitlines(keepends=True) if isinstance(cell.get("source"), list) else text
+                changes.append((number - 1, cell["source"]))
+        spans = _source_spans(self.raw)
+        if spans is None or any(index not in spans for index, _ in changes):
+            return None
+        ensure_ascii = "\\u" in self.raw and self.raw.isascii()
+        out = self.raw
+        for index, value in sorted(changes, key=lambda change: -spans[change[0]][0]):
+            start, end = spans[index]
+            out = out[:start] + _encode_like(value, self.raw, start, end, ensure_ascii) + out[end:]
+        return out if json.loads(out) == expected else None
+
+
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _source_spans(raw: str) -> Optional[Dict[int, Tuple[int, int]]]:
+    """Where each cell's ``"source"`` value lies in the JSON text (cell index -> (start, end))."""
+    decoder = json.JSONDecoder()
+    spans: Dict[int, Tuple[int, int]] = {}
+
+    def skip(i: int) -> int:
+        return _WHITESPACE.match(raw, i).end()  # type: ignore[union-attr]
+
+    def value_end(i: int) -> int:
+        return decoder.raw_decode(raw, i)[1]
+
+    def members(i: int, on_member) -> int:
+        """Walk the object starting at ``raw[i] == "{"``; returns the index after its ``}``."""
+        if raw[i] != "{":
+            raise ValueError("expected an object")
+        i = skip(i + 1)
+        if raw[i] == "}":
+            return i + 1
+        while True:
+            if raw[i] != '"':
+                raise ValueError("expected a key")
+            key, i = json.decoder.scanstring(raw, i + 1)
+            i = skip(i)
+            if raw[i] != ":":
+                raise ValueError("expected ':'")
+            i = skip(on_member(key, skip(i + 1)))
+            if raw[i] == "}":
+                return i + 1
+            if raw[i] != ",":
+                raise ValueError("expected ','")
+            i = skip(i + 1)
+
+    def top(key: str, i: int) -> int:
+        if key != "cells" or raw[i] != "[":
+            return value_end(i)
+        i, index = skip(i + 1), 0
+        if raw[i] == "]":
+            return i + 1
+        while True:
+            def in_cell(name: str, j: int, index: int = index) -> int:
+                end = value_end(j)
+                if name == "source":
+                    spans[index] = (j, end)
+                return end
+
+            i = skip(members(i, in_cell))
+            index += 1
+            if raw[i] == "]":
+                return i + 1
+            if raw[i] != ",":
+                raise ValueError("expected ','")
+            i = skip(i + 1)
+
+    try:
+        members(skip(0), top)
+    except (ValueError, IndexError):
+        return None
+    return spans
+
+
+def _replace_items(old: str, lines: List[str], ensure_ascii: bool) -> Optional[str]:
+    """The old JSON list with only its changed strings replaced, when it holds as many items as ``lines``."""
+    decoder = json.JSONDecoder()
+    spans = []
+    i = _WHITESPACE.match(old, 1).end()  # type: ignore[union-attr]
+    try:
+        while old[i] != "]":
+            item, end = decoder.raw_decode(old, i)
+            spans.append((i, end, item))
+            i = _WHITESPACE.match(old, end).end()  # type: ignore[union-attr]
+            if old[i] == ",":
+                i = _WHITESPACE.match(old, i + 1).end()  # type: ignore[union-attr]
+    except (ValueError, IndexError):
+        return None
+    if len(spans) != len(lines):
+        return None
+    out = old
+    for (begin, end, item), line in reversed(list(zip(spans, lines))):
+        if item != line:
+            out = out[:begin] + json.dumps(line, ensure_ascii=ensure_ascii) + out[end:]
+    return out
+
+
+def _encode_like(value: Any, raw: str, start: int, end: int, ensure_ascii: bool) -> str:
+    """A cell's new source as JSON, laid out like the value it replaces (one item per line, same indents)."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=ensure_ascii)
+    if not value:
+        return "[]"
+    old = raw[start:end]
+    in_place = _replace_items(old, value, ensure_ascii)
+    if in_place is not None:
+        return in_place
+    line_start = raw.rfind("\n", 0, start) + 1
+    key_indent = re.match(r"[ \t]*", raw[line_start:start]).group(0)  # type: ignore[union-attr]
+    unit = re.search(r"\n([ \t]+)\S", raw)
+    item = re.search(r"\n([ \t]*)\S", old)
+    close = re.search(r"\n([ \t]*)\]$", old)
+    items = [json.dumps(line, ensure_ascii=ensure_ascii) for line in value]
+    if "\n" not in raw:  # a notebook on one line
+        return "[" + ",".join(items) + "]"
+    item_indent = item.group(1) if item else key_indent + (unit.group(1) if unit else " ")
+    close_indent = close.group(1) if close else key_indent
+    return "[\n" + ",\n".join(item_indent + text for text in items) + "\n" + close_indent + "]"
+
+
+@dataclass
+class NotebookResult(FileResult):
+    """A notebook's result: its fix shown as per-cell diffs."""
+
+    cell_changes: List[Tuple[int, str, str]] = field(default_factory=list)  # (cell, before, after)
+
+
+def process_notebook(path: Path, job: Job) -> FileResult:
+    shown = display_path(path)
+    try:
+        data = read_bytes(path)
+    except SourceError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
+    return process_notebook_data(data, shown, path, job)
+
+
+def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> FileResult:
+    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``."""
+    try:
+        raw = data.decode("utf-8-sig")
+        program = NotebookProgram.parse(raw)
+    except UnicodeDecodeError:
+        return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
+    except NotebookError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc))])
+    rules = rules_for(job.settings, path)
+    cache, key = None, ""
+    if job.cache_dir is not None:
+        cache = Cache(job.cache_dir)
+        key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
+                        "notebook+edits" if job.with_edits else "notebook")
+        cached = cache.get(key, shown)
+        if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
+            return FileResult(shown, cached)
+    if not program.text:
+        return FileResult(shown, [])
+    if job.mode == "check":
+        outcome = lint_source(program.text, shown, rules, job.settings, job.with_edits)
+        result = FileResult(shown, [program.to_cells(d) for d in outcome.diagnostics])
+        if cache is not None:
+            cache.put(key, result.diagnostics)
+        return result
+    return _fix(path, shown, program, rules, job)
+
+
+def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
+    outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe)
+    remaining = [program.to_cells(d) for d in outcome.errors + outcome.remaining]
+    result = NotebookResult(shown, remaining, outcome.applied)
+    if outcome.source == program.text:
+        return result
+    sources = program.cell_sources(outcome.source)
+    rewritten = program.rewritten(outcome.source)
+    if sources is None or rewritten is None:
+        why = "its cells could not be told apart after fixing" if sources is None else (
+            "its JSON could not be rewritten faithfully")
+        result.diagnostics.insert(0, error_diagnostic(shown, f"fixes not applied to this notebook: {why}"))
+        result.applied.clear()
+        return result
+    result.original, result.fixed = program.raw, rewritten
+    for number, text in sources.items():
+        before = cell_source(program.notebook["cells"][number - 1])
+        if text != before:
+            result.cell_changes.append((number, before, text))
+    if job.apply:
+        try:
+            write_atomic(Path(os.path.realpath(path)), rewritten.encode("utf-8"))
+            result.written = True
+        except OSError as exc:
+            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
+    return result

@@ -1,0 +1,168 @@
+"""Is this file a training script, and does a statement in it run on every run of it?
+
+File-level rules (mixed precision, cuDNN autotuning, fused optimizers, deterministic algorithms, debug
+APIs) report only in code that trains: a file with a training loop (a loop that calls ``backward()`` or
+steps an optimizer). Library code that defines models but never trains them has none, and stays silent.
+They also need to know whether a setting is made on every run, or only under a flag (``if args.debug:``),
+which is the author's decision and not a finding.
+
+Each fact has a LibCST form (for ``check``) and a stdlib-``ast`` form for the pre-filter stage, which
+answers False only where the LibCST form certainly does.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, LoopInfo
+
+_MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
+# A training loop calls `backward(` or `.step(`. Two searches with a literal prefix are several times
+# faster than one alternation, whose first-character set matches nearly everywhere.
+_BACKWARD_TEXT = re.compile(r"backward\s*\(")
+_STEP_TEXT = re.compile(r"step\s*\(")
+
+
+def may_train(text: str) -> bool:
+    """The text stage of "this file has a training loop" (a superset: ``def step(`` passes too)."""
+    return bool(_BACKWARD_TEXT.search(text) or _STEP_TEXT.search(text))
+
+
+def may_use_cuda(text: str) -> bool:
+    """The text stage of ``cuda_evidence``: ``.cuda()``, ``.to(...)`` or a device."""
+    return "cuda" in text or "device" in text or ".to(" in text
+
+
+def any_of(text: str, *words: str) -> bool:
+    """Some word occurs in the text (plain substring searches: faster than a regex alternation)."""
+    return any(word in text for word in words)
+
+
+def first_training_loop(analysis: FileAnalysis) -> Optional[LoopInfo]:
+    """The first loop (in source order) that runs a training step per iteration."""
+    return next(iter(analysis.training_loops()), None)
+
+
+def loop_header(loop: LoopInfo) -> cst.CSTNode:
+    """What a file-level finding points at: the loop's iterable (``for x in loader``) or its test."""
+    node = loop.node
+    return node.iter if isinstance(node, cst.For) else node.test
+
+
+def is_main_guard(test: cst.BaseExpression) -> bool:
+    """``if __name__ == "__main__":``: the script's entry point, not a condition."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    sides = [test.left, test.comparisons[0].comparator]
+    names = [s for s in sides if isinstance(s, cst.Name) and s.value == "__name__"]
+    strings = [s for s in sides if isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__"]
+    return bool(names and strings)
+
+
+def condition_around(analysis: FileAnalysis, node: cst.CSTNode) -> Optional[cst.CSTNode]:
+    """The innermost ``if``/``else``, conditional expression, ``and``/``or``, ``while`` test or ``except``
+    between ``node`` and its function (or module), or None. The ``__main__`` guard does not count."""
+    child = node
+    for ancestor in analysis.ancestors(node):
+        if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return None
+        if isinstance(ancestor, cst.If) and not (is_main_guard(ancestor.test) and child is ancestor.body):
+            return ancestor
+        if isinstance(ancestor, (cst.Else, cst.IfExp, cst.BooleanOperation, cst.ExceptHandler, cst.ExceptStarHandler)):
+            return ancestor
+        if isinstance(ancestor, cst.While) and child is ancestor.test:
+            return ancestor
+        child = ancestor
+    return None
+
+
+def runs_on_every_run(analysis: FileAnalysis, node: cst.CSTNode, depth: int = 0) -> bool:
+    """True where ``node`` runs whenever the script runs: at module level or in ``main()``, not under a
+    condition, and, inside a function, only if some call of that function in this file does too. A function
+    the file never calls (a helper for other files) is not known to run: False."""
+    if condition_around(analysis, node) is not None:
+        return False
+    function = analysis.function_of(node)
+    if function is None:
+        return True
+    if depth >= _MAX_CALL_DEPTH or not isinstance(function.node, cst.FunctionDef):
+        return False
+    for call in analysis.calls_by_name.get(function.name, ()):
+        if analysis.contains(function.node, call):
+            continue  # recursion
+        if runs_on_every_run(analysis, call, depth + 1):
+            return True
+    return False
+
+
+# --- the same facts on the stdlib ast (pre-filter stage) ---------------------------------------------
+
+_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
+_TRAINING_CALLS = {"backward", "step"}
+
+
+@dataclass
+class AstFacts:
+    """What the pre-filter stages of the file-level rules ask of a file, from one walk of its ``ast``."""
+
+    calls_by_name: Dict[str, List[ast.Call]] = field(default_factory=dict)  # by the called name's last part
+    # A ``backward``/``step`` call inside a loop of the same function: a superset of the calls that make
+    # ``FileAnalysis`` call a loop a training loop.
+    has_training_loop: bool = False
+    # A ``.cuda()`` / ``.to(...)`` call or a ``device=`` argument: a superset of ``cuda_evidence``.
+    may_use_cuda: bool = False
+    # Top-level packages imported (absolute imports without ``*``, as ``FileAnalysis.imports``).
+    imported_roots: Set[str] = field(default_factory=set)
+
+
+_last: Tuple[Optional[ast.AST], Optional[AstFacts]] = (None, None)
+
+
+def ast_facts(tree: ast.AST) -> AstFacts:
+    """The facts of ``tree``; the last tree's are kept, so every rule's stage shares one walk per file."""
+    global _last
+    if _last[0] is tree:
+        return _last[1]  # type: ignore[return-value]
+    facts = AstFacts()
+    stack: List[Tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, in_loop = stack.pop()
+        if isinstance(node, ast.Call):
+            name = ast_call_name(node)
+            if name is not None:
+                facts.calls_by_name.setdefault(name, []).append(node)
+                if in_loop and name in _TRAINING_CALLS:
+                    facts.has_training_loop = True
+                if name in ("cuda", "to"):
+                    facts.may_use_cuda = True
+            if not facts.may_use_cuda and any(keyword.arg == "device" for keyword in node.keywords):
+                facts.may_use_cuda = True
+        elif isinstance(node, ast.Import):
+            facts.imported_roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
+                facts.imported_roots.add(node.module.split(".")[0])
+        inner = False if isinstance(node, _FUNCTION_NODES) else in_loop or isinstance(node, _LOOP_NODES)
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    _last = (tree, facts)
+    return facts
+
+
+def ast_has_training_loop(tree: ast.AST) -> bool:
+    return ast_facts(tree).has_training_loop
+
+
+def ast_call_name(call: ast.Call) -> Optional[str]:
+    """The called name's last part, as ``analysis.call_name``."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
