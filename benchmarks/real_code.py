@@ -1,6 +1,7 @@
 """Run torchlint on a folder of real code and say, per rule, what it found and whether its fixes hold up.
 
-    python benchmarks/real_code.py DIR [DIR ...] [--jobs N] [--build-check] [--findings FILE] [--labels FILE]
+    python benchmarks/real_code.py DIR [DIR ...] [--select CODES] [--jobs N] [--build-check] [--findings FILE]
+                                   [--labels FILE]
 
 Works on a temporary copy of the ``.py`` files (the folders themselves are never written). Steps:
 
@@ -63,8 +64,11 @@ def digests(tree: Path) -> Dict[str, str]:
     }
 
 
+SELECT: List[str] = []  # --select, passed to every torchlint run
+
+
 def torchlint(args: List[str], cwd: Path, jobs: int) -> Tuple[subprocess.CompletedProcess, float]:
-    command = [sys.executable, "-m", "torchlint", *args, "--no-cache", "--jobs", str(jobs), "."]
+    command = [sys.executable, "-m", "torchlint", *args, *SELECT, "--no-cache", "--jobs", str(jobs), "."]
     start = time.perf_counter()
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
@@ -186,9 +190,12 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--build-check", action="store_true", help="import and build each changed file (torch)")
     parser.add_argument("--build-timeout", type=float, default=60.0)
+    parser.add_argument("--select", help="rule codes or prefixes, as torchlint's --select (default: all)")
     parser.add_argument("--findings", type=Path, help="write every finding here")
     parser.add_argument("--labels", type=Path, help="a reviewer's verdicts, to count right/arguable/wrong")
     args = parser.parse_args(list(argv) or None)
+    if args.select:
+        SELECT[:] = ["--select", args.select]
 
     with tempfile.TemporaryDirectory(prefix="torchlint-real-") as tmp:
         work, original = Path(tmp) / "work", Path(tmp) / "original"
