@@ -109,6 +109,7 @@ class TensorCreatedThenMoved(Rule):
     message = "the tensor is made on the CPU and then copied to the GPU; pass `device=` to the factory instead"
     summary = "Tensor created on the CPU and immediately moved to the GPU"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     required_patterns = (r"\.(?:cuda|to)\s*\(", _FACTORY_TEXT.pattern)
 
     has_ast_prefilter = True

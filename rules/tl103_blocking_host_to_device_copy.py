@@ -84,6 +84,7 @@ class BlockingHostToDeviceCopy(Rule):
                "(with `pin_memory=True` on the DataLoader) so the copy overlaps with compute")
     summary = "Batch copied host-to-device without non_blocking=True"
     fix_availability = FixAvailability.ALWAYS
+    fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     required_patterns = (r"(?i)loader|_dl\b|\bdl\b|\bdl_", r"\.(?:to|cuda)\s*\(")
 
     has_ast_prefilter = True

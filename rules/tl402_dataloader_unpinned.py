@@ -81,6 +81,7 @@ class DataloaderUnpinned(Rule):
                "so each copy is one DMA transfer that can overlap with compute")
     summary = "DataLoader feeding the GPU without pin_memory=True"
     fix_availability = FixAvailability.ALWAYS
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"DataLoader", r"\.(?:to|cuda)\s*\(", r"backward|\.step\s*\(")
 
     has_ast_prefilter = True

@@ -87,6 +87,7 @@ class DataloaderWorkersRestart(Rule):
                "`persistent_workers=True` to keep them")
     summary = "DataLoader workers restarted every epoch (no persistent_workers=True)"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,",
                          r"backward|\.step\s*\(")
 

@@ -140,7 +140,7 @@ class PerParameterOptimizerLoop(Rule):
     )
     summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
     fix_availability = FixAvailability.SOMETIMES
-    fix_applicabilities = (Applicability.SAFE,)
+    fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     required_patterns = (
         r"param|state_dict|foreach",  # a cheap literal gate first: most files stop here
         r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",

@@ -100,6 +100,7 @@ class OptimizerNotFused(Rule):
     )
     summary = "Adam/AdamW/SGD trained on CUDA without fused=True"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
 
     has_ast_prefilter = True

@@ -105,6 +105,7 @@ class Fp32MatmulWithoutTf32(Rule):
     )
     summary = "fp32 CUDA training script that never enables TF32 matmuls"
     fix_availability = FixAvailability.SOMETIMES
+    fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"backward|\.step\(", r"cuda|device|\.to\(")
 
     @classmethod
