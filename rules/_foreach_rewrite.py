@@ -25,7 +25,7 @@ Anything it cannot lift exactly raises ``NoFix`` with the reason, which the find
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
@@ -337,6 +337,12 @@ class LoopRewriter:
             if kind is not None:
                 if kind == "reads_values" and tensor_statements:
                     raise NoFix(f"`{self._short(small)}` reads a tensor after the loop body has updated it")
+                if kind == "host_in_place" and tensor_statements:
+                    # a 0-d tensor changed in place: a scalar collected from it would see the later value
+                    raise NoFix(f"`{self._short(small)}` changes a scalar tensor after the updates that use it")
+                if kind == "filter" and tensor_statements:
+                    # the updates above it run for every parameter, the ones below only for those it lets through
+                    raise NoFix(f"`{self._short(small)}` skips parameters after some of their updates")
                 first_pass.add(index)
                 continue
             self._check_tensor_statement(small)
@@ -358,6 +364,9 @@ class LoopRewriter:
         """How ``small`` stays in the first pass: "filter", "state", "init", "alias", "host"; None: a tensor op."""
         if isinstance(small, cst.If):
             if len(small.body.body) == 1 and self._is_exit(small.body.body[0]) and small.orelse is None:
+                computed = sorted(_names(small.test) & self.tensor_names)
+                if computed:
+                    raise NoFix(f"`if {self._short(small.test)}:` tests `{computed[0]}`, a tensor the loop computes")
                 if not self._is_metadata_test(small.test):
                     raise NoFix(f"`if {self._short(small.test)}:` depends on tensor values")
                 return "filter"
@@ -414,11 +423,12 @@ class LoopRewriter:
                 if not self._is_host_expr(small.value):
                     raise NoFix(f"`{self._short(small)}` mixes a host scalar with a tensor")
                 self.hosts[target.value].bound_at = index
-                return "host"
-            if isinstance(target, cst.Subscript) and self._state_entry_kind(target) in ("host_tensor", "number"):
+                return "host_in_place" if self.hosts[target.value].maybe_tensor else "host"
+            kind = self._state_entry_kind(target) if isinstance(target, cst.Subscript) else None
+            if kind in ("host_tensor", "number"):
                 if not self._is_host_expr(small.value):
                     raise NoFix(f"`{self._short(small)}` mixes a host scalar with a tensor")
-                return "host"
+                return "host_in_place" if kind == "host_tensor" else "host"
             return None
         if isinstance(small, cst.Raise):
             return "filter"
@@ -634,7 +644,7 @@ class LoopRewriter:
             return not (_names(expr) & self._per_param_tensor_names())
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in _METADATA_ATTRS and expr.attr.value != "grad":
-                return True
+                return not (_names(expr) & self.tensor_names)  # a temporary does not exist in the first pass
             return not (_names(expr) & self._per_param_tensor_names())
         if isinstance(expr, cst.Call):
             name = call_name(expr)
@@ -645,7 +655,7 @@ class LoopRewriter:
             if dotted.startswith(_PURE_HOST_MODULES):
                 return args_host
             if isinstance(expr.func, cst.Attribute) and name in _METADATA_METHODS:
-                return True
+                return not (_names(expr) & self.tensor_names)
             if isinstance(expr.func, cst.Attribute) and name == "item":
                 root = self._root_key(expr.func.value)
                 return root is not None and root[1] == "host_tensor" or (
@@ -733,11 +743,11 @@ class LoopRewriter:
             if expr.attr.value == "grad":  # `p.grad is None`
                 return self._root_key(expr) is not None
             if expr.attr.value in _METADATA_ATTRS:
-                return True
+                return not (_names(expr) & self.tensor_names)
             return self._is_invariant(expr)
         if isinstance(expr, cst.Call):
             if isinstance(expr.func, cst.Attribute) and call_name(expr) in _METADATA_METHODS:
-                return True
+                return not (_names(expr) & self.tensor_names)
             if call_name(expr) == "isinstance":
                 return True
         if isinstance(expr, cst.Name):

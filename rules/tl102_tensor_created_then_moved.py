@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from typing import List, Optional, Tuple
 
 import libcst as cst
@@ -11,6 +10,7 @@ import libcst as cst
 from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
+from torchlint.loader_prefilter import may_chain_factory_into_move
 from torchlint.device_facts import CPU, CUDA, device_kind, is_test_path, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
@@ -27,7 +27,6 @@ FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"}
 # Arguments of a factory that make the move part of the point, or that the fix cannot carry over.
 _KEEP_AS_IS = {"pin_memory", "out", "layout"}
 _FLOAT_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16"}
-_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
 
 
 class TensorCreatedThenMoved(Rule):
@@ -39,8 +38,10 @@ class TensorCreatedThenMoved(Rule):
 
     Silent when the destination is provably the CPU (`"cpu"`, `torch.device("cpu")`, a name bound to one)
     or cannot be read as a device at all (`.to(x)` where `x` may be a dtype or a tensor), when the factory
-    takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), and in
-    tests (pytest files, `tests/` folders). Also silent, because there is nothing to gain or the claim
+    takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), a
+    `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
+    tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
+    files, `tests/` folders). Also silent, because there is nothing to gain or the claim
     could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
@@ -48,6 +49,9 @@ class TensorCreatedThenMoved(Rule):
     - `torch.zeros_like(x).cuda()` and the other `*_like` factories: they make the tensor on `x`'s device,
       which may already be the GPU (then the move is a no-op).
     - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
+    - a random factory in a function (or script) that forks, saves or restores the RNG state itself
+      (`torch.random.fork_rng`, `get_rng_state`/`set_rng_state`): drawing on the CPU is then usually the
+      point (the same numbers on every device and replica).
 
     ## Why is this slow?
     The factory allocates and fills the tensor in host memory, then `.to()` allocates it again on the GPU
@@ -110,7 +114,11 @@ class TensorCreatedThenMoved(Rule):
     summary = "Tensor created on the CPU and immediately moved to the GPU"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (r"\.(?:cuda|to)\s*\(", _FACTORY_TEXT.pattern)
+    required_patterns = (r"\.(?:cuda|to)\s*\(",)
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return super().may_fire(text, settings) and may_chain_factory_into_move(text)
 
     has_ast_prefilter = True
 
@@ -144,6 +152,13 @@ class TensorCreatedThenMoved(Rule):
             return
         if to_destination(a, move) != CUDA:
             return  # the CPU, or not readable as a device
+        own_device = keyword_arg(factory, "device")
+        if own_device is not None and device_kind(a, own_device.value) != CPU:
+            return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
+        if keyword_arg(factory, "generator") is not None:
+            return  # a generator fixes where the numbers are drawn (a CPU one cannot draw on the GPU)
+        if kind in _RANDOM and _manages_cpu_rng(a, move):
+            return  # forks or restores the RNG around the draw: the CPU numbers are the point
         shown = f"`{a.module.code_for_node(factory.func)}(...)`"
         message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; pass `device=` to the factory"
         requires_grad = keyword_arg(factory, "requires_grad")
@@ -172,6 +187,18 @@ class TensorCreatedThenMoved(Rule):
         replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
         ctx.report(move, message=message,
                    fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
+
+
+# Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
+# training script has one, and the CUDA generator is seeded by it too).
+_RNG_CALLS = {"fork_rng", "set_rng_state", "get_rng_state"}
+
+
+def _manages_cpu_rng(a: FileAnalysis, move: cst.Call) -> bool:
+    """The function around ``move`` (or the module) forks, saves or restores the RNG state itself."""
+    function = a.function_of(move)
+    scope = function.node if function is not None else a.module
+    return any(call_name(call) in _RNG_CALLS for call in a.calls_in(scope))
 
 
 def _destination(a: FileAnalysis, move: cst.Call) -> Optional[Tuple[cst.BaseExpression, bool]]:
@@ -207,9 +234,10 @@ def _certainly_a_device(a: FileAnalysis, expr: cst.BaseExpression, depth: int = 
         return a.is_qualified(expr.func, "torch.device")
     if isinstance(expr, cst.IfExp):
         return _certainly_a_device(a, expr.body, depth + 1) and _certainly_a_device(a, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Name):
-        value = a.single_value(expr.value, a.scope_of(expr))
-        return value is not None and _certainly_a_device(a, value, depth + 1)
+    if isinstance(expr, cst.Name):  # every binding of the name (in its scope, else at module level) is one
+        scope = a.scope_of(expr)
+        values = a.values_of(expr.value, scope) or a.values_of(expr.value, a.module)
+        return bool(values) and all(v is not None and _certainly_a_device(a, v, depth + 1) for v in values)
     return False
 
 

@@ -11,7 +11,7 @@ from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
-from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch
+from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch, may_name_a_loader
 from torchlint.loaders import LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -80,12 +80,16 @@ class BlockingHostToDeviceCopy(Rule):
 
     code = "TL103"
     name = "blocking-host-to-device-copy"
-    message = ("this copies a batch from the loader to the GPU and waits for it; pass `non_blocking=True` "
-               "(with `pin_memory=True` on the DataLoader) so the copy overlaps with compute")
+    message = ("blocking copy of a loader batch to the GPU; pass `non_blocking=True` (with `pin_memory=True` on "
+               "the DataLoader) so the copy overlaps with compute")
     summary = "Batch copied host-to-device without non_blocking=True"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (r"(?i)loader|_dl\b|\bdl\b|\bdl_", r"\.(?:to|cuda)\s*\(")
+    required_patterns = (r"\.(?:to|cuda)\s*\(",)
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return super().may_fire(text, settings) and may_name_a_loader(text)
 
     has_ast_prefilter = True
 
@@ -116,9 +120,9 @@ class BlockingHostToDeviceCopy(Rule):
         safe = from_dataloader and not written_after
         message = self.message
         if written_after:
-            message += " (the loop writes to the source tensor afterwards: check that the copy has landed first)"
+            message += " (unsafe fix: the loop writes to the source tensor after the copy)"
         elif not from_dataloader:
-            message += " (the loop's iterable is a loader only by its name: check that it yields fresh tensors)"
+            message += " (unsafe fix: a loader only by its name, which may reuse its buffers)"
         ctx.report(call, message=message,
                    fix=Fix.replace(call, _with_non_blocking(call), Applicability.SAFE if safe else Applicability.UNSAFE))
 

@@ -86,9 +86,10 @@ class DataloaderSingleProcess(Rule):
       (copy-on-write pages get touched by Python's reference counts).
 
     ## PyTorch versions
-    `num_workers` exists in every version; `persistent_workers` (see TL403) from PyTorch 1.7 and
-    `prefetch_factor` from 1.7. Since PyTorch 2.0 a warning is printed when `num_workers` exceeds the CPUs
-    available to the process.
+    `num_workers` exists in every version; `persistent_workers` (see TL403) and `prefetch_factor` from
+    PyTorch 1.7. Recent versions (2.13 included) warn when `num_workers` exceeds the CPUs the process may
+    use, which is a sign to lower it. From Python 3.14 the default start method on Linux is *forkserver*,
+    which, like spawn, needs the `__main__` guard and picklable datasets.
     """
 
     code = "TL401"

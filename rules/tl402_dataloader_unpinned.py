@@ -71,8 +71,10 @@ class DataloaderUnpinned(Rule):
     - On a machine without a GPU, `pin_memory=True` prints a warning and does nothing.
 
     ## PyTorch versions
-    `pin_memory=` exists in every version. `pin_memory_device=` (1.13+) picks a non-CUDA accelerator, and
-    from PyTorch 2.3 a loader pins for the current accelerator (CUDA, XPU, MPS...) when `pin_memory=True`.
+    `pin_memory=` exists in every version. Older 1.x releases pin for CUDA only; `pin_memory_device=` was
+    added later to pin for another device, and current 2.x releases (2.13 included) pin for the current
+    accelerator (`torch.accelerator`) and deprecate `pin_memory_device=`. Without an accelerator,
+    `pin_memory=True` warns and is ignored.
     """
 
     code = "TL402"

@@ -60,10 +60,11 @@ def _foreach_msg(ops: Iterable[str]) -> str:
 class PerParameterOptimizerLoop(Rule):
     """## What it does
     Flags loops over parameters (`for p in model.parameters()`, `for p in group["params"]`, a list of
-    parameters, `zip(ema.parameters(), model.parameters())`) whose body updates the parameters or their
+    parameters, `zip(ema.parameters(), model.parameters())`, `zip(shadow, params)`,
+    `ema.state_dict().items()` / `.values()`) whose body updates the parameters, their gradients or their
     per-parameter state in place (`p.add_(...)`, `p.data.add_(...)`, `p -= lr * p.grad`,
-    `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)`), in an
-    `torch.optim.Optimizer.step` override or in free-standing training code. The message says about how many
+    `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)` or `v *= d; v += (1 - d) * w`),
+    in a `torch.optim.Optimizer.step` override or in free-standing training code. The message says about how many
     kernel launches per parameter the loop body makes, as far as it can be read from the code.
 
     It also flags `torch.optim.<Optimizer>(..., foreach=False)`.
@@ -71,7 +72,9 @@ class PerParameterOptimizerLoop(Rule):
     It stays silent on loops that only read the parameters (counting them, logging norms), on loops that
     only initialise, copy, freeze or reset them (`nn.init.*`, `p.data.normal_()`, `q.copy_(p)`,
     `p.requires_grad_(False)`, `p.grad.zero_()`), on loops in `__init__`/`init_weights`/`reset_parameters`
-    (they run once), and on loops that only collect tensors into lists for `torch._foreach_*` calls.
+    and in tests (they run once), on loops that collect tensors into lists for later `torch._foreach_*` calls,
+    and on the deliberate per-parameter path of code that also has a foreach or fused one (a `_single_tensor_*`
+    function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
 
     ## Why is this slow?
     Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
@@ -100,19 +103,58 @@ class PerParameterOptimizerLoop(Rule):
 
     @torch.no_grad()
     def sgd_momentum_step(params, bufs, lr=0.1, momentum=0.9):
-        grads = [p.grad for p in params]
-        torch._foreach_mul_(bufs, momentum)
-        torch._foreach_add_(bufs, grads)
-        torch._foreach_add_(params, bufs, alpha=-lr)
+        # Batched with torch._foreach_*: collect the tensors per (device, dtype), then one call per op.
+        buckets = {}
+        for p, buf in zip(params, bufs):
+            buf_list, grads, param_list = buckets.setdefault(
+                (p.device, p.dtype, buf.device, buf.dtype), ([], [], [])
+            )
+            buf_list.append(buf)
+            grads.append(p.grad)
+            param_list.append(p)
+        for buf_list, grads, param_list in buckets.values():
+            torch._foreach_mul_(buf_list, momentum)
+            torch._foreach_add_(buf_list, grads)
+            torch._foreach_add_(param_list, buf_list, alpha=-lr)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     # or torchlint.runtime.AdamW, a foreach AdamW that matches torch.optim.AdamW
     ```
-    An EMA update becomes `torch._foreach_lerp_(ema_params, model_params, 1 - decay)`.
+    That is the fix's output (`params` and `bufs` are taken, so the lists get other names). An EMA update becomes
+    `torch._foreach_lerp_(ema_params, params, 1 - decay)`.
 
     ## Fix safety
-    Loops are reported without a fix: rewriting a loop body into `torch._foreach_*` calls needs the
-    lists built and every op translated, which is its own change.
+    **The loop rewrite is unsafe** (`--unsafe-fixes`). It replaces the loop with two: the first keeps the loop's
+    filters (`if p.grad is None: continue`), its lazy state initialisation and its host-side scalars
+    (`state["step"] += 1`, bias corrections) and collects each parameter's tensors into lists, one set per
+    (device, dtype) of the loop's own tensors (gradients and state follow their parameter); the second applies
+    each tensor statement of the body to whole lists, in the body's order: an in-place method (`x.mul_(b)`,
+    each link of `.mul_(b).add_(g, alpha=a)`, `x -= y`) becomes the matching `torch._foreach_<op>_`, an
+    out-of-place expression the matching `torch._foreach_<op>` bound to the variable's plural
+    (`denom` -> `denoms`), an `if` on a value that is the same for every parameter stays an `if`. Scalars that
+    differ per parameter become scalar lists (through `float()` where they may be 0-d tensors, which is what
+    an op does with a 0-d tensor passed as a scalar). What changes:
+    - the order of the work: all parameters go through one op before the next op starts. This is the same
+      result as long as no tensor appears twice (a parameter listed twice in a group, tied weights listed
+      under two names, an EMA that shares storage with the model);
+    - on the CPU every foreach call applies the same op to each tensor, so the result is bitwise the same (the
+      tests hold it to that, 10 steps of AdamW, SGD with momentum and Nesterov, RMSprop, Adagrad and Lion);
+      on CUDA the multi-tensor kernels may round the last bit differently;
+    - an EMA (`e.mul_(d).add_(p, alpha=1 - d)`, `e.copy_(d * e + (1 - d) * p)`, `v *= d; v += (1 - d) * w`,
+      `copy_(tau * p + (1 - tau) * e)`) becomes `torch._foreach_lerp_`, which computes `e + w * (p - e)`: the
+      last bit differs (about 1e-7 relative after 10 updates); the averaged tensors are converted to the
+      average's dtype first (`p.to(e.dtype)`), as the loop's `add_` promoted them;
+    - per-parameter names of the loop body that only the tensor statements bound (`denom`) no longer exist
+      after the loop (the fix is not offered where the code reads them there), and the list names it adds
+      are new names in the function;
+    - peak memory grows by the out-of-place temporaries of a whole list at once (e.g. AdamW's denominators:
+      about one extra copy of the parameters).
+
+    Where it cannot lift a loop exactly it reports the loop without a fix and says why: control flow that
+    depends on tensor values or differs per parameter (`if p.dim() > 1:`), calls it does not know, state it
+    does not see created (`self.state[p]["buf"]` without the loop's `if len(state) == 0:`), a first step that
+    differs (`if "buf" not in state: ... else: ...`), `p.data = ...`, a `state_dict()` loop that does not skip
+    integer buffers, names read after the loop, nested loops, `break`/`return`.
 
     Dropping `foreach=False` is a **safe** fix: `foreach=None` (the default) lets PyTorch pick the
     multi-tensor implementation where every parameter is a plain tensor on a device that supports it (CUDA
@@ -129,7 +171,8 @@ class PerParameterOptimizerLoop(Rule):
     ## PyTorch versions
     The multi-tensor path is the default on CUDA since PyTorch 2.0. With an older `--torch-version`,
     `foreach=None` still means the per-parameter loop, so the finding asks for `foreach=True` and has no
-    fix. The `torch._foreach_*` ops exist since 1.7 (`_foreach_lerp_` since 2.0).
+    fix. The loop rewrite needs PyTorch 2.1 (`torch._foreach_lerp_`, `torch._foreach_copy_` and the scalar-list
+    overloads it uses); with an older `--torch-version` loops are reported without a fix.
     """
 
     code = "TL501"
@@ -471,25 +514,35 @@ class _LoopBody(cst.CSTVisitor):
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             if isinstance(target.target, cst.Name):
-                name = target.target.value
-                if self._is_state(node.value):
-                    self.state_names.add(name)
-                    self.mutable.add(name)
-                    self.tracked.add(name)
-                elif self._tensorish(node.value):
-                    self.tracked.add(name)
-                    if self._is_alias(node.value):
-                        self.mutable.add(name)
+                self._bind(target.target.value, node.value)
+            elif (isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple)
+                  and len(target.target.elements) == len(node.value.elements)):
+                # exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                for element, value in zip(target.target.elements, node.value.elements):
+                    if isinstance(element.value, cst.Name):
+                        self._bind(element.value.value, value.value)
             elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "data":
                 root = self._root(target.target)
                 if root in self.params and self._is_step(node.value):
                     self.updates.append(node)  # p.data = p.data - lr * p.grad
+
+    def _bind(self, name: str, value: cst.BaseExpression) -> None:
+        if self._is_state(value):
+            self.state_names.add(name)
+            self.mutable.add(name)
+            self.tracked.add(name)
+        elif self._tensorish(value):
+            self.tracked.add(name)
+            if self._is_alias(value):
+                self.mutable.add(name)
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         root = self._root(node.target)
         if root is None or root not in self.tracked:
             return
         self.launches += 1
+        if _is_step_count(node):
+            return  # `state["step"] += 1`: bookkeeping (a python number in most optimizers), not an update
         if root in self.mutable:
             self.updates.append(node)
             op = _AUG_OPS.get(type(node.operator))
@@ -548,10 +601,11 @@ class _LoopBody(cst.CSTVisitor):
                 return None
 
     def _is_alias(self, expr: cst.BaseExpression) -> bool:
-        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name."""
+        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name
+        (``p.float()`` and ``.to(...)`` too, where the dtype already matches)."""
         while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
             if isinstance(expr, cst.Call):
-                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as")):
+                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as", "float", "to", "type_as")):
                     return False
                 expr = expr.func.value
             else:
@@ -610,6 +664,17 @@ class _LoopBody(cst.CSTVisitor):
                 return self._computes(expr.func.value)
             return self._tensorish(expr)
         return False
+
+
+def _is_step_count(node: cst.AugAssign) -> bool:
+    """``state["step"] += 1`` / ``step += 1``: a counter bumped by a literal."""
+    if not (isinstance(node.operator, cst.AddAssign) and isinstance(node.value, cst.Integer)):
+        return False
+    target = node.target
+    if isinstance(target, cst.Subscript) and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index):
+        key = target.slice[0].slice.value
+        return isinstance(key, cst.SimpleString) and "step" in key.value
+    return isinstance(target, cst.Name) and "step" in target.value
 
 
 def _names_in(expr: cst.CSTNode) -> Iterable[str]:

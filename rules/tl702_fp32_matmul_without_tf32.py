@@ -15,7 +15,7 @@ from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, R
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
-_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\btf32\b", re.IGNORECASE)
+_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
@@ -79,8 +79,11 @@ class Fp32MatmulWithoutTf32(Rule):
     bits (relative error around 1e-3 per matmul instead of 1e-6), runs are not bit-identical to earlier ones,
     and code that needs full fp32 matmul precision (some scientific code, ill-conditioned solves done with
     matmuls) can lose accuracy. Deep-learning training is generally insensitive to it; PyTorch's own docs
-    recommend it for training and it is what most GPT-style training scripts set. On older GPUs and on the
-    CPU the setting changes nothing. No fix is offered where the script starts workers with
+    recommend it for training and it is what most GPT-style training scripts set. On older GPUs the setting
+    changes nothing. It is process-wide: it also covers matmuls outside training (evaluation, metrics), and
+    since PyTorch 2.9 it sets `torch.backends.mkldnn.matmul.fp32_precision` to "tf32" as well, so oneDNN may
+    use TF32 for CPU matmuls on CPUs that support it (on the 2.13 CPU build checked here, x86 without such
+    support, CPU results stayed bitwise identical). No fix is offered where the script starts workers with
     `torch.multiprocessing.spawn` or `multiprocessing` (they do not run the `__main__` block: set it at the
     start of each worker), or where `torch` is imported only after the insertion point.
 
@@ -105,8 +108,12 @@ class Fp32MatmulWithoutTf32(Rule):
     )
     summary = "fp32 CUDA training script that never enables TF32 matmuls"
     fix_availability = FixAvailability.SOMETIMES
+    # On by default: one finding per script, only where it demonstrably trains fp32 on CUDA with no precision
+    # decision in sight (no wrong finding in 75 on the training scripts tried); the fix is unsafe (opt-in).
+    default_enabled = True
     fix_applicabilities = (Applicability.UNSAFE,)
-    required_patterns = (r"backward|\.step\(", r"cuda|device|\.to\(")
+    # A training call, an entry point (a `__main__` block or a loop at column 0), a device.
+    required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|(?m:^(?:for|while)\b)", r"cuda|device|\.to\(")
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

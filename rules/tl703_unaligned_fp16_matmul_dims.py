@@ -20,7 +20,12 @@ ALIGN = 8
 # (argument position, keyword) of each size that becomes a matmul dimension.
 _LINEAR_DIMS = ((0, "in_features"), (1, "out_features"))
 _EMBEDDING_DIMS = ((0, "num_embeddings"), (1, "embedding_dim"))
-_REDUCED_TEXT = r"autocast|GradScaler|half|bfloat16|float16"
+# `.half()`, `torch.half`, `from torch import half`, autocast, GradScaler, the dtypes.
+_REDUCED_TEXT = r"autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b"
+
+
+# Decimal integers (`_` separators allowed), or any hex/octal/binary literal (not worth decoding: "maybe").
+_INTEGER_TEXT = re.compile(r"(?<![\w.])(?:(0[xXoObB][0-9a-fA-F_]+)|([1-9][0-9_]*))(?![\w.])")
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -84,7 +89,14 @@ class UnalignedFp16MatmulDims(Rule):
     message = "fp16/bf16 layer size is not a multiple of 8: tensor-core matmuls run slower kernels"
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
     fix_availability = FixAvailability.NONE
-    required_patterns = (r"Linear|Embedding", _REDUCED_TEXT)
+    required_patterns = (r"\b(?:Linear|Embedding)\b", _REDUCED_TEXT)
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        """The patterns, then some integer literal that would be a reportable size (the ast stage's test)."""
+        if not super().may_fire(text, settings):
+            return False
+        return any(match.group(1) or _unaligned(int(match.group(2).replace("_", ""))) for match in _INTEGER_TEXT.finditer(text))
     default_enabled = False  # opt-in: padding is a model change a project may have declined (see the docs)
 
     has_ast_prefilter = True

@@ -38,6 +38,9 @@ _ELEMENTWISE = {
 }
 _VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the body must show tensors
 _TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
+# `for i in range(` with a bound the rule accepts: `len(`, `x.shape[`, `x.size(`, or a name (`n)`).
+_FOR_RANGE_TEXT = re.compile(r"\bfor\s+(\w+)\s+in\s+range\s*\(\s*(?:0\s*,\s*)?"
+                             r"(?:len\s*\(|[\w.\[\]()]+?\.(?:shape\s*\[|size\s*\()|\w+\s*\))")
 _CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
 
 
@@ -112,25 +115,32 @@ class PythonLoopOverTensorElements(Rule):
     message = "Python loop over a tensor's elements: one kernel launch per op and element; vectorize it"
     summary = "Python loop over tensor indices doing elementwise tensor arithmetic"
     fix_availability = FixAvailability.NONE
-    required_patterns = (r"\brange\s*\(", r"\.shape\b|\.size\s*\(|\blen\s*\(")
+    # On by default: silent unless the loop is provably a map in a forward pass or training step.
+    default_enabled = True
+    required_patterns = (
+        r"\brange\s*\(",
+        r"\.shape\b|\.size\s*\(|\blen\s*\(",
+        r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|\.step\s*\(",
+    )
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        """The patterns, then a `for i in range(` whose next lines index something with `i`."""
+        if not super().may_fire(text, settings):
+            return False
+        for match in _FOR_RANGE_TEXT.finditer(text):
+            index_use = re.compile(r"[\[,:]\s*" + re.escape(match.group(1)) + r"\s*[\],:]")
+            loop = _loop_text(text, match)
+            if index_use.search(loop) and _text_may_be_map(loop):
+                return True
+        return False
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """A `for NAME in range(...)` whose body indexes something with NAME and has only simple statements."""
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)
-                    and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range"):
-                continue
-            if not all(isinstance(s, (ast.Assign, ast.AugAssign, ast.Expr, ast.AnnAssign)) for s in node.body):
-                continue
-            index = node.target.id
-            if any(isinstance(n, ast.Subscript) and any(isinstance(m, ast.Name) and m.id == index
-                                                        for m in ast.walk(n.slice)) for s in node.body
-                   for n in ast.walk(s)):
-                return True
-        return False
+        """A candidate loop (see `_ast_candidate_loop`) in a forward/step method or under a training loop."""
+        return any(_ast_candidate_loop(loop) for region in _ast_regions(tree) for loop in _ast_own_nodes(region))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -167,6 +177,93 @@ class PythonLoopOverTensorElements(Rule):
                 f"kernel launch per element")
         hint = _vectorized_hint(a, node, body)
         return f"{head}; {hint}"
+
+
+# --- the ast pre-filter: a superset of the loops `check` reports ----------------------------------------
+
+
+def _ast_own_nodes(region: ast.AST):
+    """Nodes under ``region`` without entering nested defs, lambdas or classes."""
+    stack = list(ast.iter_child_nodes(region))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _ast_regions(tree: ast.Module):
+    """Where a reported loop can be: methods named like `forward`, and loops that run a training step."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and _CONTEXT_FUNCTIONS.match(item.name):
+                    yield item
+        elif isinstance(node, ast.FunctionDef) and node.name in ("training_step", "train_step", "train_one_step"):
+            yield node
+        elif isinstance(node, (ast.For, ast.While)) and any(
+            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
+            for n in _ast_own_nodes(node)
+        ):
+            yield node
+
+
+def _ast_candidate_loop(node: ast.AST) -> bool:
+    """`for NAME in range(<a length>)` whose body is simple statements that index something with NAME."""
+    if not (isinstance(node, ast.For) and isinstance(node.target, ast.Name) and isinstance(node.iter, ast.Call)
+            and isinstance(node.iter.func, ast.Name) and node.iter.func.id == "range" and not node.orelse):
+        return False
+    args = node.iter.args
+    if len(args) == 2 and isinstance(args[0], ast.Constant) and args[0].value == 0:
+        args = args[1:]
+    if len(args) != 1 or node.iter.keywords:
+        return False
+    bound = args[0]
+    if not (isinstance(bound, ast.Name)  # `n = x.shape[0]` elsewhere: checked by the rule
+            or (isinstance(bound, ast.Call) and isinstance(bound.func, ast.Name) and bound.func.id == "len")
+            or (isinstance(bound, ast.Call) and isinstance(bound.func, ast.Attribute) and bound.func.attr == "size")
+            or (isinstance(bound, ast.Subscript) and isinstance(bound.value, ast.Attribute)
+                and bound.value.attr == "shape")):
+        return False
+    if not all(isinstance(s, (ast.Assign, ast.AugAssign, ast.Expr)) for s in node.body):
+        return False
+    index = node.target.id
+    return any(isinstance(n, ast.Subscript) and any(isinstance(m, ast.Name) and m.id == index for m in ast.walk(n.slice))
+               for s in node.body for n in ast.walk(s))
+
+
+_STATEMENT_KEYWORD_TEXT = re.compile(
+    r"\n[ \t]*(?:if|elif|else|for|while|with|try|except|finally|return|break|continue|raise|yield|del|assert"
+    r"|pass|def|class|async|await|global|nonlocal|import|from|match)\b(?!\s*[=.\[(])")
+_CALLED_NAME_TEXT = re.compile(r"(\w+)\s*\(")
+_STRING_OR_COMMENT_TEXT = re.compile(r"#[^\n]*|'[^'\n]*'|\"[^\"\n]*\"")
+_KEYWORDS = {"and", "or", "not", "in", "is", "if", "else", "lambda", "for", "range", "await", "yield", "return"}
+
+
+def _text_may_be_map(loop: str) -> bool:
+    """Text test for the checker's body rules: no statement but simple ones after the header, and no call
+    except the known tensor ops and `append` (comments and one-line strings left out)."""
+    body = _STRING_OR_COMMENT_TEXT.sub("", loop.split("\n", 1)[1] if "\n" in loop else loop)
+    if _STATEMENT_KEYWORD_TEXT.search("\n" + body):
+        return False
+    allowed = _TENSOR_METHODS | _FUNCTIONAL | {"append"} | _KEYWORDS
+    return all(name in allowed for name in _CALLED_NAME_TEXT.findall(body))
+
+
+def _loop_text(text: str, match: "re.Match[str]") -> str:
+    """The loop's text from its header to the first line indented no deeper than the `for` (a line starting
+    with a closing bracket is a continuation, not the end)."""
+    line_start = text.rfind("\n", 0, match.start()) + 1
+    indent = len(text[line_start:match.start()]) - len(text[line_start:match.start()].lstrip())
+    end = text.find("\n", match.end())
+    while end != -1:
+        next_end = text.find("\n", end + 1)
+        line = text[end + 1: next_end if next_end != -1 else len(text)]
+        stripped = line.lstrip()
+        if stripped and not stripped.startswith("#") and len(line) - len(stripped) <= indent and stripped[0] not in ")]}":
+            return text[match.end(): end]
+        end = next_end
+    return text[match.end():]
 
 
 def _fills_tensor(a: FileAnalysis, loop: cst.For, body: _Body) -> bool:

@@ -144,3 +144,30 @@ def test_old_torch_gets_no_rewrite():
     source = "# torchlint-fixture: torch-version=2.0\n" + LOOP
     [(_, applicability, message)] = _lint(source)
     assert applicability is None and "PyTorch 2.1" in message
+
+
+def test_metadata_of_a_temporary_is_not_moved_into_the_collecting_loop():
+    source = HEADER + (
+        "@torch.no_grad()\n"
+        "def step(params, lr):\n"
+        "    for p in params:\n"
+        "        denom = p.grad.abs().add_(1e-8)\n"
+        "        n = denom.numel()\n"
+        "        p.addcdiv_(p.grad, denom, value=-lr / n)\n"
+    )
+    [(_, applicability, message)] = _lint(source)
+    assert applicability is None and "no automatic fix" in message
+
+
+def test_a_filter_after_an_update_keeps_the_loop():
+    source = HEADER + (
+        "@torch.no_grad()\n"
+        "def step(params, lr):\n"
+        "    for p in params:\n"
+        "        p.mul_(0.99)\n"
+        "        if p.grad is None:\n"
+        "            continue\n"
+        "        p.add_(p.grad, alpha=-lr)\n"
+    )
+    [(_, applicability, message)] = _lint(source)
+    assert applicability is None and "skips parameters after some of their updates" in message

@@ -6,13 +6,12 @@ from typing import List
 
 import libcst as cst
 
-_NO_SPACE = cst.SimpleWhitespace("")
-
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value``, written without spaces as PEP 8 asks for keywords."""
+    no_space = cst.SimpleWhitespace("")  # built here: modules on the check path touch no LibCST at import
     return cst.Arg(keyword=cst.Name(name), value=value,
-                   equal=cst.AssignEqual(whitespace_before=_NO_SPACE, whitespace_after=_NO_SPACE))
+                   equal=cst.AssignEqual(whitespace_before=no_space, whitespace_after=no_space))
 
 
 def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Call:

@@ -9,9 +9,77 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, List, Optional, Set
 
-LOADER_NAME = re.compile(r"loader|dataloader|_dl$|^dl$|_dl_|^dl_", re.IGNORECASE)
+# A name that says it holds a loader. Case-sensitive, so that the text stage can test it without lowering
+# the whole text: `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
+LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
+_DL_TEXT = re.compile(r"dl(?=\b|_)")  # starts with a literal: far faster than a leading \b or class
+_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
+_MOVE_AFTER = re.compile(r"[\s\\)]*\.\s*(?:cuda|to)\s*\(")  # `(torch.zeros(3)).cuda()`, line continuations
+_FACTORY_SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
+
+
+def may_name_a_loader(text: str) -> bool:
+    """Text stage of TL103: some identifier may match ``LOADER_NAME``."""
+    if "oader" in text or "OADER" in text:
+        return True
+    for match in _DL_TEXT.finditer(text):
+        start = match.start()
+        if start == 0 or not text[start - 1].isalnum():
+            return True
+    return False
+
+
+def may_chain_factory_into_move(text: str) -> bool:
+    """Text stage of TL102: a factory call whose closing parenthesis is followed by ``.to(``/``.cuda(``.
+    The arguments are scanned with their strings and comments skipped; anything the scan cannot follow (an
+    unterminated string, a call longer than the limit) counts as a match, so the stage never misses one."""
+    for match in _FACTORY_TEXT.finditer(text):
+        end = _closing_paren(text, match.end())
+        if end is None or _MOVE_AFTER.match(text, end):
+            return True
+    return False
+
+
+def _closing_paren(text: str, i: int) -> Optional[int]:
+    """The index after the parenthesis that closes the one before ``i``; None when the scan gives up."""
+    depth, limit = 1, min(len(text), i + _FACTORY_SCAN_LIMIT)
+    while i < limit:
+        char = text[i]
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if not depth:
+                return i + 1
+        elif char == "#":
+            newline = text.find("\n", i)
+            if newline < 0:
+                return None
+            i = newline
+        elif char in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            close = _string_end(text, i + len(quote), quote, limit)
+            if close is None:
+                return None
+            i = close - 1
+        i += 1
+    return None
+
+
+def _string_end(text: str, i: int, quote: str, limit: int) -> Optional[int]:
+    while i < limit:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            return i + len(quote)
+        if char == "\n" and len(quote) == 1:
+            return None  # an unterminated one-line string: stop guessing
+        i += 1
+    return None
 
 
 def _last_name(node: ast.AST) -> Optional[str]:
@@ -92,26 +160,24 @@ def _is_move_without_non_blocking(node: ast.AST) -> bool:
 
 def loop_may_move_batch(tree: ast.AST, text: str) -> bool:
     """A for loop that may iterate a loader and moves a name (or part of one) with ``.to``/``.cuda`` and no
-    ``non_blocking=``."""
-    loader_anywhere = "DataLoader" in text
+    ``non_blocking=``. One walk to gather the loops and the names bound to loader-ish values, then each
+    loop's header and body."""
+    loops: List[ast.For] = []
+    loader_valued: Set[str] = set()  # `pbar = tqdm(train_loader)`: names whose value mentions a loader
     for node in ast.walk(tree):
-        if not isinstance(node, ast.For):
+        if isinstance(node, ast.For):
+            loops.append(node)
+        elif isinstance(node, ast.Assign) and _names_a_loader(node.value):
+            loader_valued.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    loader_anywhere = "DataLoader" in text  # loaders built here are tied by binding, whatever their names
+    for loop in loops:
+        if not (loader_anywhere or _names_a_loader(loop.iter)
+                or (isinstance(loop.iter, ast.Name) and loop.iter.id in loader_valued)):
             continue
-        if not loader_anywhere and not _mentions_loader(node.iter, tree):
-            continue
-        if any(_is_move_without_non_blocking(inner) for stmt in node.body for inner in ast.walk(stmt)):
+        if any(_is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
             return True
     return False
 
 
-def _mentions_loader(expr: ast.AST, tree: ast.AST) -> bool:
-    names = [n for n in (_last_name(x) for x in ast.walk(expr)) if n]
-    if any(LOADER_NAME.search(n) for n in names):
-        return True
-    # `pbar = tqdm(train_loader)` ... `for batch in pbar:`: the name's values are in the tree
-    if isinstance(expr, ast.Name):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == expr.id for t in node.targets):
-                if any(LOADER_NAME.search(n) for n in (_last_name(x) for x in ast.walk(node.value)) if n):
-                    return True
-    return False
+def _names_a_loader(expr: ast.AST) -> bool:
+    return any(name and LOADER_NAME.search(name) for name in (_last_name(x) for x in ast.walk(expr)))

@@ -281,7 +281,19 @@ class LoaderFacts:
         value = dataset.value
         if isinstance(value, cst.Name):
             value = self.a.single_value(value.value, self.a.scope_of(value)) or value
-        return isinstance(value, cst.Call) and self.a.qualified_name(value.func) in _IN_MEMORY_DATASETS
+        if not isinstance(value, cst.Call):
+            return False
+        if self.a.qualified_name(value.func) in _IN_MEMORY_DATASETS:
+            return True
+        # `load_split(path)`, a function of this file whose every `return` builds a TensorDataset
+        if isinstance(value.func, cst.Name):
+            for info in self.a.functions:
+                if info.name == value.func.value and info.class_name is None:
+                    returns = [n for n in walk(info.node) if isinstance(n, cst.Return)]
+                    return bool(returns) and all(
+                        isinstance(r.value, cst.Call) and self.a.qualified_name(r.value.func) in _IN_MEMORY_DATASETS
+                        for r in returns)
+        return False
 
 
     def dataset_on_cuda(self) -> bool:

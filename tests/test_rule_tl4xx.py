@@ -1,0 +1,135 @@
+"""TL401-TL403 (DataLoader workers, pinning, persistent workers) and the loader facts they share."""
+
+from __future__ import annotations
+
+import ast
+
+import libcst as cst
+import pytest
+
+from fixture_support import fix, lint
+from torchlint.analysis import FileAnalysis
+from torchlint.config import Settings
+from torchlint.loaders import loader_facts
+from torchlint.registry import get_rule
+from torchlint.rule import Applicability
+
+HEADER = "import torch\nfrom torch.utils.data import DataLoader\n"
+
+TRAIN = """
+def train_one_epoch(model, optimizer, data, device):
+    for x, y in data:
+        model(x.to(device), y.to(device)).backward()
+        optimizer.step()
+"""
+
+
+def facts(source: str):
+    return loader_facts(FileAnalysis(cst.parse_module(source), source))
+
+
+def test_loader_tied_through_a_helper_parameter_and_an_epoch_loop():
+    source = HEADER + TRAIN + (
+        "def main(ds, model, optimizer, device):\n"
+        "    loader = DataLoader(ds, num_workers=2)\n"
+        "    for epoch in range(3):\n"
+        "        train_one_epoch(model, optimizer, loader, device)\n"
+    )
+    f = facts(source)
+    (site,) = f.sites
+    (loop,) = f.training_loops(site)
+    assert f.repeated_iteration(site, loop) is not None
+    assert f.batch_moves(loop)
+
+
+def test_same_name_in_another_function_is_not_the_same_loader():
+    source = HEADER + (
+        "def evaluate(ds):\n    loader = DataLoader(ds)\n    return [x for x in loader]\n"
+        "def train(model, optimizer, loaders):\n"
+        "    for loader in loaders:\n"
+        "        for x in loader:\n"
+        "            model(x).backward()\n"
+        "            optimizer.step()\n"
+    )
+    (site,) = facts(source).sites
+    assert site.loops == []
+
+
+def test_module_level_loader_used_in_a_function():
+    source = HEADER + "loader = DataLoader(ds)\n" + (
+        "def fit(model, optimizer):\n"
+        "    for x in loader:\n"
+        "        model(x).backward()\n"
+        "        optimizer.step()\n"
+    )
+    assert len(lint(source, "TL401")) == 1
+
+
+def test_loader_rebuilt_inside_the_per_epoch_helper_is_not_repeated():
+    source = HEADER + (
+        "def one_epoch(ds, model, optimizer):\n"
+        "    loader = DataLoader(ds, num_workers=4)\n"
+        "    for x in loader:\n"
+        "        model(x).backward()\n"
+        "        optimizer.step()\n"
+        "for epoch in range(3):\n"
+        "    one_epoch(ds, model, optimizer)\n"
+    )
+    assert lint(source, "TL403") == []
+    assert lint(source, "TL401") == []
+
+
+def test_dataloader_that_is_not_torchs_is_not_checked():
+    source = "from .data import DataLoader\nloader = DataLoader(ds)\nfor x in loader:\n    model(x).backward()\n"
+    assert lint(source, "TL401") == []
+
+
+@pytest.mark.parametrize("code", ["TL401", "TL402", "TL403"])
+def test_silent_in_tests(code):
+    source = HEADER + TRAIN + (
+        "loader = DataLoader(ds, num_workers=0 if SLOW else 0)\n"
+        "for epoch in range(2):\n"
+        "    train_one_epoch(model, optimizer, loader, 'cuda')\n"
+    )
+    source = source.replace("num_workers=0 if SLOW else 0", "num_workers=2" if code == "TL403" else "num_workers=0")
+    assert len(lint(source, code, path="train.py")) == 1
+    assert lint(source, code, path="tests/test_training.py") == []
+
+
+def test_tl401_single_process_via_module_constant_and_not_for_other_values():
+    base = HEADER + TRAIN + "loader = DataLoader(ds, num_workers={})\ntrain_one_epoch(m, o, loader, 'cuda')\n"
+    assert len(lint("W = 0\n" + base.format("W"), "TL401")) == 1
+    assert lint("W = 4\n" + base.format("W"), "TL401") == []
+    assert lint(base.format("cfg.workers"), "TL401") == []
+
+
+def test_tl402_positional_pin_memory_false_is_replaced():
+    source = HEADER + TRAIN + "loader = DataLoader(ds, 8, True, None, None, 2, None, False)\ntrain_one_epoch(m, o, loader, 'cuda')\n"
+    diagnostic = lint(source, "TL402")[0]
+    assert diagnostic.fix is Applicability.UNSAFE
+    assert "DataLoader(ds, 8, True, None, None, 2, None, True)" in fix(source, "TL402")
+    assert fix(source, "TL402", unsafe=False) == source
+
+
+def test_tl402_needs_a_cuda_move_of_the_batch():
+    source = HEADER + TRAIN.replace("x.to(device), y.to(device)", "x, y") + "loader = DataLoader(ds)\ntrain_one_epoch(m, o, loader, 'cuda')\n"
+    assert lint(source, "TL402") == []
+
+
+def test_tl403_fix_needs_torch_1_7():
+    source = HEADER + TRAIN + "loader = DataLoader(ds, num_workers=2)\nfor e in range(3):\n    train_one_epoch(m, o, loader, 'cuda')\n"
+    assert "persistent_workers=True" in fix(source, "TL403")
+    old = "# torchlint-fixture: torch-version=1.6\n" + source
+    assert lint(old, "TL403")[0].fix is None
+
+
+@pytest.mark.parametrize("code", ["TL401", "TL402", "TL403"])
+def test_ast_stage_rules_out_files_without_training_or_with_kwargs(code):
+    rule = get_rule(code)
+    no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x)\n"
+    assert rule.may_fire_in_ast(ast.parse(no_training), no_training, Settings()) is False
+    kwargs = HEADER + TRAIN + "loader = DataLoader(ds, **kw)\ntrain_one_epoch(m, o, loader, 'cuda')\n"
+    assert rule.may_fire_in_ast(ast.parse(kwargs), kwargs, Settings()) is False
+    plain = HEADER + TRAIN + "loader = DataLoader(ds, num_workers={})\ntrain_one_epoch(m, o, loader, 'cuda')\n".format(
+        2 if code == "TL403" else 0)
+    assert rule.may_fire_in_ast(ast.parse(plain), plain, Settings()) is True
