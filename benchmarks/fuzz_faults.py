@@ -156,11 +156,11 @@ def _valid_case(body: str, expect_finding_line: Optional[int] = None) -> Case:
     return run
 
 
-case("valid edge code", "500-branch if/elif chain", fast=True)(_valid_case(DEEP["elif chain"](500)))
+case("valid edge code", "500-branch if/elif chain")(_valid_case(DEEP["elif chain"](500)))
 case("valid edge code", "500-term sum")(_valid_case(DEEP["sum chain"](500)))
 case("valid edge code", "5,000 adjacent string literals")(_valid_case("x = (" + " ".join(['"s"'] * 5000) + ")"))
-case("valid edge code", "rebinding one name 8,000 times in 10 s")(
-    lambda tmp: _timed_valid(tmp, "import numpy as np\n" + "x = np.zeros(3)\n" * 8000, 10.0))
+case("valid edge code", "rebinding one name 4,000 times, each used: 10 s")(
+    lambda tmp: _timed_valid(tmp, "import numpy as np\n" + "x = np.zeros(3)\nt = torch.tensor(x)\n" * 4000, 10.0))
 
 
 def _timed_valid(tmp: Path, body: str, limit: float) -> Optional[str]:
@@ -304,9 +304,12 @@ _VANISH = """
 import os, sys
 import torchlint.runner as runner
 real = runner.process_source
+done = []
 def sabotage(source, shown, path, job):
     result = real(source, shown, path, job)
-    {action}
+    if not done:  # once: between the fixer's read and its write
+        done.append(1)
+        {action}
     return result
 runner.process_source = sabotage
 from torchlint.cli import main
@@ -386,8 +389,11 @@ def _orphans(tmp: Path) -> Optional[str]:
         write(tmp, f"m{i}.py", with_finding("\n".join(f"z{j} = {j}" for j in range(2000))))
     proc = subprocess.Popen([sys.executable, "-m", "torchlint", "check", "--no-cache", "--jobs", "2", "."], cwd=tmp,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    time.sleep(2.0)
     session = os.getsid(proc.pid)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not [p for p in _pids() if p != proc.pid and _sid(p) == session]:
+        time.sleep(0.1)  # until the workers are up
+    time.sleep(0.5)
     proc.kill()
     proc.wait()
     time.sleep(2.0)
@@ -478,7 +484,7 @@ for _label, _damage in {
     "truncated": lambda e: e.write_bytes(e.read_bytes()[: len(e.read_bytes()) // 2]),
     "a folder in its place": _replace_with_dir,
 }.items():
-    case("corrupted cache", _label, fast=_label == "nested 100k deep")(_cache_case(_damage))
+    case("corrupted cache", _label)(_cache_case(_damage))
 
 
 @case("optimizer", "runtime.AdamW with tensor betas matches torch bitwise")

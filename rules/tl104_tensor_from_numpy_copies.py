@@ -328,14 +328,27 @@ def _describe(a: FileAnalysis, expr: cst.BaseExpression, scope: ScopeNode, depth
 
 
 def _describe_name(a: FileAnalysis, name: cst.Name, scope: ScopeNode, depth: int) -> Optional[_Array]:
+    # A name's description depends only on its scope's bindings: once per name, scope and depth, or a name
+    # rebound n times and used n times (a generated script) costs n*n.
+    memo = a.__dict__.setdefault("_tl104_name_memo", {})
+    key = (name.value, id(scope), depth)
+    if key not in memo:
+        memo[key] = _describe_name_uncached(a, name, scope, depth)
+    return memo[key]
+
+
+def _describe_name_uncached(a: FileAnalysis, name: cst.Name, scope: ScopeNode, depth: int) -> Optional[_Array]:
     values = a.values_of(name.value, scope)
     if not values and scope is not a.module:
         values = a.values_of(name.value, a.module)
     if not values or any(v is None for v in values):
         return None
-    arrays = [_describe(a, v, scope, depth + 1) for v in values]  # type: ignore[arg-type]
-    if not all(arrays):
-        return None
+    arrays = []
+    for value in values:
+        array = _describe(a, value, scope, depth + 1)  # type: ignore[arg-type]
+        if array is None:
+            return None  # one binding that is not an array settles it
+        arrays.append(array)
     dtypes: Set[Optional[str]] = {x.dtype for x in arrays}  # type: ignore[union-attr]
     return _Array(
         fresh=False,

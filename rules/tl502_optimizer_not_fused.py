@@ -8,7 +8,7 @@ from typing import Dict, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis
+from torchlint.analysis import _OPTIMIZER_NAME, FileAnalysis, dotted_name
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence, is_test_path
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
@@ -81,7 +81,8 @@ class OptimizerNotFused(Rule):
     - Resuming from a checkpoint: `optimizer.load_state_dict(...)` restores each parameter group's saved
       settings, including `fused` (`None` in a checkpoint saved without it). After loading such a
       checkpoint the optimizer runs the foreach path again and the fix silently does nothing; set
-      `group["fused"] = True` for each group after loading, or save a new checkpoint.
+      `group["fused"] = True` for each group after loading, or save a new checkpoint. Where the file calls
+      `optimizer.load_state_dict(...)`, the message says so.
     - Results are not bitwise equal to the foreach path (the same formulas, fused differently), so a run
       is not bit-reproducible against one recorded without it.
 
@@ -163,7 +164,21 @@ class OptimizerNotFused(Rule):
         if new_call is None:
             ctx.report(call.func, message=f"{message} (not fixed automatically: it would move a comment)")
             return
+        if _resumes_optimizer(a):
+            message += (
+                "; after `load_state_dict` of a checkpoint saved without it, set `group[\"fused\"] = True` in "
+                "each param group, or the restored settings turn it off again"
+            )
         ctx.report(call.func, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
+
+
+def _resumes_optimizer(a: FileAnalysis) -> bool:
+    """The file restores an optimizer's state: ``optimizer.load_state_dict(...)``."""
+    for call in a.calls_by_name.get("load_state_dict", ()):
+        owner = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+        if owner is not None and _OPTIMIZER_NAME.search(owner.split(".")[-1]):
+            return True
+    return False
 
 
 def _decides_nothing(call: cst.Call) -> bool:

@@ -102,6 +102,13 @@ def _host_float(x: Scalar) -> float:
     return x.item() if isinstance(x, Tensor) else float(x)
 
 
+def _as_torch_beta(beta: Scalar) -> Scalar:
+    """A beta as torch's single-tensor loop uses it: floats as floats, tensors as 0-dim tensors."""
+    if isinstance(beta, Tensor):
+        return beta.squeeze() if beta.dim() != 0 else beta
+    return beta
+
+
 def _scalar_dtype() -> torch.dtype:
     # torch keeps a non-fused `step` in float32 (float64 if that is the default dtype).
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
@@ -114,7 +121,7 @@ class _BiasCorrections:
     computed once per step instead of once per tensor.
     """
 
-    def __init__(self, lr: Scalar, beta1: float, beta2: float) -> None:
+    def __init__(self, lr: Scalar, beta1: Scalar, beta2: Scalar) -> None:
         self.lr, self.beta1, self.beta2 = lr, beta1, beta2
         self._cache: Dict[float, Tuple[float, float]] = {}
 
@@ -149,8 +156,8 @@ def _single_tensor_adamw(
     state_steps: List[Tensor],
     *,
     amsgrad: bool,
-    beta1: float,
-    beta2: float,
+    beta1: Scalar,
+    beta2: Scalar,
     lr: Scalar,
     weight_decay: float,
     eps: float,
@@ -159,6 +166,9 @@ def _single_tensor_adamw(
     """Reference path: one parameter at a time, same op sequence as torch's loop."""
     corrections = _BiasCorrections(lr, beta1, beta2)
     decay = _decay_factor(lr, weight_decay) if weight_decay != 0 else 1.0
+    # Tensor betas stay tensors, as in torch: beta1 cast to each parameter's device and dtype for the lerp,
+    # beta2 and the bias corrections in the betas' own dtype (float32), never rounded through a Python float.
+    beta1_by_key: Dict[Tuple[torch.device, torch.dtype], Tensor] = {}
     for i, param in enumerate(params):
         grad = -grads[i] if maximize else grads[i]
         exp_avg, exp_avg_sq, step_t = exp_avgs[i], exp_avg_sqs[i], state_steps[i]
@@ -166,7 +176,13 @@ def _single_tensor_adamw(
         step_t += 1
         if weight_decay != 0:
             param.mul_(decay)  # decoupled: decay the weights, not the gradient
-        exp_avg.lerp_(grad, 1 - beta1)
+        device_beta1: Scalar = beta1
+        if isinstance(beta1, Tensor):
+            key = (param.device, param.dtype)
+            if key not in beta1_by_key:
+                beta1_by_key[key] = beta1.to(device=param.device, dtype=param.dtype, non_blocking=True)
+            device_beta1 = beta1_by_key[key]
+        exp_avg.lerp_(grad, 1 - device_beta1)
         exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 
         neg_step_size, bias_correction2_sqrt = corrections(step_t.item())
@@ -478,6 +494,8 @@ class AdamW(Optimizer):
             if not tensors[0]:
                 continue
             beta1, beta2 = (_host_float(b) for b in group["betas"])
+            # The single-tensor path takes tensor betas as torch's loop does (bit-exact with foreach=False).
+            tensor_betas = dict(zip(("beta1", "beta2"), (_as_torch_beta(b) for b in group["betas"])))
             hyper = dict(
                 amsgrad=group["amsgrad"],
                 beta1=beta1,
@@ -492,11 +510,11 @@ class AdamW(Optimizer):
             elif group["foreach"] is None:
                 on_foreach, on_loop = _split_by_default_path(tensors, group["amsgrad"])
                 _multi_tensor_adamw(*on_foreach, **hyper)
-                _single_tensor_adamw(*on_loop, **hyper)
+                _single_tensor_adamw(*on_loop, **{**hyper, **tensor_betas})
             elif group["foreach"]:
                 _multi_tensor_adamw(*tensors, **hyper)
             else:
-                _single_tensor_adamw(*tensors, **hyper)
+                _single_tensor_adamw(*tensors, **{**hyper, **tensor_betas})
         return loss
 
 

@@ -69,7 +69,8 @@ def test_no_mixed_precision_in_a_plain_fp32_script():
 @pytest.mark.parametrize(
     "path, expected",
     [("tests/test_train.py", True), ("pkg/tests/helpers.py", True), ("conftest.py", True),
-     ("model_test.py", True), ("train.py", False), ("contest/train.py", False)],
+     ("model_test.py", True), ("train.py", False), ("contest/train.py", False),
+     ("torch/testing/_internal/common_fsdp.py", True)],
 )
 def test_is_test_path(path, expected):
     assert is_test_path(path) is expected

@@ -109,3 +109,11 @@ def test_fix_follows_the_call_layout_and_is_idempotent(before, after):
 def test_comment_inside_the_call_is_reported_without_a_fix():
     (d,) = lint(script("torch.optim.Adam(\n    params,  # all of them\n)"), "TL502")
     assert d.fix is None and "comment" in d.message
+
+
+def test_resuming_scripts_are_told_that_load_state_dict_restores_the_old_flags():
+    resume = "optimizer.load_state_dict(torch.load('ckpt.pt')['optimizer'])\n"
+    (d,) = lint(script("torch.optim.AdamW(model.parameters())") + resume, "TL502")
+    assert d.fix is Applicability.UNSAFE and "load_state_dict" in d.message
+    (d,) = lint(script("torch.optim.AdamW(model.parameters())") + "model.load_state_dict(sd)\n", "TL502")
+    assert "load_state_dict" not in d.message

@@ -611,12 +611,24 @@ class FileAnalysis:
                 return self._numpy_source(expr.func.value, scope, depth + 1)
             return None
         if isinstance(expr, cst.Name):
+            # The answer for a name depends only on its scope's bindings: computed once per name, scope and
+            # depth (a name rebound n times, used n times, would cost n*n), stopping at the first non-array.
+            memo = self.__dict__.setdefault("_numpy_name_memo", {})
+            memo_key = (expr.value, id(scope), depth)
+            if memo_key in memo:
+                return memo[memo_key]
             values = self.values_of(expr.value, scope) or (
                 self.values_of(expr.value, self.module) if scope is not self.module else ()
             )
-            sources = [self._numpy_source(v, scope, depth + 1) if v is not None else None for v in values]
-            if sources and all(sources):
-                return sources[0]
+            first: Optional[str] = None
+            for value in values:
+                source = self._numpy_source(value, scope, depth + 1) if value is not None else None
+                if source is None:
+                    first = None
+                    break
+                first = first or source
+            memo[memo_key] = first
+            return first
         return None
 
     def numpy_names(self, scope: ScopeNode) -> Set[str]:

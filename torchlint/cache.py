@@ -57,23 +57,33 @@ class Cache:
         return self.folder / f"v{__version__}" / key[:2] / key
 
     def get(self, key: str, path: str) -> Optional[List[Diagnostic]]:
+        """The entry's diagnostics, or None (a miss) for anything but an intact entry of this key."""
         try:
-            with self._entry(key).open("r", encoding="utf-8") as f:
-                return [_from_json(item, path) for item in json.load(f)]
-        except (OSError, ValueError, KeyError, TypeError):
+            with self._entry(key).open("rb") as f:
+                blob = f.read(_MAX_ENTRY_BYTES + 1)
+            return _decode_entry(blob, key, path)
+        except (OSError, ValueError, KeyError, TypeError, RecursionError, MemoryError):
             return None
 
     def put(self, key: str, diagnostics: Sequence[Diagnostic]) -> None:
+        tmp = None
         try:
             self._prepare()
             entry = self._entry(key)
             entry.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=str(entry.parent), prefix=".tmp-")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump([_to_json(d) for d in diagnostics], f)
+            with os.fdopen(fd, "wb") as f:
+                f.write(_encode_entry(key, diagnostics))
             os.replace(tmp, entry)
+            tmp = None
         except OSError:
-            pass  # a read-only or full disk must not fail the lint
+            pass  # a read-only or full disk (or a folder in the entry's place) must not fail the lint
+        finally:
+            if tmp is not None:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -84,6 +94,47 @@ class Cache:
             if not marker.exists():
                 marker.write_text(text, encoding="utf-8")
         self._prepared = True
+
+
+# An entry: one header line {"schema", "key", "blake2b" of the rest}, then the diagnostics as JSON. An entry
+# whose header, checksum or fields do not check out is a miss: a damaged cache can cost time, never results.
+SCHEMA = 2
+_MAX_ENTRY_BYTES = 64 * 1024 * 1024
+_MAX_HEADER_BYTES = 512
+_FIELDS = {"code": str, "name": str, "message": str, "line": int, "column": int, "end_line": int,
+           "end_column": int, "fix": (str, type(None)), "edits": list, "cell": (int, type(None))}
+
+
+def _encode_entry(key: str, diagnostics: Sequence[Diagnostic]) -> bytes:
+    payload = json.dumps([_to_json(d) for d in diagnostics]).encode("utf-8")
+    header = {"schema": SCHEMA, "key": key, "blake2b": hashlib.blake2b(payload, digest_size=20).hexdigest()}
+    return json.dumps(header).encode("utf-8") + b"\n" + payload
+
+
+def _decode_entry(blob: bytes, key: str, path: str) -> Optional[List[Diagnostic]]:
+    header_bytes, newline, payload = blob.partition(b"\n")
+    if not newline or len(header_bytes) > _MAX_HEADER_BYTES or len(blob) > _MAX_ENTRY_BYTES:
+        return None
+    header = json.loads(header_bytes)
+    if not isinstance(header, dict) or header.get("schema") != SCHEMA or header.get("key") != key:
+        return None
+    if header.get("blake2b") != hashlib.blake2b(payload, digest_size=20).hexdigest():
+        return None
+    items = json.loads(payload)
+    if not isinstance(items, list) or not all(_well_formed(item) for item in items):
+        return None
+    return [_from_json(item, path) for item in items]
+
+
+def _well_formed(item: object) -> bool:
+    if not isinstance(item, dict) or set(item) != set(_FIELDS):
+        return False
+    if not all(isinstance(item[name], kind) and not isinstance(item[name], bool) for name, kind in _FIELDS.items()):
+        return False
+    if min(item["line"], item["column"], item["end_line"], item["end_column"]) < 1:
+        return False
+    return all(isinstance(e, list) and len(e) == 5 and all(type(v) is int for v in e[:4]) and isinstance(e[4], str)
+               for e in item["edits"])
 
 
 def _to_json(d: Diagnostic) -> dict:

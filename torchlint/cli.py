@@ -13,11 +13,11 @@ import pathspec
 
 from torchlint import __version__
 from torchlint.cache import CACHE_DIR_NAME
-from torchlint.config import ConfigError, Settings, parse_selectors, parse_torch_version
+from torchlint.config import ConfigError, Settings, parse_selectors, parse_size, parse_torch_version
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
 from torchlint.discovery import DEFAULT_EXCLUDE, discover
 from torchlint.engine import error_diagnostic
-from torchlint.fileio import SourceError, decode_source
+from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
 from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
 from torchlint.registry import all_rules, get_rule
 from torchlint.reporters import (
@@ -56,6 +56,7 @@ def _tree_from_options(opts: dict) -> ConfigTree:
         ignore=parse_selectors(opts.get("ignore") or (), "--ignore"),
         torch_version=parse_torch_version(opts["torch_version"]) if opts.get("torch_version") else None,
         unsafe_fixes=opts.get("unsafe_fixes"),
+        max_file_size=parse_size(opts["max_file_size"]) if opts.get("max_file_size") else None,
     )
     return ConfigTree(overrides, config.resolve() if config is not None else None, Path.cwd().resolve())
 
@@ -87,6 +88,8 @@ def common_options(func: Callable) -> Callable:
         click.option("--no-cache", is_flag=True, help="Neither read nor write .torchlint_cache/."),
         click.option("--cache-dir", type=click.Path(file_okay=False),
                      help="Where to keep the cache (default: .torchlint_cache/ beside the configuration)."),
+        click.option("--max-file-size", metavar="SIZE",
+                     help="Skip larger files with a TL000 (bytes, or e.g. 512KiB, 4MiB; default 2MiB)."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
                      help="Processes to use (default: all cores)."),
     ]
@@ -112,6 +115,7 @@ def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -
         results += [FileResult(p, [error_diagnostic(p, "no such file or directory")]) for p in found.missing]
         results += [FileResult(p, [error_diagnostic(p, "not a Python file or notebook (.py, .pyi, .ipynb); not checked")])
                     for p in found.unsupported]
+        results += [FileResult(p, [error_diagnostic(p, why)]) for p, why in found.problems]  # loops, FIFOs
         explicit = Path(raw).is_file()
         for path in found.files:
             own = tree.for_path(path)  # also validates every configuration file before any work starts
@@ -140,27 +144,37 @@ def _cache_dir(opts: dict, settings: Settings) -> Optional[Path]:
     return Path(opts["cache_dir"]).resolve() if opts.get("cache_dir") else settings.root / CACHE_DIR_NAME
 
 
-def _stdin_result(opts: dict, job: Job) -> FileResult:
-    shown = opts.get("stdin_filename") or "-"
+def _read_stdin() -> bytes:
     stream = sys.stdin
     data = getattr(stream, "buffer", stream).read()
-    data = data.encode("utf-8") if isinstance(data, str) else data
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def _stdin_result(opts: dict, job: Job, data: Optional[bytes] = None) -> FileResult:
+    result, _ = _stdin_source_result(opts, job, _read_stdin() if data is None else data)
+    return result
+
+
+def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult, Optional[SourceText]]:
+    shown = opts.get("stdin_filename") or "-"
+    if len(data) > job.settings.max_file_size:
+        return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), job.settings.max_file_size))]), None
     if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
         from torchlint.notebook import process_notebook_data
 
         path = Path(shown)
         result = process_notebook_data(data, shown, path, job.for_file(path))
         result.original = result.original if result.original is not None else data.decode("utf-8", "replace")
-        return result
+        return result, SourceText(result.original, "utf-8")
     try:
         source = decode_source(data)
     except SourceError as exc:
-        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)]), None
     path = Path(opts["stdin_filename"]) if opts.get("stdin_filename") else None
     job = job.for_file(path) if path is not None else job
     result = process_source(source, shown, path, job)
     result.original = result.original if result.original is not None else source.text
-    return result
+    return result, source
 
 
 def _emit_diagnostics(diagnostics: List[Diagnostic], opts: dict, settings: Settings, err: bool = False) -> None:
@@ -218,11 +232,18 @@ def _guarded(body: Callable[[], int]) -> None:
     except Exception as exc:  # an internal error must still say what happened, never exit 1
         import traceback
 
-        click.echo(f"torchlint: internal error: {type(exc).__name__}: {exc}", err=True)
-        click.echo("".join(traceback.format_exc()), err=True)
+        click.echo(f"torchlint: internal error: {type(exc).__name__}: {_describe(exc)}", err=True)
+        click.echo("".join(traceback.format_exc(limit=-20)), err=True)  # the innermost frames: never megabytes
         click.echo("Please report this at https://github.com/torchlint/torchlint/issues", err=True)
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        return str(exc)[:2000]
+    except (RecursionError, MemoryError):
+        return "(its message cannot be shown)"
 
 
 @cli.command()
@@ -308,13 +329,40 @@ def _fix_body(paths: Tuple[str, ...], apply: bool, opts: dict) -> int:
 
 
 def _fix_stdin(job: Job, opts: dict, settings: Settings, apply: bool) -> int:
-    result = _stdin_result(opts, job)
-    if apply:
-        sys.stdout.write(result.fixed if result.fixed is not None else (result.original or ""))
+    data = _read_stdin()
+    if not apply:
+        return _report_fix([_stdin_result(opts, job, data)], opts, settings, apply=False)
+    # An editor replaces its buffer with stdout: stdout is always a whole file, the input byte for byte
+    # (same encoding, BOM and line endings) unless a fix applied, and the unchanged input on any error.
+    output = data
+    try:
+        result, source = _stdin_source_result(opts, job, data)
+        if source is not None and result.changed:
+            try:
+                output = source.encode(result.fixed or "")
+            except UnicodeEncodeError as exc:
+                shown = result.path
+                unfixed = _stdin_result(opts, replace(job, mode="check"), data)
+                result = FileResult(shown, [error_diagnostic(shown, f"the fixed text cannot be encoded as "
+                                                                    f"{source.encoding}: {exc.reason}; not fixed")]
+                                    + unfixed.diagnostics)
+    except Exception:
+        _write_stdout(data)
+        raise
+    _write_stdout(output)
+    _emit_diagnostics(result.diagnostics, {**opts, "output_format": "text"}, settings, err=True)
+    return EXIT_PROBLEMS if result.diagnostics and not opts["exit_zero"] else EXIT_CLEAN
+
+
+def _write_stdout(data: bytes) -> None:
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:  # a text-only stream (tests): the bytes as Latin-1 keep every byte value
+        sys.stdout.write(data.decode("latin-1"))
         sys.stdout.flush()
-        _emit_diagnostics(result.diagnostics, {**opts, "output_format": "text"}, settings, err=True)
-        return EXIT_PROBLEMS if result.diagnostics and not opts["exit_zero"] else EXIT_CLEAN
-    return _report_fix([result], opts, settings, apply=False)
 
 
 def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply: bool) -> int:

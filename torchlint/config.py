@@ -15,6 +15,7 @@ else:  # pragma: no cover
 
 # The newest PyTorch torchlint's rules were checked against; anything >= 2.0 behaves the same today.
 DEFAULT_TORCH_VERSION = (2, 13)
+DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 CONFIG_FILES = ("torchlint.toml", "pyproject.toml")
 _VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
 _SELECTOR = re.compile(r"^(ALL|TL\d{0,3})$")
@@ -34,6 +35,7 @@ class Settings:
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     torch_version: Tuple[int, int] = DEFAULT_TORCH_VERSION
     unsafe_fixes: bool = False
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; larger files get one TL000 and are not read
     # Where the config file was found: relative exclude and per-file-ignores globs are anchored here.
     root: Path = field(default_factory=Path.cwd)
     config_path: Optional[Path] = None
@@ -87,6 +89,19 @@ def _bool(value: Any, where: str) -> bool:
     return value
 
 
+_SIZE = re.compile(r"^\s*(\d+)\s*(|B|KB|KiB|MB|MiB|GB|GiB)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 1000, "kib": 1024, "mb": 1000**2, "mib": 1024**2, "gb": 1000**3, "gib": 1024**3}
+
+
+def parse_size(value: Any, where: str = "--max-file-size") -> int:
+    """A size in bytes: an integer, or a string such as "512KiB" or "2MiB"."""
+    match = _SIZE.match(str(value)) if isinstance(value, (int, str)) and not isinstance(value, bool) else None
+    size = int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()] if match else 0
+    if size < 1:
+        raise ConfigError(f"{where}: expected a size in bytes such as 2097152, \"512KiB\" or \"2MiB\", got {value!r}")
+    return size
+
+
 # key in the file -> (Settings field, parser)
 _KEYS = {
     "select": ("select", lambda v, w: parse_selectors(_string_list(v, w), w)),
@@ -97,6 +112,7 @@ _KEYS = {
     "per-file-ignores": ("per_file_ignores", _per_file_ignores),
     "torch-version": ("torch_version", lambda v, w: parse_torch_version(v, w)),
     "unsafe-fixes": ("unsafe_fixes", _bool),
+    "max-file-size": ("max_file_size", parse_size),
 }
 
 

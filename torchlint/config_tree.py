@@ -24,6 +24,7 @@ class CliOverrides:
     ignore: Tuple[str, ...] = ()
     torch_version: Optional[Tuple[int, int]] = None
     unsafe_fixes: Optional[bool] = None
+    max_file_size: Optional[int] = None
 
     def apply(self, settings: Settings) -> Settings:
         if self.select is not None:
@@ -37,6 +38,8 @@ class CliOverrides:
             changes["torch_version"] = self.torch_version
         if self.unsafe_fixes is not None:
             changes["unsafe_fixes"] = self.unsafe_fixes
+        if self.max_file_size is not None:
+            changes["max_file_size"] = self.max_file_size
         return replace(settings, **changes)
 
 

@@ -36,9 +36,9 @@ _TEST_FILE = re.compile(r"^(test_.*|.*_test|conftest)\.py$")
 
 
 def is_test_path(path: str) -> bool:
-    """A pytest file or a file under a tests/ folder: one-off code whose speed does not matter."""
+    """A pytest file or a file under a tests/ (or testing/) folder: one-off code whose speed does not matter."""
     pure = PurePath(path)
-    return bool(_TEST_FILE.match(pure.name)) or any(part in {"tests", "test"} for part in pure.parts[:-1])
+    return bool(_TEST_FILE.match(pure.name)) or any(part in {"tests", "test", "testing"} for part in pure.parts[:-1])
 
 
 def device_kind(analysis: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import pathspec
 
@@ -28,6 +30,8 @@ class Discovery:
     files: List[Path] = field(default_factory=list)
     missing: List[str] = field(default_factory=list)  # explicit paths that do not exist
     unsupported: List[str] = field(default_factory=list)  # explicit files that are neither Python nor notebooks
+    # (path as shown, why it is not checked): symlink loops, and FIFOs, sockets or devices named explicitly
+    problems: List[Tuple[str, str]] = field(default_factory=list)
 
 
 class _GitIgnores:
@@ -94,14 +98,21 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
     result = Discovery()
     for raw in paths:
         given = Path(raw)
-        absolute = given.resolve() if not given.is_absolute() else given
-        if not given.exists():
-            result.missing.append(raw)
+        kind = _kind(given)
+        if kind in ("missing", "loop"):
+            if kind == "loop":
+                result.problems.append((display_path(given), _LOOP))
+            else:
+                result.missing.append(raw)
             continue
-        if given.is_file() and not is_source_file(given):
+        if kind == "other":  # a FIFO would block the read forever, a device never ends
+            result.problems.append((display_path(given), f"not a regular file ({_kind_name(given)}); not checked"))
+            continue
+        absolute = _resolve(given) if not given.is_absolute() else given
+        if kind == "file" and not is_source_file(given):
             result.unsupported.append(raw)
             continue
-        if given.is_file():
+        if kind == "file":
             excluded = excluder(root if _relative(absolute, root) is not None else absolute.parent)
             if not (force_exclude and (excluded(absolute, False) or gitignores.ignored(absolute, False, _git_top(absolute.parent)))):
                 found.setdefault(absolute, given)
@@ -130,9 +141,39 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
                 child = folder_abs / name
                 if excluded(child, False) or gitignores.ignored(child, False, top):
                     continue
-                found.setdefault(child.resolve() if (folder_path / name).is_symlink() else child, folder_path / name)
+                kind = _kind(folder_path / name)
+                if kind == "loop":
+                    result.problems.append((display_path(folder_path / name), _LOOP))
+                if kind != "file":  # FIFOs, sockets, devices, dangling links (editor lock files): not source
+                    continue
+                found.setdefault(_resolve(child) if (folder_path / name).is_symlink() else child, folder_path / name)
     result.files = sorted(found.values(), key=lambda p: display_path(p))
     return result
+
+
+_LOOP = "a symbolic link loop: it leads back to itself, never to a file; not checked"
+
+
+def _kind(path: Path) -> str:
+    """"file" (regular, after links), "dir", "missing", "loop" or "other" (FIFO, socket, device)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "loop" if exc.errno == errno.ELOOP else "missing"
+    return "file" if stat.S_ISREG(mode) else "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def _kind_name(path: Path) -> str:
+    from torchlint.fileio import file_kind
+
+    return file_kind(os.stat(path).st_mode)
+
+
+def _resolve(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):  # a loop further up: the path as it is still names the file
+        return path.absolute()
 
 
 def _relative(path: Path, base: Path) -> Optional[str]:

@@ -16,11 +16,13 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.fixer import FixApplier
+from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.positions import node_spans
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
+from torchlint.textmerge import carry_fixes
 
 ERROR_CODE = "TL000"  # a file torchlint could not check: never selectable, never suppressible
 MAX_FIX_PASSES = 10
@@ -60,24 +62,24 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings) 
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
-    try:
-        with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
-            warnings.simplefilter("ignore")
-            return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None  # LibCST decides (it also parses syntax newer than this interpreter's)
+    return stdlib_tree(source)  # None: LibCST decides (it also parses syntax newer than this interpreter's)
 
 
 def parse(source: str, path: str) -> cst.Module:
     """Parse or raise ``SyntaxProblem`` with a located message."""
+    problem = parse_problem(source)  # code that would crash or stall LibCST's native parser, or is not Python
+    if problem is not None:
+        raise SyntaxProblem(*problem)
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        # CPython's message and position are clearer ("'(' was never closed" at the paren); LibCST's
-        # stand where CPython accepts the code (syntax newer than LibCST's grammar).
+        # CPython's message and position are clearer ("'(' was never closed" at the paren).
         python_error = _python_syntax_error(source)
         if python_error is not None:
             raise python_error from None
+        if stdlib_tree(source) is not None:  # valid Python that LibCST's grammar does not take
+            raise SyntaxProblem(f"torchlint's parser (LibCST) cannot parse this valid Python, so it was not "
+                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
         raise SyntaxProblem(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (RecursionError, MemoryError) as exc:  # pathological nesting
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
@@ -248,6 +250,29 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             continue
         current = result.code
         outcome.applied.update(r.rule.code for r in result.applied)
+    if current != source:
+        current = _carry_to_original(source, current, path, outcome)
     outcome.source = current
     outcome.remaining = lint_source(current, path, rules, settings).diagnostics
     return outcome
+
+
+def _carry_to_original(source: str, fixed: str, path: str, outcome: FixOutcome) -> str:
+    """The fixes applied to ``source`` itself, byte for byte outside the fixed lines (LibCST's round trip
+    is not exact for every file); where that cannot be done, no fix at all."""
+    carried = carry_fixes(source, cst.parse_module(source).code, fixed)
+    if carried is not None and (carried == fixed or _still_valid(source, carried)):
+        return carried
+    outcome.applied.clear()
+    outcome.errors.append(error_diagnostic(
+        path, "fixes not applied: torchlint's parser does not reproduce this file's bytes exactly next to them "
+        "(a form feed or a lone carriage return); please report it"))
+    return source
+
+
+def _still_valid(source: str, carried: str) -> bool:
+    try:
+        cst.parse_module(carried)
+    except Exception:
+        return False
+    return _python_syntax_error(carried) is None or _python_syntax_error(source) is not None

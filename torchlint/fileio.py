@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
+import re
+import stat
 import tempfile
+import time
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable, Optional, Tuple
 
 
 class SourceError(Exception):
@@ -47,28 +52,88 @@ def decode_source(data: bytes) -> SourceText:
         ) from exc
 
 
-def read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path, max_size: Optional[int] = None) -> bytes:
+    return read_regular(path, max_size)[0]
+
+
+def read_regular(path: Path, max_size: Optional[int] = None) -> Tuple[bytes, os.stat_result]:
+    """The bytes of a regular file and its status (to check before writing that it is still the same
+    file). Anything else (a FIFO would block forever, /dev/zero never ends) and files over ``max_size``
+    bytes raise ``SourceError`` without being read."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError as exc:
         raise SourceError("file vanished before it could be read") from exc
     except IsADirectoryError as exc:
         raise SourceError("is a directory, not a Python file") from exc
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SourceError("a symbolic link loop: it leads back to itself, never to a file") from exc
         raise SourceError(f"cannot read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as f:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise SourceError(f"not a regular file ({file_kind(status.st_mode)}); only files are read")
+        if max_size is not None and status.st_size > max_size:
+            raise SourceError(too_large_message(status.st_size, max_size))
+        try:
+            data = f.read() if max_size is None else f.read(max_size + 1)
+        except OSError as exc:
+            raise SourceError(f"cannot read: {exc.strerror or exc}") from exc
+    if max_size is not None and len(data) > max_size:  # it grew while we read
+        raise SourceError(too_large_message(len(data), max_size))
+    return data, status
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write through a temporary file in the same folder, then rename: never a half-written file."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".torchlint.tmp", dir=str(path.parent))
+def too_large_message(size: int, limit: int) -> str:
+    return (f"file is {format_size(size)}, over the max-file-size limit of {format_size(limit)}; not checked "
+            "(raise it with --max-file-size or max-file-size in the configuration)")
+
+
+def format_size(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} bytes"
+
+
+def file_kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class NotWritten(Exception):
+    """A fixed file that was deliberately not written: the message says why and what to do."""
+
+
+# A temporary file is written beside the file and renamed over it: ``.NAME.XXXXXXXX.torchlint.tmp``.
+TEMP_SUFFIX = ".torchlint.tmp"
+_TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}" + re.escape(TEMP_SUFFIX) + "$")
+STALE_TEMP_SECONDS = 600  # older than any write can take: left by a killed run
+
+
+def write_atomic(path: Path, data: bytes, original: Optional[Tuple[bytes, os.stat_result]] = None) -> None:
+    """Write through a temporary file in the same folder, then rename: never a half-written file.
+
+    With ``original`` (the bytes and status read before fixing), the file is written only if it is still
+    that file (same inode, same bytes), it is writable, it has one link (a rename would split hard links),
+    and its owner, group and mode can be kept; else ``NotWritten`` says why and nothing changes."""
+    if original is not None:
+        _check_unchanged(path, *original)
+    status = original[1] if original is not None else (path.stat() if path.exists() else None)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=str(path.parent))
     try:
         with os.fdopen(fd, "wb") as tmp:
             tmp.write(data)
             tmp.flush()
+            if status is not None:
+                _keep_owner_and_mode(tmp.fileno(), status)
             os.fsync(tmp.fileno())
-        if mode is not None:
-            os.chmod(tmp_name, mode)
+        if original is not None:
+            _check_unchanged(path, *original)  # again, just before the rename: the window is the rename
         os.replace(tmp_name, path)
     except BaseException:
         try:
@@ -76,3 +141,55 @@ def write_atomic(path: Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _check_unchanged(path: Path, data: bytes, status: os.stat_result) -> None:
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        raise NotWritten("the file was deleted or renamed while torchlint was fixing it; not written") from None
+    if (now.st_dev, now.st_ino) != (status.st_dev, status.st_ino):
+        raise NotWritten("the file was replaced while torchlint was fixing it; not written")
+    try:
+        with open(path, "rb") as f:
+            same = f.read(len(data) + 1) == data
+    except OSError as exc:
+        raise NotWritten(f"cannot read the file again before writing it: {exc.strerror or exc}; not written") from None
+    if not same:
+        raise NotWritten("the file changed while torchlint was fixing it; not written (run again)")
+    if now.st_nlink > 1:
+        raise NotWritten(f"the file has {now.st_nlink} hard links, which writing the fix would split; not written")
+    if not now.st_mode & 0o222 or not os.access(path, os.W_OK):
+        raise NotWritten("the file is read-only; not written (make it writable to fix it)")
+
+
+def _keep_owner_and_mode(fd: int, status: os.stat_result) -> None:
+    os.fchmod(fd, stat.S_IMODE(status.st_mode))
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (status.st_uid, status.st_gid):
+        try:
+            os.fchown(fd, status.st_uid, status.st_gid)
+        except PermissionError:
+            raise NotWritten(
+                f"writing it would change its owner or group (uid {status.st_uid}, gid {status.st_gid}) to "
+                "yours; not written") from None
+        os.fchmod(fd, stat.S_IMODE(status.st_mode))  # chown clears set-user-ID bits
+
+
+def remove_stale_temp_files(folders: Iterable[Path], older_than: float = STALE_TEMP_SECONDS) -> None:
+    """Delete the temporary files a killed run left (``.NAME.XXXXXXXX.torchlint.tmp``, older than
+    ``older_than`` seconds, so a concurrent run's file in flight is never touched)."""
+    cutoff = time.time() - older_than
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if not _TEMP_NAME.match(entry.name):
+                continue
+            try:
+                if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(entry.path)
+            except OSError:
+                pass  # gone already, or not ours to remove

@@ -42,15 +42,13 @@ class _TokenRangeState(CodegenState):
         self, node: cst.CSTNode, *, start_node: Optional[cst.CSTNode] = None, end_node: Optional[cst.CSTNode] = None
     ) -> Iterator[None]:
         start = len(self.tokens)
-        try:
-            yield
-        finally:
-            end = len(self.tokens)
-            if start_node is not None:
-                start = self.ranges[start_node][0]
-            if end_node is not None:
-                end = self.ranges[end_node][1]
-            self.ranges[node] = (start, end)
+        yield  # no try/finally: after an error inside (a RecursionError) there is no range to record
+        end = len(self.tokens)
+        if start_node is not None:
+            start = self.ranges[start_node][0]
+        if end_node is not None:
+            end = self.ranges[end_node][1]
+        self.ranges[node] = (start, end)
 
 
 def node_spans(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[cst.CSTNode, Span]:

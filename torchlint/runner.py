@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -17,7 +18,10 @@ from torchlint.config_tree import ConfigTree
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.cache import Cache
-from torchlint.fileio import SourceError, SourceText, decode_source, read_bytes, write_atomic
+from torchlint.guard import call_with_deep_stack
+from torchlint.fileio import (
+    NotWritten, SourceError, SourceText, decode_source, read_regular, remove_stale_temp_files, write_atomic,
+)
 from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability, Diagnostic, Rule
 
@@ -70,7 +74,10 @@ def _glob(pattern: str) -> pathspec.PathSpec:
 def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
     extra: List[str] = []
     if path is not None and settings.per_file_ignores:
-        absolute = path.resolve()
+        try:
+            absolute = path.resolve()
+        except (OSError, RuntimeError):  # a symlink loop: match the path as given
+            absolute = path.absolute()
         try:
             relative = absolute.relative_to(settings.root).as_posix()
         except ValueError:
@@ -84,6 +91,16 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
 
 
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
+    """Check or fix one text. Deep code recurses deeply (LibCST's parser and tree walks): it runs on a
+    thread with a large stack, and a RecursionError still left is one TL000, never a crash."""
+    try:
+        return call_with_deep_stack(_process_source, source, shown, path, job)
+    except (RecursionError, MemoryError) as exc:
+        return FileResult(shown, [error_diagnostic(
+            shown, f"too deeply nested for torchlint to analyse ({type(exc).__name__}); the file was not checked")])
+
+
+def _process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
     rules = rules_for(job.settings, path)
     if job.mode == "check":
         return FileResult(shown, lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics)
@@ -102,7 +119,7 @@ def process_file(path: Path, job: Job) -> FileResult:
         return process_notebook(path, job)
     shown = display_path(path)
     try:
-        data = read_bytes(path)
+        data, status = read_regular(path, job.settings.max_file_size)
         source = decode_source(data)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
@@ -115,18 +132,18 @@ def process_file(path: Path, job: Job) -> FileResult:
         # A file with nothing to fix needs no fix pass: fix mode can use check results too.
         if cached is not None and (job.mode == "check" or not _has_applicable_fix(cached, job.unsafe)):
             return FileResult(shown, cached)
-    try:
-        result = process_source(source, shown, path, job)
-    except RecursionError:
-        return FileResult(shown, [error_diagnostic(shown, "too deeply nested for torchlint to analyse")])
+    result = process_source(source, shown, path, job)
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
     if job.apply and result.changed:
         try:
-            write_atomic(Path(os.path.realpath(path)), source.encode(result.fixed or ""))
+            write_atomic(Path(os.path.realpath(path)), source.encode(result.fixed or ""), (data, status))
             result.written = True
-        except (OSError, UnicodeEncodeError) as exc:
-            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
+        except (NotWritten, OSError, UnicodeEncodeError) as exc:
+            # Nothing was fixed: report the file as it still is, never the fixed text's leftovers.
+            reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
+            unfixed = process_source(source, shown, path, replace(job, mode="check", apply=False))
+            result = FileResult(shown, [error_diagnostic(shown, reason)] + unfixed.diagnostics)
     return result
 
 
@@ -187,12 +204,61 @@ def schedule(sizes: Dict[Path, int], jobs: int) -> List[List[Path]]:
 
 def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many."""
+    if job.apply:  # temporary files a killed run left beside the files it was writing
+        remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
     if jobs <= 1 or len(paths) < 2 * jobs:
         return _process_many(paths, job)
     units = schedule({p: _size(p) for p in paths}, jobs)
     by_path: Dict[Path, FileResult] = {}
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    lost: List[Path] = []  # files of units whose worker died (a crash in native code): retried one by one
+    with ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_process_many, unit, job) for unit in units]
         for unit, future in zip(units, futures):
-            by_path.update(zip(unit, future.result()))
+            try:
+                by_path.update(zip(unit, future.result()))
+            except BrokenProcessPool:
+                lost.extend(unit)
+    for path in lost:
+        by_path[path] = _process_isolated(path, job)
     return [by_path[p] for p in paths]
+
+
+def _process_isolated(path: Path, job: Job) -> FileResult:
+    """One file in a process of its own: if that process dies too, the file gets one TL000 and the run
+    goes on. (A dead worker breaks a whole pool, so every file it held is retried this way.)"""
+    with ProcessPoolExecutor(max_workers=1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+        try:
+            return pool.submit(process_file, path, job).result()
+        except BrokenProcessPool:
+            shown = display_path(path)
+            return FileResult(shown, [error_diagnostic(
+                shown, "torchlint crashed while checking this file (its process died); the file was not "
+                "checked; please report it")])
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Worker initializer: a worker must not outlive the run that started it (killed with SIGKILL, the
+    parent cannot stop its pool). Linux: the kernel sends SIGKILL when the parent dies."""
+    try:
+        import ctypes
+        import signal
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the watchdog below still ends the worker
+        _start_parent_watchdog(parent_pid)
+        return
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _start_parent_watchdog(parent_pid: int) -> None:
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="torchlint-parent-watchdog", daemon=True).start()

@@ -1,0 +1,97 @@
+"""Deep, long or odd code never crashes or stalls a run: it is checked, or gets one TL000 (issue 15, 1/2/12)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from robustness_support import REPO, invoke, torchlint_subprocess, with_finding
+
+from torchlint.config import Settings
+from torchlint.fileio import decode_source
+from torchlint.guard import MAX_NESTING, parse_problem
+from torchlint.runner import Job, process_source
+
+
+def check_text(text: str):
+    return process_source(decode_source(text.encode()), "t.py", Path("t.py"), Job(Settings())).diagnostics
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_code_that_crashes_the_native_parser_is_one_tl000_and_the_run_goes_on(tmp_path, jobs):
+    (tmp_path / "ok.py").write_text(with_finding())
+    for i in range(3):
+        (tmp_path / f"deep{i}.py").write_text(with_finding("x = " + "(" * 3000 + "1" + ")" * 3000))
+    proc = torchlint_subprocess(["check", "--no-cache", "--jobs", jobs, "."], tmp_path)
+    out = proc.stdout.decode()
+    assert proc.returncode == 1, proc.stderr.decode()[-500:]
+    assert "ok.py:5:48: TL501" in out
+    for i in range(3):
+        assert out.count(f"deep{i}.py") == 1 and f"deep{i}.py:2:205: TL000 syntax error: too many nested parentheses" in out
+
+
+@pytest.mark.parametrize("body", [
+    "x = " + " and ".join(["a"] * 8000),
+    "x = " + "-" * 10000 + "a",
+    "x = a" + ".b" * 10000,
+    "x = " + "lambda: " * 10000 + "1",  # CPython itself gives up here: measured on tokens
+])
+def test_chains_deeper_than_the_limit_are_refused_before_parsing(body):
+    problem = parse_problem(with_finding(body))
+    assert problem is not None and f"the limit is {MAX_NESTING}" in problem[0] and problem[1] == 2
+
+
+def test_a_dead_worker_costs_its_file_one_tl000_and_nothing_else(tmp_path):
+    for name in ("a", "b", "crash", "c", "d", "e"):
+        (tmp_path / f"{name}.py").write_text(with_finding())
+    script = textwrap.dedent(f"""
+        import os, signal, sys
+        from pathlib import Path
+        import torchlint.runner as runner
+        from torchlint.config import Settings
+        real = runner._process_source
+        def fragile(source, shown, path, job):
+            if shown.endswith("crash.py"):
+                os.kill(os.getpid(), signal.SIGSEGV)  # what a native stack overflow looks like
+            return real(source, shown, path, job)
+        runner._process_source = fragile
+        paths = sorted(Path({str(tmp_path)!r}).glob("*.py"))
+        for result in runner.run(paths, runner.Job(Settings()), jobs=2):
+            print(Path(result.path).name, [d.code for d in result.diagnostics], result.diagnostics[0].message)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-1000:]
+    lines = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert sorted(lines) == ["a.py", "b.py", "c.py", "crash.py", "d.py", "e.py"]
+    assert lines["crash.py"].startswith("['TL000'] torchlint crashed while checking this file")
+    assert all(lines[name].startswith("['TL501']") for name in lines if name != "crash.py")
+
+
+def test_a_500_branch_elif_chain_is_checked():
+    chain = "if a:\n    pass\n" + "".join(f"elif a == {i}:\n    pass\n" for i in range(500))
+    assert [d.code for d in check_text(with_finding(chain))] == ["TL501"]
+
+
+def test_a_500_term_sum_is_checked():
+    assert [d.code for d in check_text(with_finding("x = " + " + ".join(["a"] * 500)))] == ["TL501"]
+
+
+def test_valid_code_that_libcst_cannot_parse_is_not_called_a_syntax_error():
+    diagnostics = check_text(with_finding("x = (" + " ".join(['"s"'] * 5000) + ")"))
+    assert all("syntax error" not in d.message for d in diagnostics)
+    assert diagnostics[0].code == "TL000" and "valid Python" in diagnostics[0].message
+
+
+@pytest.mark.parametrize("data, message", [
+    (with_finding('s = "a\0b"').encode(), "null bytes"),
+    (b"\xef\xbb\xbf" + with_finding("\ufeffx = 1").encode(), "U+FEFF"),
+])
+def test_what_cpython_rejects_is_a_tl000_and_is_never_fixed(tmp_path, monkeypatch, data, message):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.py").write_bytes(data)
+    result = invoke("fix", "--apply", "--no-cache", "bad.py")
+    assert "bad.py:2:" in result.output and "TL000" in result.output and message in result.output
+    assert (tmp_path / "bad.py").read_bytes() == data

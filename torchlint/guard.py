@@ -1,0 +1,224 @@
+"""Guards around LibCST's parser, so that no input can crash or hang a run.
+
+LibCST's native parser recurses once per level of nesting on the C stack: a few thousand nested brackets or
+``and`` terms overflow it (a segfault: no exception to catch), and its time and memory grow faster than
+linearly with depth (a 10,000-term sum takes minutes). So, before LibCST sees a file:
+
+- ``parse_problem`` measures how deep its statements nest, from CPython's own parser (C, linear, never
+  crashes; the tree is shared with the pre-filter) or, where CPython rejects the file, from its tokens;
+  beyond ``MAX_NESTING`` the file gets one TL000 instead of a parse. It also rejects what CPython rejects in
+  every version (NUL characters, a byte order mark past the start), which LibCST accepts.
+- ``call_with_deep_stack`` runs the parse and everything after it on a thread with a large stack and a
+  raised recursion limit, so that code CPython accepts (a 500-branch ``if/elif`` chain, a 500-term sum) is
+  handled rather than refused, and a deeper tree ends in a RecursionError, never a segfault.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+import threading
+import tokenize
+import warnings
+from typing import Any, Callable, List, Optional, Tuple
+
+# Deeper than this, a statement gets a TL000. CPython itself refuses most expressions a few thousand levels
+# deep; LibCST needs about 3 s for 1,000 levels and minutes for 10,000.
+MAX_NESTING = 1000
+_STACK_BYTES = 512 * 1024 * 1024  # virtual: only the pages a deep parse touches are ever used
+_RECURSION_LIMIT = 40_000  # Python frames; well within _STACK_BYTES even for frames that recurse through C
+_NEWLINE = re.compile(r"\r\n?|\n")
+
+
+def call_with_deep_stack(func: Callable[..., Any], *args: Any) -> Any:
+    """``func(*args)`` on a thread with a large stack and a high recursion limit; its exception re-raised."""
+    outcome: List[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, func(*args)))
+        except BaseException as exc:  # carried to the calling thread
+            outcome.append((False, exc))
+
+    try:
+        previous = threading.stack_size(_STACK_BYTES)
+    except (ValueError, RuntimeError):  # a platform without settable stacks: run here, guards still apply
+        return func(*args)
+    try:
+        thread = threading.Thread(target=target, name="torchlint-deep-stack", daemon=True)
+        old_limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
+        try:
+            thread.start()
+        except RuntimeError:  # no memory for the stack: run here with the normal limit
+            sys.setrecursionlimit(old_limit)
+            return func(*args)
+    finally:
+        threading.stack_size(previous)
+    try:
+        thread.join()
+    finally:
+        sys.setrecursionlimit(old_limit)
+    ok, value = outcome[0]
+    if ok:
+        return value
+    raise value
+
+
+_last_tree: Tuple[Optional[str], Optional[ast.Module], Optional[BaseException]] = (None, None, None)
+
+
+def stdlib_tree(source: str) -> Optional[ast.Module]:
+    """CPython's ``ast`` of ``source``, or None where CPython rejects it. The last one is kept: the
+    pre-filter and the nesting guard ask for the same file one after the other."""
+    return _stdlib_parse(source)[0]
+
+
+def _stdlib_parse(source: str) -> Tuple[Optional[ast.Module], Optional[BaseException]]:
+    global _last_tree
+    if _last_tree[0] is not source:
+        tree: Optional[ast.Module] = None
+        error: Optional[BaseException] = None
+        try:
+            with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
+                warnings.simplefilter("ignore")
+                tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
+            error = exc
+        _last_tree = (source, tree, error)
+    return _last_tree[1], _last_tree[2]
+
+
+def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
+    """Why LibCST must not be given ``source`` as (message, line, column), or None."""
+    invalid = _invalid_everywhere(source)
+    if invalid is not None:
+        return invalid
+    global _last_tree
+    tree, error = _stdlib_parse(source)
+    _last_tree = (None, None, None)  # LibCST parses next: the tree is not needed again, and may be large
+    depth, line = _ast_nesting(tree, source) if tree is not None else _token_nesting(source)
+    del tree
+    if depth <= MAX_NESTING:
+        return None
+    if isinstance(error, SyntaxError):  # CPython rejects it too: its message says why
+        return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
+    return (f"too deeply nested for torchlint to parse: {depth} levels in one statement (the limit is "
+            f"{MAX_NESTING}); the file was not checked", line, 1)
+
+
+def _invalid_everywhere(source: str) -> Optional[Tuple[str, int, int]]:
+    """What every CPython version rejects but LibCST accepts."""
+    for char, message in (("\0", "source code cannot contain null bytes"),
+                          ("\ufeff", "invalid non-printable character U+FEFF (a byte order mark past the start)")):
+        index = source.find(char)
+        if index >= 0:
+            line = len(_NEWLINE.findall(source, 0, index)) + 1
+            line_start = max(source.rfind("\n", 0, index), source.rfind("\r", 0, index)) + 1
+            return f"syntax error: {message}", line, index - line_start + 1
+    return None
+
+
+# --- nesting measured on CPython's tree ----------------------------------------------------------------
+
+_BLOCK_FIELDS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _ast_nesting(tree: ast.Module, source: str) -> Tuple[int, int]:
+    """(deepest nesting as LibCST will build it, its line). Only statements long enough to nest deeply are
+    walked expression by expression: a statement of n characters nests at most n levels."""
+    line_starts: Optional[List[int]] = None
+    deepest, deepest_line = 0, 1
+    stack: List[Tuple[ast.AST, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest, deepest_line = depth, getattr(node, "lineno", 1)
+        for name, value in ast.iter_fields(node):
+            if name in _BLOCK_FIELDS and isinstance(value, list):
+                # A block is one level deeper; LibCST nests each ``elif`` in the previous ``if`` (an ``orelse``
+                # holding one If here), so a chain is as deep as it is long.
+                stack.extend((child, depth + 1) for child in value)
+                continue
+            for child in value if isinstance(value, list) else (value,):
+                if isinstance(child, ast.expr):
+                    if line_starts is None:
+                        line_starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+                    if _span(child, line_starts) > MAX_NESTING - depth:
+                        expr_depth = _expr_nesting(child)
+                        if depth + expr_depth > deepest:
+                            deepest, deepest_line = depth + expr_depth, child.lineno
+                elif isinstance(child, ast.AST) and not isinstance(child, ast.stmt):
+                    stack.append((child, depth))  # arguments, keywords, with items: their expressions
+    return deepest, deepest_line
+
+
+def _span(expr: ast.expr, line_starts: List[int]) -> int:
+    end_line = expr.end_lineno or expr.lineno
+    end_col = expr.end_col_offset or 0
+    if end_line == expr.lineno:
+        return end_col - expr.col_offset
+    return line_starts[end_line - 1] + end_col - line_starts[expr.lineno - 1] - expr.col_offset
+
+
+def _expr_nesting(expr: ast.expr) -> int:
+    deepest = 0
+    stack: List[Tuple[ast.AST, int]] = [(expr, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.BoolOp):  # flat in CPython, one level per operator in LibCST
+            depth += len(node.values) - 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
+# --- nesting measured on tokens, where CPython rejects the file ---------------------------------------
+
+_OPENERS, _CLOSERS = set("([{"), set(")]}")
+_NESTING_WORDS = {"and", "or", "not", "if", "else", "lambda", "await", "in", "is"}
+_SEPARATORS = {",", ";", "=", ":="}  # not ":": lambdas nest through it
+
+
+def _token_nesting(source: str) -> Tuple[int, int]:
+    """An upper-bound estimate: brackets nest, and every operator or keyword between two separators of
+    the same bracket may add a level (a chain of n ``+`` or ``.`` is n levels deep in LibCST's tree)."""
+    bases, run = [0], 0  # per open bracket: the depth it started at; the current run of operators
+    deepest, deepest_line = 0, 1
+    block_depth, elif_runs = 0, {}  # per indentation level: the ``elif`` keywords in a row there
+    line_start = True
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind, text = tok.type, tok.string
+            if kind == tokenize.INDENT:
+                block_depth += 1
+                continue
+            if kind == tokenize.DEDENT:
+                block_depth -= 1
+                continue
+            if line_start and kind not in (tokenize.NL, tokenize.COMMENT):
+                line_start = False
+                if text == "elif":
+                    elif_runs[block_depth] = elif_runs.get(block_depth, 0) + 1
+                elif text != "else":
+                    elif_runs[block_depth] = 0
+            if kind == tokenize.OP and text in _OPENERS:
+                bases.append(bases[-1] + run + 1)
+                run = 0
+            elif kind == tokenize.OP and text in _CLOSERS:
+                if len(bases) > 1:
+                    bases.pop()
+                run = 0
+            elif (kind == tokenize.OP and text in _SEPARATORS) or kind in (tokenize.NEWLINE, tokenize.NL):
+                run = 0
+                line_start = line_start or kind == tokenize.NEWLINE
+            elif kind == tokenize.OP or kind == tokenize.STRING or (kind == tokenize.NAME and text in _NESTING_WORDS):
+                run += 1  # operators, and adjacent string literals, nest in LibCST's tree
+            depth = max(bases[-1] + run, block_depth + max(elif_runs.values(), default=0))
+            if depth > deepest:
+                deepest, deepest_line = depth, tok.start[0]
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        pass  # what was read so far is the estimate; the parse reports the error itself
+    return deepest, deepest_line
