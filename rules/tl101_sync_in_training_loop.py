@@ -36,6 +36,7 @@ _TORCH_TENSOR_FUNCS = {
     "sum", "mean", "stack", "cat", "tensor", "as_tensor", "norm", "max", "min", "exp", "log", "sqrt", "abs",
     "clamp", "where", "matmul", "sigmoid", "softmax", "log_softmax", "argmax", "argmin", "eq", "isfinite",
     "isnan", "isinf", "all", "any", "mul", "add", "sub", "div", "square", "logsumexp", "einsum", "bmm", "mm",
+    "zeros", "ones", "full", "zeros_like", "ones_like", "empty", "randn", "rand", "arange",
 }
 # Calls that only show, store or collect a value: a sync whose value ends up here is a slowdown to remove.
 _SINK_METHODS = {
@@ -91,7 +92,9 @@ class SyncInTrainingLoop(Rule):
     collecting / logging call (`.append`, `.extend`, `.update`, `.add_scalar`, `.log`, `.info`,
     `.set_postfix`, `.write`...) or a display helper (`progress_bar(...)`, `log_...(...)`), also through
     `numpy` and `math` functions (`np.mean(x.cpu().numpy())`). Several syncs in one statement (a `print`
-    of six `.item()`s) are one finding that lists them.
+    of six `.item()`s) are one finding that lists them. A tensor formatted into a string outside `print`
+    (an f-string, `%` or `.format` for a progress bar: `pbar.set_description("%10.4g" % (*mean_loss,))`)
+    is reported too.
 
     ## Why is this slow?
     CUDA runs asynchronously: Python queues kernels and moves on while the GPU works. Reading a value on the
@@ -161,26 +164,23 @@ class SyncInTrainingLoop(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (
         r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
-        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(",
+        # syncs, and formatting (a tensor formatted for a progress bar: `%`, `.format(`, f-strings)
+        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(|%|\.format\(|\bf[\"']",
     )
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """A sync call of the shape ``check`` looks at, inside a training loop (or returned by a step
-        function)."""
+        """``check``'s own gate: a training loop, or a function of the file that runs a training step."""
         index = index_of(tree)
-        if not any(loop.is_training for loop in index.loops):
-            return False
-        steps = _ast_step_functions(index)
-        return any(_may_be_sync(index, name, steps) for name in (*_SYNC_METHODS, *_CONVERSIONS, "print"))
+        return any(loop.is_training for loop in index.loops) or bool(_ast_step_functions(index))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if not any(loop.is_training for loop in a.loops):
-            return
         checker = _Checker(ctx, a)
+        if not any(loop.is_training for loop in a.loops) and not checker.step_functions():
+            return
         for name in _SYNC_METHODS:
             for call in a.calls_by_name.get(name, ()):
                 checker.check_method(call, name)
@@ -189,6 +189,9 @@ class SyncInTrainingLoop(Rule):
                 checker.check_conversion(call, name)
         for call in a.calls_by_name.get("print", ()):
             checker.check_print(call)
+        for loop in a.loops:
+            if checker.is_training(loop) and not any(checker.is_training(o) for o in a.enclosing_loops(loop.node)):
+                checker.check_formatting(loop)  # outermost training loops only
         checker.flush()
 
 
@@ -220,7 +223,7 @@ class _Checker:
                 f"{len(found)} host-device syncs in one statement ({listed}) wait for the GPU every training "
                 "step; keep the values on the device and read them once, or every N steps"))
 
-    def _step_functions(self) -> Set[str]:
+    def step_functions(self) -> Set[str]:
         """Names of the file's functions that run a training step themselves: ``def _backward(loss): ...
         loss.backward(); optimizer.step()`` (a closure or helper a loop calls every iteration)."""
         names = getattr(self, "_step_names", None)
@@ -233,9 +236,13 @@ class _Checker:
             self._step_names = names
         return names
 
+    def is_training(self, loop: LoopInfo) -> bool:
+        steps = self.step_functions()
+        return loop.is_training or (bool(steps) and any(self._calls_step(c, steps) for c in loop.direct_calls))
+
     def _helper_training_loop(self, node: cst.CSTNode) -> Optional[LoopInfo]:
         """The innermost loop around ``node`` whose body calls one of the file's step functions."""
-        steps = self._step_functions()
+        steps = self.step_functions()
         if not steps:
             return None
         for loop in self.a.enclosing_loops(node):
@@ -261,7 +268,7 @@ class _Checker:
         if not isinstance(a.parent(node), cst.Return) or next(a.enclosing_loops(call), None) is not None:
             return False
         info = a.function_of(call)
-        if info is None or info.name not in self._step_functions() or not isinstance(info.node, cst.FunctionDef):
+        if info is None or info.name not in self.step_functions() or not isinstance(info.node, cst.FunctionDef):
             return False
         callers = [c for c in a.calls_by_name.get(info.name, ()) if self._calls_step(c, {info.name})]
         in_loops = [(c, next(a.enclosing_loops(c), None)) for c in callers]
@@ -358,6 +365,35 @@ class _Checker:
                             f"`print({_short(a, shown)})`")
                 return
 
+    def check_formatting(self, loop: LoopInfo) -> None:
+        """A tensor formatted into a string outside ``print`` (f-string, ``%``, ``"...".format``) for a
+        progress bar or a log line: formatting reads its value on the host."""
+        a = self.a
+        for node in walk(loop.node.body):
+            if isinstance(node, cst.FormattedString):
+                values = [p.expression for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
+            elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and _is_text(node.left):
+                right = node.right
+                values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
+            elif isinstance(node, cst.Call) and call_name(node) == "format" and isinstance(
+                    node.func.value, (cst.SimpleString, cst.ConcatenatedString)):
+                values = [arg.value for arg in node.args]
+            else:
+                continue
+            if any(isinstance(anc, cst.Call) and call_name(anc) == "print" for anc in a.ancestors(node)):
+                continue  # check_print reports it
+            here = self._training_loop(node)
+            if here is None or self._guarded(node, here):
+                continue
+            scope = a.scope_of(node)
+            shown = next((v for v in values if not self._chain_has_sync(v) and self.is_tensor(v, scope)
+                          and not self._is_raw_batch(v, here)), None)
+            if shown is None or self._destination(node, here, follow=True) != "sink":
+                continue
+            what = f"formatting `{_short(a, shown)}`"
+            self.report(node, f"{what} into a string reads the tensor on the host and waits for the GPU every "
+                              "training step; format it every N steps", what)
+
     def _printed_tensor(self, value: cst.BaseExpression, scope: ScopeNode, loop: LoopInfo):
         if isinstance(value, cst.FormattedString):
             for part in value.parts:
@@ -399,8 +435,10 @@ class _Checker:
                 return False
             if expr.value in self._backward_receivers(scope):
                 return True
-            return bool(values) and len(known) == len(values) and all(
-                self.is_tensor(v, scope, depth + 1) for v in known)
+            # `m = torch.zeros(3)` then `m = (m * i + x) / (i + 1)`: the update keeps the kind of the start
+            fresh = [v for v in known if not names_in(v, expr.value)]
+            return bool(values) and len(known) == len(values) and bool(fresh) and all(
+                self.is_tensor(v, scope, depth + 1) for v in fresh)
         if isinstance(expr, cst.Attribute):
             if expr.attr.value in {"loss", "logits"}:
                 return self.is_tensor(expr.value, scope, depth + 1)
@@ -508,7 +546,7 @@ class _Checker:
                     continue
                 return "load"
             if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) \
-                    and node is parent.right and isinstance(parent.left, (cst.SimpleString, cst.ConcatenatedString)):
+                    and node is parent.right and _is_text(parent.left):
                 return "sink"  # "loss %.3f" % value: formatted for display
             if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison,
                                    cst.ComparisonTarget, cst.Element, cst.DictElement, cst.StarredElement,
@@ -689,54 +727,12 @@ def _is_evaluation_block(a: FileAnalysis, with_node: cst.With) -> bool:
     return any(call_name(c) == "eval" and not c.args for c in a.calls_in(with_node.body))
 
 
-def _may_be_sync(index: AstIndex, name: str, steps: Set[str]) -> bool:
-    """Some call of ``name`` has the form ``_Checker`` reports, where it reports (the ast stage): in a training
-    loop, in a loop that calls one of the file's step functions, or (a method sync) in a step function."""
-    for info in index.calls_by_name.get(name, ()):
-        call = info.node
-        if name in _SYNC_METHODS:
-            shaped = isinstance(call.func, ast.Attribute) and not call.args and not call.keywords
-        elif name in _CONVERSIONS:
-            shaped = (isinstance(call.func, ast.Name) and name not in index.imports and _positional_count(call) == 1
-                      and len(call.args) + len(call.keywords) == 1)
-        else:  # print
-            shaped = isinstance(call.func, ast.Name) and name not in index.imports and _positional_count(call) > 0
-        if not shaped:
-            continue
-        if index.training_loop_of(info) is not None or _in_loop_calling(info, steps):
-            return True
-        if name in ("item", "tolist", "cpu") and info.loop is None and isinstance(
-                info.function, (ast.FunctionDef, ast.AsyncFunctionDef)) and info.function.name in steps:
-            return True  # `return loss.item()` from a step function (`per_step_return`)
-    return False
-
-
-def _ast_step_functions(index: AstIndex) -> Set[str]:
-    """``_Checker._step_functions``: the file's functions that call ``backward()`` or ``optimizer.step()``."""
-    return {info.function.name for info in index.calls
-            if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
-
-
-def _in_loop_calling(info, steps: Set[str]) -> bool:
-    """``_Checker._helper_training_loop``: a loop around the call whose body calls a step function."""
-    if not steps:
-        return False
-    loop = info.loop
-    while loop is not None:
-        for call in loop.direct_calls:
-            func = call.func
-            if (isinstance(func, ast.Name) and func.id in steps) or (
-                    isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"
-                    and func.attr in steps):
-                return True
-        loop = loop.parent
-    return False
-
-
-def _positional_count(call: ast.Call) -> int:
-    """Arguments without a keyword, as LibCST counts them (``*args`` and ``**kwargs`` included)."""
-    return len(call.args) + sum(1 for keyword in call.keywords if keyword.arg is None)
+def _is_text(node: cst.BaseExpression) -> bool:
+    """A string literal, or one built from literals: ``"%11s" * 2 + "%11.4g" * 5``."""
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return True
+    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply)) and (
+        _is_text(node.left) or _is_text(node.right))
 
 
 def _is_logging_guard(test: cst.BaseExpression) -> bool:
@@ -783,3 +779,11 @@ def _short(a: FileAnalysis, expr: cst.CSTNode) -> str:
     text = a.module.code_for_node(expr)
     text = " ".join(text.split())
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _ast_step_functions(index: AstIndex) -> Set[str]:
+    """``_Checker.step_functions`` on the ast index: the file's functions that call ``backward()`` or
+    ``optimizer.step()`` themselves."""
+    return {info.function.name for info in index.calls
+            if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}

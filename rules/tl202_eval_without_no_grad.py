@@ -449,8 +449,8 @@ class _Checker:
         if _HOOK_NAME.search(info.name):
             return False
         words = info.name.strip("_").lower().split("_")
-        if pytest_file and info.name.startswith("test"):
-            return True  # a test (`test_roi_heads`, unittest's `testKeypointHead`): a one-off run, loops included
+        if pytest_file and info.name.lstrip("_").startswith("test"):
+            return True  # a test or test helper (`test_roi_heads`, `_test_eval`, unittest's `testKeypointHead`)
         if words[0] == "test" and not _has_params(node):
             return False  # a pytest test
         if any(call_name(c) == "enter_context" and _NO_GRAD_TEXT.search(self._text(c))
