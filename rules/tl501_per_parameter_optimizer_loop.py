@@ -341,14 +341,22 @@ _PARAMISH_TEXT = re.compile(r"param|state_dict", re.IGNORECASE)
 
 def _may_have_update_loop(tree: ast.Module) -> bool:
     """A ``for`` over something that may be parameters whose body (nested defs aside) may update in place."""
+    loops: List[ast.For] = []
+    assigns: List[ast.Assign] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For):
+            loops.append(node)
+        elif isinstance(node, ast.Assign):
+            assigns.append(node)
+    # Only names that some loop iterates need their values read (most assignments are not iterated).
+    iterated = {loop.iter.id for loop in loops if isinstance(loop.iter, ast.Name)}
     bound_to_params = {
         target.id
-        for node in ast.walk(tree) if isinstance(node, ast.Assign) and _mentions_params(node.value)
-        for target in node.targets if isinstance(target, ast.Name)
+        for node in assigns
+        for target in node.targets if isinstance(target, ast.Name) and target.id in iterated
+        if _mentions_params(node.value)
     }
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.For):
-            continue
+    for node in loops:
         iterable = node.iter
         if not (_mentions_params(iterable) or (isinstance(iterable, ast.Name) and iterable.id in bound_to_params)):
             continue
