@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from functools import lru_cache
 from typing import Iterable, List, Optional, Set, Tuple
 
 import libcst as cst
@@ -12,7 +13,6 @@ from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, k
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
-from ._foreach_rewrite import NoFix, loop_context, rewrite_loop
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
 _FOREACH_TWINS = {
@@ -36,7 +36,8 @@ _NO_LAUNCH_METHODS = {"detach", "view", "view_as", "reshape", "t", "expand", "ex
                       "flatten", "contiguous", "requires_grad_", "retain_grad", "to", "type_as"}
 _SCALAR_ATTRS = {"shape", "dtype", "device", "ndim", "is_sparse", "requires_grad", "is_leaf", "is_cuda", "names"}
 _PASS_THROUGH = {"detach", "clone", "data", "to", "float", "type_as", "view_as", "contiguous"}
-_AUG_OPS = {cst.AddAssign: "add_", cst.SubtractAssign: "sub_", cst.MultiplyAssign: "mul_", cst.DivideAssign: "div_"}
+# By class name, not class: touching ``cst.AddAssign`` at import time would load libcst on every run.
+_AUG_OPS = {"AddAssign": "add_", "SubtractAssign": "sub_", "MultiplyAssign": "mul_", "DivideAssign": "div_"}
 _INIT_FUNCTION = re.compile(r"init|reset_param", re.IGNORECASE)
 _SINGLE_TENSOR_FUNCTION = re.compile(r"single_tensor", re.IGNORECASE)
 _FOREACH_FLAG = re.compile(r"\b(foreach|fused|use_foreach|multi_tensor)\b|_foreach_", re.IGNORECASE)
@@ -223,7 +224,7 @@ class PerParameterOptimizerLoop(Rule):
             function = function.parent
         if _beside_foreach_branch(a, node) or _collects_for_foreach(a, node):
             return
-        body = _LoopBody(params, {local for local, target in a.imports.items() if target == "torch"})
+        body = _loop_body_class()(params, {local for local, target in a.imports.items() if target == "torch"})
         node.body.visit(body)
         if not body.updates:
             return
@@ -253,6 +254,9 @@ class PerParameterOptimizerLoop(Rule):
 
     def _rewrite(self, ctx: RuleContext, a: FileAnalysis, node: cst.For) -> Tuple[Optional[Fix], str]:
         """The unsafe fix lifting the loop into `torch._foreach_*` calls, or None and the reason there is none."""
+        # Imported here: the rewriter builds tables of LibCST classes at import, and most runs never get here.
+        from ._foreach_rewrite import NoFix, loop_context, rewrite_loop
+
         where = loop_context(a, node, ctx.torch_version)
         if where is None:
             return None, "the file does not import torch"
@@ -484,194 +488,201 @@ def _is_zip_of_params(a: FileAnalysis, iterable: cst.BaseExpression) -> bool:
 # --- what a loop body does ------------------------------------------------------------------------
 
 
-class _LoopBody(cst.CSTVisitor):
-    """Reads one loop body (not nested defs, not state-initialisation branches): the in-place updates of
-    parameters or per-parameter state, and about how many kernel launches one iteration makes."""
+@lru_cache(maxsize=None)
+def _loop_body_class() -> type:
+    """The visitor class, made on first use: subclassing ``cst.CSTVisitor`` at import time would load
+    libcst on every run, also where no file reaches the LibCST stage (torchlint/deferred.py)."""
 
-    def __init__(self, params: Set[str], torch_names: Set[str]) -> None:
-        super().__init__()
-        self.torch_names = torch_names  # local names of the torch module
-        self.params = set(params)
-        self.tracked = set(params)  # names holding parameters, per-parameter state or values computed from them
-        self.state_names: Set[str] = set()  # names bound to per-parameter state (dicts or their tensors)
-        # names whose in-place update changes a parameter, its gradient or its state: the parameters, the
-        # state, and plain aliases of them (`grad = p.grad`, `buf = state["momentum_buffer"]`)
-        self.mutable = set(params)
-        self.updates: List[cst.CSTNode] = []
-        self.inplace_ops: List[str] = []
-        self.launches = 0
+    class _LoopBody(cst.CSTVisitor):
+        """Reads one loop body (not nested defs, not state-initialisation branches): the in-place updates of
+        parameters or per-parameter state, and about how many kernel launches one iteration makes."""
 
-    # nested scopes run elsewhere
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
+        def __init__(self, params: Set[str], torch_names: Set[str]) -> None:
+            super().__init__()
+            self.torch_names = torch_names  # local names of the torch module
+            self.params = set(params)
+            self.tracked = set(params)  # names holding parameters, per-parameter state or values computed from them
+            self.state_names: Set[str] = set()  # names bound to per-parameter state (dicts or their tensors)
+            # names whose in-place update changes a parameter, its gradient or its state: the parameters, the
+            # state, and plain aliases of them (`grad = p.grad`, `buf = state["momentum_buffer"]`)
+            self.mutable = set(params)
+            self.updates: List[cst.CSTNode] = []
+            self.inplace_ops: List[str] = []
+            self.launches = 0
 
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def visit_If(self, node: cst.If) -> bool:
-        if self._mentions_state(node.test):  # `if len(state) == 0:` / `if "buf" not in state:`: runs once
-            node.test.visit(self)
-            if node.orelse is not None:
-                node.orelse.visit(self)
+        # nested scopes run elsewhere
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
             return False
-        return True
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self._bind(target.target.value, node.value)
-            elif (isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple)
-                  and len(target.target.elements) == len(node.value.elements)):
-                # exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                for element, value in zip(target.target.elements, node.value.elements):
-                    if isinstance(element.value, cst.Name):
-                        self._bind(element.value.value, value.value)
-            elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "data":
-                root = self._root(target.target)
-                if root in self.params and self._is_step(node.value):
-                    self.updates.append(node)  # p.data = p.data - lr * p.grad
-
-    def _bind(self, name: str, value: cst.BaseExpression) -> None:
-        if self._is_state(value):
-            self.state_names.add(name)
-            self.mutable.add(name)
-            self.tracked.add(name)
-        elif self._tensorish(value):
-            self.tracked.add(name)
-            if self._is_alias(value):
-                self.mutable.add(name)
-
-    def visit_AugAssign(self, node: cst.AugAssign) -> None:
-        root = self._root(node.target)
-        if root is None or root not in self.tracked:
-            return
-        self.launches += 1
-        if _is_step_count(node):
-            return  # `state["step"] += 1`: bookkeeping (a python number in most optimizers), not an update
-        if root in self.mutable:
-            self.updates.append(node)
-            op = _AUG_OPS.get(type(node.operator))
-            if op is not None:
-                self.inplace_ops.append(op)
-
-    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        if self._tensorish(node.left) or self._tensorish(node.right):
-            self.launches += 1
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = call_name(node)
-        func = node.func
-        if not isinstance(func, cst.Attribute) or name is None:
-            return
-        receiver = func.value
-        root = self._root(receiver)
-        on_tensor = root in self.tracked if root is not None else self._tensorish(receiver)
-        if not on_tensor:
-            dotted = dotted_name(func)
-            if dotted is not None and dotted.split(".")[0] in self.torch_names and any(
-                self._tensorish(arg.value) for arg in node.args
-            ):
-                self.launches += 1  # torch.sqrt(exp_avg_sq), torch.maximum(...)
-            return
-        if name.endswith("_") and not name.startswith("_"):
-            self.launches += 1
-            self.inplace_ops.append(name)
-            if root in self.mutable and (
-                name not in _NOT_UPDATES or (name == "copy_" and any(self._computes(arg.value) for arg in node.args))
-            ):
-                self.updates.append(node)
-        elif name not in _SCALAR_METHODS and name not in _NO_LAUNCH_METHODS:
-            self.launches += 1
-
-    # --- expression helpers --------------------------------------------------------------------
-    def _root(self, expr: cst.BaseExpression) -> Optional[str]:
-        """``exp_avg`` for ``exp_avg.mul_(b)``, ``p`` for ``p.grad.data``, "<state>" for ``self.state[p][k]``."""
-        while True:
-            if isinstance(expr, cst.Call):
-                expr = expr.func
-            elif isinstance(expr, cst.Attribute):
-                if expr.attr.value == "state" and isinstance(expr.value, (cst.Name, cst.Attribute)):
-                    self.tracked.add("<state>")
-                    self.state_names.add("<state>")
-                    self.mutable.add("<state>")
-                    return "<state>"
-                if expr.attr.value in _SCALAR_ATTRS:
-                    return None
-                expr = expr.value
-            elif isinstance(expr, cst.Subscript):
-                expr = expr.value
-            elif isinstance(expr, cst.Name):
-                return expr.value
-            else:
-                return None
-
-    def _is_alias(self, expr: cst.BaseExpression) -> bool:
-        """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name
-        (``p.float()`` and ``.to(...)`` too, where the dtype already matches)."""
-        while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
-            if isinstance(expr, cst.Call):
-                if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as", "float", "to", "type_as")):
-                    return False
-                expr = expr.func.value
-            else:
-                expr = expr.value
-        return isinstance(expr, cst.Name) and expr.value in self.mutable
-
-    def _is_state(self, expr: cst.BaseExpression) -> bool:
-        """``self.state[p]``, ``state["exp_avg"]`` where ``state`` is such a dict."""
-        if not isinstance(expr, cst.Subscript):
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
             return False
-        root = self._root(expr)
-        return root is not None and root in self.state_names
 
-    def _mentions_state(self, test: cst.BaseExpression) -> bool:
-        names = {n for n in _names_in(test)}
-        return bool(names & self.state_names) or any(
-            isinstance(n, cst.Attribute) and n.attr.value == "state" for n in _attributes_in(test)
-        ) or "state" in names
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
 
-    def _tensorish(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, cst.BinaryOperation):
-            return self._tensorish(expr.left) or self._tensorish(expr.right)
-        if isinstance(expr, cst.UnaryOperation):
-            return self._tensorish(expr.expression)
-        if isinstance(expr, cst.Call):
-            name = call_name(expr)
-            if name in _SCALAR_METHODS or name in ("len", "isinstance", "float", "int", "bool", "str", "max", "min"):
+        def visit_If(self, node: cst.If) -> bool:
+            if self._mentions_state(node.test):  # `if len(state) == 0:` / `if "buf" not in state:`: runs once
+                node.test.visit(self)
+                if node.orelse is not None:
+                    node.orelse.visit(self)
                 return False
-            if isinstance(expr.func, cst.Attribute):
-                root = self._root(expr.func.value)
-                if root is not None and root in self.tracked:
-                    return True
-                if root is None and self._tensorish(expr.func.value):
-                    return True  # (exp_avg_sq / bc2).sqrt()
-            return any(self._tensorish(arg.value) for arg in expr.args)
-        if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+            return True
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            for target in node.targets:
+                if isinstance(target.target, cst.Name):
+                    self._bind(target.target.value, node.value)
+                elif (isinstance(target.target, cst.Tuple) and isinstance(node.value, cst.Tuple)
+                      and len(target.target.elements) == len(node.value.elements)):
+                    # exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+                    for element, value in zip(target.target.elements, node.value.elements):
+                        if isinstance(element.value, cst.Name):
+                            self._bind(element.value.value, value.value)
+                elif isinstance(target.target, cst.Attribute) and target.target.attr.value == "data":
+                    root = self._root(target.target)
+                    if root in self.params and self._is_step(node.value):
+                        self.updates.append(node)  # p.data = p.data - lr * p.grad
+
+        def _bind(self, name: str, value: cst.BaseExpression) -> None:
+            if self._is_state(value):
+                self.state_names.add(name)
+                self.mutable.add(name)
+                self.tracked.add(name)
+            elif self._tensorish(value):
+                self.tracked.add(name)
+                if self._is_alias(value):
+                    self.mutable.add(name)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            root = self._root(node.target)
+            if root is None or root not in self.tracked:
+                return
+            self.launches += 1
+            if _is_step_count(node):
+                return  # `state["step"] += 1`: bookkeeping (a python number in most optimizers), not an update
+            if root in self.mutable:
+                self.updates.append(node)
+                op = _AUG_OPS.get(type(node.operator).__name__)
+                if op is not None:
+                    self.inplace_ops.append(op)
+
+        def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+            if self._tensorish(node.left) or self._tensorish(node.right):
+                self.launches += 1
+
+        def visit_Call(self, node: cst.Call) -> None:
+            name = call_name(node)
+            func = node.func
+            if not isinstance(func, cst.Attribute) or name is None:
+                return
+            receiver = func.value
+            root = self._root(receiver)
+            on_tensor = root in self.tracked if root is not None else self._tensorish(receiver)
+            if not on_tensor:
+                dotted = dotted_name(func)
+                if dotted is not None and dotted.split(".")[0] in self.torch_names and any(
+                    self._tensorish(arg.value) for arg in node.args
+                ):
+                    self.launches += 1  # torch.sqrt(exp_avg_sq), torch.maximum(...)
+                return
+            if name.endswith("_") and not name.startswith("_"):
+                self.launches += 1
+                self.inplace_ops.append(name)
+                if root in self.mutable and (
+                    name not in _NOT_UPDATES or (name == "copy_" and any(self._computes(arg.value) for arg in node.args))
+                ):
+                    self.updates.append(node)
+            elif name not in _SCALAR_METHODS and name not in _NO_LAUNCH_METHODS:
+                self.launches += 1
+
+        # --- expression helpers --------------------------------------------------------------------
+        def _root(self, expr: cst.BaseExpression) -> Optional[str]:
+            """``exp_avg`` for ``exp_avg.mul_(b)``, ``p`` for ``p.grad.data``, "<state>" for ``self.state[p][k]``."""
+            while True:
+                if isinstance(expr, cst.Call):
+                    expr = expr.func
+                elif isinstance(expr, cst.Attribute):
+                    if expr.attr.value == "state" and isinstance(expr.value, (cst.Name, cst.Attribute)):
+                        self.tracked.add("<state>")
+                        self.state_names.add("<state>")
+                        self.mutable.add("<state>")
+                        return "<state>"
+                    if expr.attr.value in _SCALAR_ATTRS:
+                        return None
+                    expr = expr.value
+                elif isinstance(expr, cst.Subscript):
+                    expr = expr.value
+                elif isinstance(expr, cst.Name):
+                    return expr.value
+                else:
+                    return None
+
+        def _is_alias(self, expr: cst.BaseExpression) -> bool:
+            """``p.grad``, ``p.grad.data``, ``state["buf"]``, ``p.grad.detach()``: the same storage as a mutable name
+            (``p.float()`` and ``.to(...)`` too, where the dtype already matches)."""
+            while isinstance(expr, (cst.Attribute, cst.Subscript, cst.Call)):
+                if isinstance(expr, cst.Call):
+                    if not (isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("detach", "view", "view_as", "float", "to", "type_as")):
+                        return False
+                    expr = expr.func.value
+                else:
+                    expr = expr.value
+            return isinstance(expr, cst.Name) and expr.value in self.mutable
+
+        def _is_state(self, expr: cst.BaseExpression) -> bool:
+            """``self.state[p]``, ``state["exp_avg"]`` where ``state`` is such a dict."""
+            if not isinstance(expr, cst.Subscript):
+                return False
             root = self._root(expr)
-            return root is not None and root in self.tracked
-        return False
+            return root is not None and root in self.state_names
 
-    def _is_step(self, expr: cst.BaseExpression) -> bool:
-        """Arithmetic on the gradient or per-parameter state (not ``fn(p.data)`` or a re-initialisation)."""
-        if not (isinstance(expr, cst.BinaryOperation) and self._tensorish(expr)):
+        def _mentions_state(self, test: cst.BaseExpression) -> bool:
+            names = {n for n in _names_in(test)}
+            return bool(names & self.state_names) or any(
+                isinstance(n, cst.Attribute) and n.attr.value == "state" for n in _attributes_in(test)
+            ) or "state" in names
+
+        def _tensorish(self, expr: cst.BaseExpression) -> bool:
+            if isinstance(expr, cst.BinaryOperation):
+                return self._tensorish(expr.left) or self._tensorish(expr.right)
+            if isinstance(expr, cst.UnaryOperation):
+                return self._tensorish(expr.expression)
+            if isinstance(expr, cst.Call):
+                name = call_name(expr)
+                if name in _SCALAR_METHODS or name in ("len", "isinstance", "float", "int", "bool", "str", "max", "min"):
+                    return False
+                if isinstance(expr.func, cst.Attribute):
+                    root = self._root(expr.func.value)
+                    if root is not None and root in self.tracked:
+                        return True
+                    if root is None and self._tensorish(expr.func.value):
+                        return True  # (exp_avg_sq / bc2).sqrt()
+                return any(self._tensorish(arg.value) for arg in expr.args)
+            if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+                root = self._root(expr)
+                return root is not None and root in self.tracked
             return False
-        return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in _attributes_in(expr)) or bool(
-            set(_names_in(expr)) & (self.state_names - {"<state>"})
-        )
 
-    def _computes(self, expr: cst.BaseExpression) -> bool:
-        """True where ``expr`` computes a new tensor from tracked ones (not a plain copy or detach)."""
-        if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)):
-            return self._tensorish(expr)
-        if isinstance(expr, cst.Call):
-            name = call_name(expr)
-            if isinstance(expr.func, cst.Attribute) and name in _PASS_THROUGH:
-                return self._computes(expr.func.value)
-            return self._tensorish(expr)
-        return False
+        def _is_step(self, expr: cst.BaseExpression) -> bool:
+            """Arithmetic on the gradient or per-parameter state (not ``fn(p.data)`` or a re-initialisation)."""
+            if not (isinstance(expr, cst.BinaryOperation) and self._tensorish(expr)):
+                return False
+            return any(isinstance(n, cst.Attribute) and n.attr.value == "grad" for n in _attributes_in(expr)) or bool(
+                set(_names_in(expr)) & (self.state_names - {"<state>"})
+            )
+
+        def _computes(self, expr: cst.BaseExpression) -> bool:
+            """True where ``expr`` computes a new tensor from tracked ones (not a plain copy or detach)."""
+            if isinstance(expr, (cst.BinaryOperation, cst.UnaryOperation)):
+                return self._tensorish(expr)
+            if isinstance(expr, cst.Call):
+                name = call_name(expr)
+                if isinstance(expr.func, cst.Attribute) and name in _PASS_THROUGH:
+                    return self._computes(expr.func.value)
+                return self._tensorish(expr)
+            return False
+
+    return _LoopBody
 
 
 def _is_step_count(node: cst.AugAssign) -> bool:

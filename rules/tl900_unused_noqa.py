@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Callable, FrozenSet, List, Optional, Tuple, Union
 
 import libcst as cst
@@ -12,7 +13,7 @@ from torchlint.suppression import _LINE_NOQA
 
 _TL_CODE = re.compile(r"^TL\d{3}$")
 # Rebuild a comment's owner with a new comment (None: drop the comment and the whitespace before it).
-Rebuild = Callable[[Optional[str]], Union[cst.CSTNode, cst.RemovalSentinel]]
+Rebuild = Callable[[Optional[str]], "Union[cst.CSTNode, cst.RemovalSentinel]"]
 
 
 class UnusedNoqa(Rule):
@@ -62,7 +63,7 @@ class UnusedNoqa(Rule):
         from torchlint.positions import node_spans
         from torchlint.registry import rules_by_code
 
-        finder = _NoqaComments()
+        finder = _noqa_comments_class()()
         ctx.module.visit(finder)
         if not finder.found:
             return
@@ -102,56 +103,63 @@ def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[st
     return rest if rest.strip("# \t") else None
 
 
-class _NoqaComments(cst.CSTVisitor):
-    """Every comment with a noqa directive, and how to rebuild the statement (or block) that owns it."""
+@lru_cache(maxsize=None)
+def _noqa_comments_class() -> type:
+    """The visitor class, made on first use: subclassing ``cst.CSTVisitor`` at import time would load
+    libcst on every run, also where no file reaches the LibCST stage (torchlint/deferred.py)."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: List[Tuple[cst.Comment, Optional[Callable]]] = []
-        self._owned: set = set()
+    class _NoqaComments(cst.CSTVisitor):
+        """Every comment with a noqa directive, and how to rebuild the statement (or block) that owns it."""
 
-    def _add(self, comment: Optional[cst.Comment], rebuild: Optional[Callable]) -> None:
-        if comment is not None and _LINE_NOQA.search(comment.value) and id(comment) not in self._owned:
-            self._owned.add(id(comment))
-            self.found.append((comment, rebuild))
+        def __init__(self) -> None:
+            super().__init__()
+            self.found: List[Tuple[cst.Comment, Optional[Callable]]] = []
+            self._owned: set = set()
 
-    def _trailing(self, owner: cst.CSTNode, field: str) -> None:
-        trailing: cst.TrailingWhitespace = getattr(owner, field)
+        def _add(self, comment: Optional[cst.Comment], rebuild: Optional[Callable]) -> None:
+            if comment is not None and _LINE_NOQA.search(comment.value) and id(comment) not in self._owned:
+                self._owned.add(id(comment))
+                self.found.append((comment, rebuild))
 
-        def rebuild(value: Optional[str]):
-            if value is None:
-                new = trailing.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
-            else:
-                new = trailing.with_changes(comment=cst.Comment(value))
-            return owner, owner.with_changes(**{field: new})
+        def _trailing(self, owner: cst.CSTNode, field: str) -> None:
+            trailing: cst.TrailingWhitespace = getattr(owner, field)
 
-        self._add(trailing.comment, rebuild)
-
-    def _leading(self, owner: cst.CSTNode) -> None:
-        for index, empty in enumerate(owner.leading_lines):
-            def rebuild(value: Optional[str], index: int = index, empty: cst.EmptyLine = empty):
-                lines = list(owner.leading_lines)
+            def rebuild(value: Optional[str]):
                 if value is None:
-                    del lines[index]
+                    new = trailing.with_changes(whitespace=cst.SimpleWhitespace(""), comment=None)
                 else:
-                    lines[index] = empty.with_changes(comment=cst.Comment(value))
-                return owner, owner.with_changes(leading_lines=lines)
+                    new = trailing.with_changes(comment=cst.Comment(value))
+                return owner, owner.with_changes(**{field: new})
 
-            self._add(empty.comment, rebuild)
+            self._add(trailing.comment, rebuild)
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self._leading(node)
-        self._trailing(node, "trailing_whitespace")
+        def _leading(self, owner: cst.CSTNode) -> None:
+            for index, empty in enumerate(owner.leading_lines):
+                def rebuild(value: Optional[str], index: int = index, empty: cst.EmptyLine = empty):
+                    lines = list(owner.leading_lines)
+                    if value is None:
+                        del lines[index]
+                    else:
+                        lines[index] = empty.with_changes(comment=cst.Comment(value))
+                    return owner, owner.with_changes(leading_lines=lines)
 
-    def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
-        self._trailing(node, "trailing_whitespace")
+                self._add(empty.comment, rebuild)
 
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._trailing(node, "header")
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.BaseCompoundStatement):
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
             self._leading(node)
-        elif isinstance(node, cst.Comment):
-            self._add(node, None)  # inside brackets, a block's footer, the file's header or footer: no fix
-        return super().on_visit(node)
+            self._trailing(node, "trailing_whitespace")
+
+        def visit_SimpleStatementSuite(self, node: cst.SimpleStatementSuite) -> None:
+            self._trailing(node, "trailing_whitespace")
+
+        def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+            self._trailing(node, "header")
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, cst.BaseCompoundStatement):
+                self._leading(node)
+            elif isinstance(node, cst.Comment):
+                self._add(node, None)  # inside brackets, a block's footer, the file's header or footer: no fix
+            return super().on_visit(node)
+
+    return _NoqaComments
