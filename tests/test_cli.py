@@ -377,13 +377,14 @@ def test_console_script_runs_and_never_imports_torch(project):
 
 
 def test_check_loads_no_fixer_machinery_until_a_file_needs_it(project):
-    """Start-up time: `check` imports libcst.codemod / libcst.matchers / the fixer only for a finding."""
+    """Start-up time: `check` imports libcst (and its codemod, matchers, the fixer) only for a file that
+    reaches the LibCST stage; no rule module may touch libcst at import."""
     write(project / "clean.py", CLEAN)
     probe = (
         "import sys\nfrom torchlint.cli import main\n"
         "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
         "from torchlint.deferred import is_loaded\n"
-        "heavy = [m for m in ('libcst.codemod', 'libcst.matchers', 'torchlint.fixer') if is_loaded(m)]\n"
+        "heavy = [m for m in ('libcst', 'libcst.codemod', 'libcst.matchers', 'torchlint.fixer') if is_loaded(m)]\n"
         "print('LOADED', heavy, file=sys.stderr)\n"
     )
     clean = subprocess.run([sys.executable, "-c", probe, str(project / "clean.py")], capture_output=True, text=True)
