@@ -5,7 +5,7 @@ The linter never imports torch; only ``torchlint.runtime`` does.
 
 import os as _os
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # In a source checkout, rules/, runtime/ and fixtures/ sit beside this folder, and pyproject.toml maps them
 # into the package when it is installed. Map them here too, so `python -m torchlint` and the tests work
