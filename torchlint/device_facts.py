@@ -118,22 +118,28 @@ def mixed_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
         if qualified.split(".")[0] in _PRECISION_FRAMEWORKS:
             return analysis.module
     for call in analysis.calls:
-        qualified = analysis.qualified_name(call.func) or ""
-        if qualified in _AUTOCAST_NAMES or call_name(call) in {"autocast", "GradScaler"}:
+        if _computes_in_reduced_precision(analysis, call):
             return call
         # autocast handed on rather than called: `partial(torch.autocast, device_type="cuda")`
         if any(analysis.qualified_name(arg.value) in _AUTOCAST_NAMES for arg in call.args):
             return call
-        if call_name(call) in {"half", "bfloat16"} and receiver(call) is not None and not call.args:
-            return call
         if keyword_arg(call, "precision") is not None:
             return call
-        dtype = keyword_arg(call, "dtype")
-        if dtype is not None and is_reduced_dtype(analysis, dtype.value):
-            return call
-        if call_name(call) == "to" and any(a.keyword is None and is_reduced_dtype(analysis, a.value) for a in call.args):
-            return call
     return None
+
+
+def _computes_in_reduced_precision(analysis: FileAnalysis, call: cst.Call) -> bool:
+    """An autocast or GradScaler call, a `.half()` / `.bfloat16()` call, a reduced `dtype=`, or
+    `.to(torch.float16)`: the signs both precision facts count."""
+    qualified = analysis.qualified_name(call.func) or ""
+    if qualified in _AUTOCAST_NAMES or call_name(call) in {"autocast", "GradScaler"}:
+        return True
+    if call_name(call) in {"half", "bfloat16"} and receiver(call) is not None and not call.args:
+        return True
+    dtype = keyword_arg(call, "dtype")
+    if dtype is not None and is_reduced_dtype(analysis, dtype.value):
+        return True
+    return call_name(call) == "to" and any(a.keyword is None and is_reduced_dtype(analysis, a.value) for a in call.args)
 
 
 # --- the same facts on the stdlib ast, for pre-filter stages ------------------------------------------
@@ -166,15 +172,4 @@ def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     `.half()` / `.bfloat16()` call, a reduced `dtype=`, or `.to(torch.float16)`. Unlike
     ``mixed_precision_evidence`` it does not count a framework import or a `precision=` argument, which may
     as well mean fp32: use it where a rule needs reduced precision to be true, not merely possible."""
-    for call in analysis.calls:
-        qualified = analysis.qualified_name(call.func) or ""
-        if qualified in _AUTOCAST_NAMES or call_name(call) in {"autocast", "GradScaler"}:
-            return call
-        if call_name(call) in {"half", "bfloat16"} and receiver(call) is not None and not call.args:
-            return call
-        dtype = keyword_arg(call, "dtype")
-        if dtype is not None and is_reduced_dtype(analysis, dtype.value):
-            return call
-        if call_name(call) == "to" and any(a.keyword is None and is_reduced_dtype(analysis, a.value) for a in call.args):
-            return call
-    return None
+    return next((call for call in analysis.calls if _computes_in_reduced_precision(analysis, call)), None)
