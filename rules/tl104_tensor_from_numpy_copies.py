@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from typing import List, Optional, Set
 
@@ -11,6 +12,9 @@ import libcst as cst
 from torchlint.analysis import _NDARRAY_METHODS, _NUMPY_ARRAY_FUNCS, FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
 from torchlint.ast_index import AstIndex, AstScope, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.text_prefilter import search_word
+
+_TENSOR_CALL_TEXT = re.compile(r"tensor\s*\(")
 
 # numpy functions whose result is a new, writable, positively strided array nobody else holds
 # (unless ``out=`` says otherwise).
@@ -141,7 +145,10 @@ class TensorFromNumpyCopies(Rule):
     summary = "torch.tensor() on a NumPy array copies it; torch.from_numpy() does not"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (r"numpy", r"\btensor\s*\(")  # the rarer one first
+    @classmethod
+    def may_fire(cls, text: str, settings) -> bool:
+        """``numpy`` and a ``tensor(`` call in the text (its word boundary tested by hand: see text_prefilter)."""
+        return "numpy" in text and search_word(_TENSOR_CALL_TEXT, text) is not None
 
     has_ast_prefilter = True
 

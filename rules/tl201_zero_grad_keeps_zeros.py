@@ -17,6 +17,11 @@ from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContex
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
 _ZEROING_FUNCTION = re.compile(r"^_*zero_grad$")
+# Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or `.grad.zero_()`,
+# `.grad.data.zero_()`, `.grad = torch.zeros_like(`.
+_ZERO_GRAD_TEXT = re.compile(r"zero_grad\s*\(")
+_ZERO_GRAD_FALSE_TEXT = re.compile(r"zero_grad\s*\([^)]*False")
+_MANUAL_RESET_TEXT = re.compile(r"\.grad(?:(?:\.data)?\.zero_\(|\s*=\s*[\w.]*zeros_like\()")
 
 
 class ZeroGradKeepsZeros(Rule):
@@ -96,13 +101,15 @@ class ZeroGradKeepsZeros(Rule):
     summary = "zero_grad(set_to_none=False) or manual gradient zeroing keeps zero-filled gradients"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.UNSAFE,)
-    required_patterns = (r"grad", r"zero_grad\s*\(|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
-    # From 2.0 on a bare zero_grad() is fine: only an explicit False or a manual reset can fire.
-    _MODERN_PATTERNS = (r"grad", r"zero_grad\s*\([^)]*False|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\(",)
-
+    # The text stage: a `zero_grad(` call, or a manual reset of a `.grad`; from 2.0 on a bare zero_grad() is
+    # fine, so only one passing False can fire. Every match holds "grad" and "zero": two plain substring
+    # tests before the regexes, whose literal prefixes keep them fast.
     @classmethod
-    def patterns_for(cls, settings: Settings) -> Tuple[str, ...]:
-        return cls.required_patterns if settings.torch_version < (2, 0) else cls._MODERN_PATTERNS
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        if "grad" not in text or "zero" not in text:
+            return False
+        zero_grad = _ZERO_GRAD_TEXT if settings.torch_version < (2, 0) else _ZERO_GRAD_FALSE_TEXT
+        return bool(zero_grad.search(text) or _MANUAL_RESET_TEXT.search(text))
 
     has_ast_prefilter = True
 

@@ -26,7 +26,19 @@ _QUALIFIED.update({"torch.optim.adam.Adam": "Adam", "torch.optim.adamw.AdamW": "
 _EXCLUSIVE = ("fused", "foreach", "differentiable")
 # The fused kernels take real floating-point, dense parameters and gradients: complex parameters and
 # sparse gradients (nn.Embedding(sparse=True)) raise.
-_UNSUPPORTED_TEXT = re.compile(r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b")
+# `complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b` in the text: see `_unsupported`.
+_SPARSE_TEXT = re.compile(r"sparse\s*=\s*True")
+_COMPLEX_DTYPE_TEXT = re.compile(r"\bcfloat\b|\bcdouble\b")
+
+
+def _unsupported(text: str) -> bool:
+    """The text may use complex or sparse parameters. Plain substring tests first: a regex runs only on the
+    few files that hold its literal."""
+    if "complex" in text:
+        return True
+    if "sparse" in text and _SPARSE_TEXT.search(text):
+        return True
+    return ("cfloat" in text or "cdouble" in text) and bool(_COMPLEX_DTYPE_TEXT.search(text))
 # Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is
 # covered by EVERY_DEVICE_SINCE.)
 _OTHER_DEVICE_TEXT = re.compile(r"(?<![A-Za-z])(xla|xpu|hpu|npu|mtia|privateuse1)(?![A-Za-z])")
@@ -109,7 +121,7 @@ class OptimizerNotFused(Rule):
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (settings.torch_version >= FUSED_SINCE["Adam"] and any_of(text, "Adam", "SGD") and may_train(text)
-                and may_use_cuda(text) and not _UNSUPPORTED_TEXT.search(text))
+                and may_use_cuda(text) and not _unsupported(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
@@ -117,15 +129,15 @@ class OptimizerNotFused(Rule):
         if not (facts.has_training_loop and facts.may_use_cuda):
             return False
         return any(
-            not any(k.arg is None or k.arg in _EXCLUSIVE for k in call.keywords)
-            and not any(isinstance(arg, ast.Starred) for arg in call.args)
+            not any(k.arg is None or k.arg in _EXCLUSIVE for k in info.node.keywords)
+            and not any(isinstance(arg, ast.Starred) for arg in info.node.args)
             for name, since in FUSED_SINCE.items() if settings.torch_version >= since
-            for call in facts.calls_by_name.get(name, ())
+            for info in facts.calls_by_name.get(name, ())
         )
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _UNSUPPORTED_TEXT.search(a.source):
+        if is_test_path(a.path) or _unsupported(a.source):
             return
         if not a.training_loops() or cuda_evidence(a) is None:
             return

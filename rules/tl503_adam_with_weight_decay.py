@@ -74,7 +74,8 @@ class AdamWithWeightDecay(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        for node in ast_facts(tree).calls_by_name.get("Adam", ()):
+        for info in ast_facts(tree).calls_by_name.get("Adam", ()):
+            node = info.node
             if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in node.keywords):
                 continue
             if (len(node.args) > _WEIGHT_DECAY_POSITION or any(k.arg == "weight_decay" for k in node.keywords)

@@ -23,7 +23,17 @@ _VARIABLE_SHAPE_ZOOS = ("torchvision.models.detection.", "torchvision.models.opt
 # Frameworks that set cudnn.benchmark themselves (from a Trainer argument or a config key).
 _FRAMEWORKS = {"lightning", "pytorch_lightning", "detectron2", "mmengine", "mmcv", "mmdet", "ultralytics"}
 # Any mention of cuDNN (code or comment) or of a `benchmark=` option: the author or a framework decides.
-_DECIDED_TEXT = re.compile(r"cudnn|\bbenchmark\s*=", re.IGNORECASE)
+# `cudnn|\bbenchmark\s*=`, any case: see `_decided`.
+_BENCHMARK_OPTION_TEXT = re.compile(r"\bbenchmark\s*=", re.IGNORECASE)
+
+
+def _decided(text: str) -> bool:
+    """A case-insensitive regex scans slowly; on the lowered text two substring tests answer nearly always.
+    (Every character ``re`` matches to a letter of "cudnn" or "benchmark" ignoring case lowers to it.)"""
+    low = text.lower()
+    if "cudnn" in low:
+        return True
+    return "benchmark" in low and bool(_BENCHMARK_OPTION_TEXT.search(text))
 
 
 class CudnnBenchmarkOff(Rule):
@@ -102,7 +112,7 @@ class CudnnBenchmarkOff(Rule):
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (any_of(text, "Conv", "torchvision", "timm") and may_train(text) and may_use_cuda(text)
-                and not _DECIDED_TEXT.search(text))
+                and not _decided(text))
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
@@ -113,7 +123,7 @@ class CudnnBenchmarkOff(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _DECIDED_TEXT.search(a.source):
+        if is_test_path(a.path) or _decided(a.source):
             return
         if any(target.split(".")[0] in _FRAMEWORKS for target in a.imports.values()):
             return

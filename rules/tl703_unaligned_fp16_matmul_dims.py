@@ -12,6 +12,7 @@ from torchlint.analysis import FileAnalysis, dotted_name, keyword_arg, walk
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path, reduced_precision_evidence
 from torchlint.rule import FixAvailability, Rule, RuleContext
+from torchlint.text_prefilter import search_word
 
 # Sizes below this are cheap layers (a 10-class head, a 3-channel input): padding them gains nothing worth
 # the change, so they are never reported.
@@ -20,12 +21,23 @@ ALIGN = 8
 # (argument position, keyword) of each size that becomes a matmul dimension.
 _LINEAR_DIMS = ((0, "in_features"), (1, "out_features"))
 _EMBEDDING_DIMS = ((0, "num_embeddings"), (1, "embedding_dim"))
-# `.half()`, `torch.half`, `from torch import half`, autocast, GradScaler, the dtypes.
-_REDUCED_TEXT = r"autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b"
+# The layers, as words: `\b(?:Linear|Embedding)\b`, searched with `search_word` (a literal prefix is fast).
+_LAYER_TEXTS = (re.compile(r"Linear\b"), re.compile(r"Embedding\b"))
+# `.half()`, `torch.half`, `from torch import half`: with autocast, GradScaler and the dtypes, the text of
+# `autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b` (see `_may_be_reduced`).
+_HALF_ATTRIBUTE_TEXT = re.compile(r"\.half\b")
+_HALF_IMPORT_TEXT = re.compile(r"import\b[^\n]*\bhalf\b")  # with search_word: `\bimport...`
 
 
 # Decimal integers (`_` separators allowed), or any hex/octal/binary literal (not worth decoding: "maybe").
 _INTEGER_TEXT = re.compile(r"(?<![\w.])(?:(0[xXoObB][0-9a-fA-F_]+)|([1-9][0-9_]*))(?![\w.])")
+
+
+def _may_be_reduced(text: str) -> bool:
+    """The text may compute in fp16/bf16. Plain substring tests first: every match holds one of them."""
+    if "autocast" in text or "GradScaler" in text or "float16" in text:  # `bfloat16` holds `float16`
+        return True
+    return "half" in text and bool(_HALF_ATTRIBUTE_TEXT.search(text) or search_word(_HALF_IMPORT_TEXT, text))
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -89,12 +101,11 @@ class UnalignedFp16MatmulDims(Rule):
     message = "fp16/bf16 layer size is not a multiple of 8: tensor-core matmuls run slower kernels"
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
     fix_availability = FixAvailability.NONE
-    required_patterns = (r"\b(?:Linear|Embedding)\b", _REDUCED_TEXT)
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        """The patterns, then some integer literal that would be a reportable size (the ast stage's test)."""
-        if not super().may_fire(text, settings):
+        """Reduced precision and a layer in the text, then some integer literal that would be a reportable
+        size (the ast stage's test)."""
+        if not (_may_be_reduced(text) and any(search_word(layer, text) for layer in _LAYER_TEXTS)):
             return False
         return any(match.group(1) or _unaligned(int(match.group(2).replace("_", ""))) for match in _INTEGER_TEXT.finditer(text))
     default_enabled = False  # opt-in: padding is a model change a project may have declined (see the docs)

@@ -10,9 +10,11 @@ from typing import List, Optional, Set
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, receiver, target_names, walk
+from torchlint.ast_index import AstIndex, index_of
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.rule import FixAvailability, Rule, RuleContext
+from torchlint.text_prefilter import finditer_word, search_word
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
 _TORCH_FUNCS = {
@@ -39,8 +41,14 @@ _ELEMENTWISE = {
 _VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the body must show tensors
 _TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
 # `for i in range(` with a bound the rule accepts: `len(`, `x.shape[`, `x.size(`, or a name (`n)`).
-_FOR_RANGE_TEXT = re.compile(r"\bfor\s+(\w+)\s+in\s+range\s*\(\s*(?:0\s*,\s*)?"
+# Searched with `finditer_word` (a `\b` before `for`, tested by hand: the literal prefix is far faster).
+_FOR_RANGE_TEXT = re.compile(r"for\s+(\w+)\s+in\s+range\s*\(\s*(?:0\s*,\s*)?"
                              r"(?:len\s*\(|[\w.\[\]()]+?\.(?:shape\s*\[|size\s*\()|\w+\s*\))")
+_SHAPE_TEXT = re.compile(r"\.shape\b")
+_SIZE_TEXT = re.compile(r"\.size\s*\(")
+_LEN_TEXT = re.compile(r"len\s*\(")  # with search_word: `\blen\s*\(`
+_STEP_TEXT = re.compile(r"\.step\s*\(")
+_CONTEXT_DEF_TEXT = re.compile(r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b")
 _CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
 
 
@@ -117,18 +125,18 @@ class PythonLoopOverTensorElements(Rule):
     fix_availability = FixAvailability.NONE
     # On by default: silent unless the loop is provably a map in a forward pass or training step.
     default_enabled = True
-    required_patterns = (
-        r"\brange\s*\(",
-        r"\.shape\b|\.size\s*\(|\blen\s*\(",
-        r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|\.step\s*\(",
-    )
-
+    # The text stage: a `for i in range(` (see `_FOR_RANGE_TEXT`, which holds `\brange\s*\(`) after a length
+    # (`.shape`, `.size(`, `len(`) and a forward method or a training step, whose next lines index something
+    # with `i`. Literal-first searches, rarest and cheapest first (see torchlint.text_prefilter).
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        """The patterns, then a `for i in range(` whose next lines index something with `i`."""
-        if not super().may_fire(text, settings):
+        if "range" not in text:
             return False
-        for match in _FOR_RANGE_TEXT.finditer(text):
+        if not (_SHAPE_TEXT.search(text) or _SIZE_TEXT.search(text) or search_word(_LEN_TEXT, text)):
+            return False
+        if not ("backward" in text or _STEP_TEXT.search(text) or _CONTEXT_DEF_TEXT.search(text)):
+            return False
+        for match in finditer_word(_FOR_RANGE_TEXT, text):
             index_use = re.compile(r"[\[,:]\s*" + re.escape(match.group(1)) + r"\s*[\],:]")
             loop = _loop_text(text, match)
             if index_use.search(loop) and _text_may_be_map(loop):
@@ -140,7 +148,11 @@ class PythonLoopOverTensorElements(Rule):
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
         """A candidate loop (see `_ast_candidate_loop`) in a forward/step method or under a training loop."""
-        return any(_ast_candidate_loop(loop) for region in _ast_regions(tree) for loop in _ast_own_nodes(region))
+        index = index_of(tree)
+        candidates = {id(loop.node) for loop in index.loops if _ast_candidate_loop(loop.node)}
+        if not candidates:  # every loop is in the index: no region can hold one
+            return False
+        return any(id(node) in candidates for region in _ast_regions(index) for node in _ast_own_nodes(region))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -192,20 +204,29 @@ def _ast_own_nodes(region: ast.AST):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def _ast_regions(tree: ast.Module):
+def _ast_regions(index: AstIndex):
     """Where a reported loop can be: methods named like `forward`, and loops that run a training step."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and _CONTEXT_FUNCTIONS.match(item.name):
-                    yield item
-        elif isinstance(node, ast.FunctionDef) and node.name in ("training_step", "train_step", "train_one_step"):
-            yield node
-        elif isinstance(node, (ast.For, ast.While)) and any(
-            isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
-            for n in _ast_own_nodes(node)
-        ):
-            yield node
+    for function in index.functions:
+        if type(function) is not ast.FunctionDef:
+            continue
+        klass = index.class_of.get(function)
+        if (_CONTEXT_FUNCTIONS.match(function.name) and klass is not None
+                and any(item is function for item in klass.body)):  # a method, not a def inside one
+            yield function
+        elif function.name in ("training_step", "train_step", "train_one_step"):
+            yield function
+    # A loop whose own nodes (nested loops included; defs, lambdas and classes not) call `.backward(` or
+    # `.step(`: the index's loops with such a call among the calls they run directly, and their enclosing loops.
+    stepping = set()
+    for loop in index.loops:
+        if any(isinstance(call.func, ast.Attribute) and call.func.attr in ("backward", "step")
+               for call in loop.direct_calls):
+            while loop is not None and id(loop.node) not in stepping:
+                stepping.add(id(loop.node))
+                loop = loop.parent
+    for loop in index.loops:
+        if id(loop.node) in stepping and type(loop.node) in (ast.For, ast.While):
+            yield loop.node
 
 
 def _ast_candidate_loop(node: ast.AST) -> bool:

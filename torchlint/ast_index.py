@@ -89,6 +89,7 @@ class AstIndex:
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
         self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
+        self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
         for loop in self.loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
@@ -165,6 +166,7 @@ class AstIndex:
         # a name wins as in FileAnalysis (`try: from x import A` / `except: from y import B as A`).
         for statement in sorted(imports, key=lambda i: (i.lineno, i.col_offset)):
             self._add_import(statement)
+            self.import_statements.append(statement)
 
     def _add_import(self, node: Union[ast.Import, ast.ImportFrom]) -> None:
         if isinstance(node, ast.Import):

@@ -17,6 +17,7 @@ from typing import Optional
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, receiver
+from torchlint.ast_index import index_of
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -149,24 +150,25 @@ def mixed_precision_in_ast(tree: ast.Module) -> bool:
     """True only where ``mixed_precision_evidence`` certainly finds a sign: an autocast or GradScaler call,
     a ``.half()`` / ``.bfloat16()`` call, a ``precision=`` argument, a precision framework's import. (Signs
     that need qualified names, such as a reduced ``dtype=``, are left to the LibCST check.)"""
-    for node in ast.walk(tree):
+    index = index_of(tree)  # the shared index holds every import and call: no walk of our own
+    for node in index.import_statements:
         if isinstance(node, ast.Import):
             if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
                 return True
-        elif isinstance(node, ast.ImportFrom):
-            if (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
-                    and not any(alias.name == "*" for alias in node.names)):
+        elif (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
+                and not any(alias.name == "*" for alias in node.names)):
+            return True
+    by_name = index.calls_by_name
+    if "autocast" in by_name or "GradScaler" in by_name:
+        return True
+    for name in ("half", "bfloat16"):
+        for info in by_name.get(name, ()):
+            call = info.node
+            if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
                 return True
-        elif isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name in {"autocast", "GradScaler"}:
-                return True
-            if name in {"half", "bfloat16"} and isinstance(func, ast.Attribute) and not node.args and not node.keywords:
-                return True
-            if any(keyword.arg == "precision" for keyword in node.keywords):
-                return True
-    return False
+    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
+
+
 def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     """The first place the file itself certainly computes in fp16/bf16: autocast or a GradScaler, a
     `.half()` / `.bfloat16()` call, a reduced `dtype=`, or `.to(torch.float16)`. Unlike

@@ -11,6 +11,9 @@ import ast
 import re
 from typing import Callable, Iterator, List, Optional, Set
 
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import _children as ast_children
+
 # A name that says it holds a loader. Case-sensitive, so that the text stage can test it without lowering
 # the whole text: `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
 LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
@@ -105,16 +108,9 @@ def is_literal(node: Optional[ast.AST], value: object) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 
 
-def calls(tree: ast.AST) -> Iterator[ast.Call]:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            yield node
-
-
-def dataloader_calls(tree: ast.AST) -> Iterator[ast.Call]:
-    for call in calls(tree):
-        if _last_name(call.func) == "DataLoader":
-            yield call
+def dataloader_calls(tree: ast.Module) -> Iterator[ast.Call]:
+    for info in index_of(tree).calls_by_name.get("DataLoader", ()):
+        yield info.node
 
 
 def loader_argument(call: ast.Call, name: str, position: Optional[int]) -> object:
@@ -129,17 +125,11 @@ def loader_argument(call: ast.Call, name: str, position: Optional[int]) -> objec
     return None
 
 
-def may_train(tree: ast.AST) -> bool:
+def may_train(tree: ast.Module) -> bool:
     """A for loop and a ``backward``/``.step(`` call somewhere: what every loader-to-training tie needs."""
-    has_loop = has_step = False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For):
-            has_loop = True
-        elif isinstance(node, ast.Call) and _last_name(node.func) in {"backward", "step"}:
-            has_step = True
-        if has_loop and has_step:
-            return True
-    return False
+    index = index_of(tree)
+    return (("backward" in index.calls_by_name or "step" in index.calls_by_name)
+            and any(type(loop.node) is ast.For for loop in index.loops))
 
 
 def loader_may_fire(tree: ast.AST, wants: Callable[[ast.Call], bool]) -> bool:
@@ -158,25 +148,58 @@ def _is_move_without_non_blocking(node: ast.AST) -> bool:
     return isinstance(owner, ast.Name)
 
 
-def loop_may_move_batch(tree: ast.AST, text: str) -> bool:
+def loop_may_move_batch(tree: ast.Module, text: str) -> bool:
     """A for loop that may iterate a loader and moves a name (or part of one) with ``.to``/``.cuda`` and no
-    ``non_blocking=``. One walk to gather the loops and the names bound to loader-ish values, then each
-    loop's header and body."""
-    loops: List[ast.For] = []
-    loader_valued: Set[str] = set()  # `pbar = tqdm(train_loader)`: names whose value mentions a loader
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For):
-            loops.append(node)
-        elif isinstance(node, ast.Assign) and _names_a_loader(node.value):
-            loader_valued.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    ``non_blocking=`` somewhere in its body (nested defs included). The moves and the loops come from the
+    shared index; each loop that may iterate a loader then has its body searched for one of those moves,
+    outer loops first, so that a loop inside a body already searched in vain is not searched again."""
+    index = index_of(tree)
+    moves = {id(info.node) for name in ("to", "cuda") for info in index.calls_by_name.get(name, ())
+             if _is_move_without_non_blocking(info.node)}
+    if not moves:
+        return False
     loader_anywhere = "DataLoader" in text  # loaders built here are tied by binding, whatever their names
-    for loop in loops:
-        if not (loader_anywhere or _names_a_loader(loop.iter)
-                or (isinstance(loop.iter, ast.Name) and loop.iter.id in loader_valued)):
+    searched: Set[int] = set()  # for loops inside a body searched without finding a move
+    for loop in index.loops:  # an enclosing loop comes before the loops in its body
+        node = loop.node
+        if type(node) is not ast.For or id(node) in searched:
             continue
-        if any(_is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
+        if not (loader_anywhere or _names_a_loader(node.iter)
+                or (isinstance(node.iter, ast.Name) and _is_loader_valued(index, node.iter.id))):
+            continue
+        if _body_moves(node, moves, searched):
             return True
     return False
+
+
+def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
+    """Some node of ``moves`` under a statement of the loop's body; else the for loops met go to ``searched``."""
+    stack: List[ast.AST] = list(loop.body)
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is ast.Call:
+            if id(node) in moves:
+                return True
+        elif kind is ast.For:
+            searched.add(id(node))
+        stack.extend(ast_children(node))
+    return False
+
+
+def _is_loader_valued(index: AstIndex, name: str) -> bool:
+    """``name`` is a target of an assignment whose value names a loader (``pbar = tqdm(train_loader)``).
+    The index's bindings hold every such value (and annotated ones): only a name bound to a loader-ish value
+    there needs the exact answer, from the assignments themselves."""
+    if not any(value is not None and _names_a_loader(value)
+               for names in index.bindings.values() for value in names.get(name, ())):
+        return False
+    valued = getattr(index, "_loader_valued", None)
+    if valued is None:
+        valued = index._loader_valued = {  # type: ignore[attr-defined]
+            target.id for node in ast.walk(index.tree) if isinstance(node, ast.Assign) and _names_a_loader(node.value)
+            for target in node.targets if isinstance(target, ast.Name)}
+    return name in valued
 
 
 def _names_a_loader(expr: ast.AST) -> bool:

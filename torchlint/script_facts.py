@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from functools import cached_property
+from typing import Dict, List, Optional, Set
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo
+from torchlint.ast_index import AstCallInfo, AstIndex, index_of
 
 _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
 # A training loop calls `backward(` or `.step(`. Two searches with a literal prefix are several times
@@ -102,59 +103,56 @@ def runs_on_every_run(analysis: FileAnalysis, node: cst.CSTNode, depth: int = 0)
 
 # --- the same facts on the stdlib ast (pre-filter stage) ---------------------------------------------
 
-_FUNCTION_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-_LOOP_NODES = (ast.For, ast.AsyncFor, ast.While)
-_TRAINING_CALLS = {"backward", "step"}
+_TRAINING_CALLS = ("backward", "step")
 
 
-@dataclass
 class AstFacts:
-    """What the pre-filter stages of the file-level rules ask of a file, from one walk of its ``ast``."""
+    """What the pre-filter stages of the file-level rules ask of a file. Each fact is read off the shared
+    index (``torchlint.ast_index``: one walk per file for every rule) the first time a rule asks for it."""
 
-    calls_by_name: Dict[str, List[ast.Call]] = field(default_factory=dict)  # by the called name's last part
-    # A ``backward``/``step`` call inside a loop of the same function: a superset of the calls that make
-    # ``FileAnalysis`` call a loop a training loop.
-    has_training_loop: bool = False
-    # A ``.cuda()`` / ``.to(...)`` call or a ``device=`` argument: a superset of ``cuda_evidence``.
-    may_use_cuda: bool = False
-    # Top-level packages imported (absolute imports without ``*``, as ``FileAnalysis.imports``).
-    imported_roots: Set[str] = field(default_factory=set)
+    def __init__(self, index: AstIndex) -> None:
+        self.index = index
+        # Calls by the called name's last part (``AstCallInfo``s: ``.node`` is the call).
+        self.calls_by_name: Dict[str, List[AstCallInfo]] = index.calls_by_name
+
+    @cached_property
+    def has_training_loop(self) -> bool:
+        """A ``backward``/``step`` call inside a loop of the same function (header and ``else`` included; a
+        def, lambda or class in between ends the loop): a superset of the calls that make ``FileAnalysis``
+        call a loop a training loop."""
+        if not any(name in self.calls_by_name for name in _TRAINING_CALLS):
+            return False
+        return any(ast_call_name(call) in _TRAINING_CALLS for loop in self.index.loops for call in loop.direct_calls)
+
+    @cached_property
+    def may_use_cuda(self) -> bool:
+        """A ``.cuda()`` / ``.to(...)`` call or a ``device=`` argument: a superset of ``cuda_evidence``."""
+        if "cuda" in self.calls_by_name or "to" in self.calls_by_name:
+            return True
+        return any(keyword.arg == "device" for info in self.index.calls for keyword in info.node.keywords)
+
+    @cached_property
+    def imported_roots(self) -> Set[str]:
+        """Top-level packages imported (absolute imports without ``*``, as ``FileAnalysis.imports``)."""
+        roots: Set[str] = set()
+        for node in self.index.import_statements:
+            if isinstance(node, ast.Import):
+                roots.update(alias.name.split(".")[0] for alias in node.names)
+            elif not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
+                roots.add(node.module.split(".")[0])
+        return roots
 
 
-_last: Tuple[Optional[ast.AST], Optional[AstFacts]] = (None, None)
-
-
-def ast_facts(tree: ast.AST) -> AstFacts:
-    """The facts of ``tree``; the last tree's are kept, so every rule's stage shares one walk per file."""
-    global _last
-    if _last[0] is tree:
-        return _last[1]  # type: ignore[return-value]
-    facts = AstFacts()
-    stack: List[Tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, in_loop = stack.pop()
-        if isinstance(node, ast.Call):
-            name = ast_call_name(node)
-            if name is not None:
-                facts.calls_by_name.setdefault(name, []).append(node)
-                if in_loop and name in _TRAINING_CALLS:
-                    facts.has_training_loop = True
-                if name in ("cuda", "to"):
-                    facts.may_use_cuda = True
-            if not facts.may_use_cuda and any(keyword.arg == "device" for keyword in node.keywords):
-                facts.may_use_cuda = True
-        elif isinstance(node, ast.Import):
-            facts.imported_roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
-                facts.imported_roots.add(node.module.split(".")[0])
-        inner = False if isinstance(node, _FUNCTION_NODES) else in_loop or isinstance(node, _LOOP_NODES)
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
-    _last = (tree, facts)
+def ast_facts(tree: ast.Module) -> AstFacts:
+    """The facts of ``tree``, kept with its index so that every rule's stage shares them."""
+    index = index_of(tree)
+    facts = getattr(index, "_script_facts", None)
+    if facts is None:
+        facts = index._script_facts = AstFacts(index)  # type: ignore[attr-defined]
     return facts
 
 
-def ast_has_training_loop(tree: ast.AST) -> bool:
+def ast_has_training_loop(tree: ast.Module) -> bool:
     return ast_facts(tree).has_training_loop
 
 
