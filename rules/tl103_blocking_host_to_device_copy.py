@@ -11,7 +11,7 @@ from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
-from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch, may_name_a_loader
+from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch, may_move_to_device, may_name_a_loader
 from torchlint.loaders import LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -85,11 +85,9 @@ class BlockingHostToDeviceCopy(Rule):
     summary = "Batch copied host-to-device without non_blocking=True"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (r"\.(?:to|cuda)\s*\(",)
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return super().may_fire(text, settings) and may_name_a_loader(text)
+        return may_move_to_device(text) and may_name_a_loader(text)
 
     has_ast_prefilter = True
 

@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loader_prefilter import loader_may_fire, may_step
 from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
 from torchlint.rule import FixAvailability, Rule, RuleContext
 
@@ -98,7 +98,9 @@ class DataloaderSingleProcess(Rule):
                "training loop waits for data; set `num_workers`, e.g. `min(8, os.cpu_count())`")
     summary = "Training DataLoader without worker processes"
     fix_availability = FixAvailability.NONE
-    required_patterns = (r"DataLoader", r"backward|\.step\s*\(")
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return "DataLoader" in text and may_step(text)
 
     has_ast_prefilter = True
 

@@ -12,7 +12,7 @@ from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loader_prefilter import loader_may_fire, may_move_to_device, may_step
 from torchlint.loaders import UNREADABLE, loader_argument, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -84,7 +84,9 @@ class DataloaderUnpinned(Rule):
     summary = "DataLoader feeding the GPU without pin_memory=True"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.UNSAFE,)
-    required_patterns = (r"DataLoader", r"\.(?:to|cuda)\s*\(", r"backward|\.step\s*\(")
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return "DataLoader" in text and may_move_to_device(text) and may_step(text)
 
     has_ast_prefilter = True
 

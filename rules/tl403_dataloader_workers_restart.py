@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 
 import libcst as cst
 
@@ -12,9 +13,11 @@ from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire
+from torchlint.loader_prefilter import loader_may_fire, may_step
 from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+
+_POSITIONAL_WORKERS_TEXT = re.compile(r"DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,")
 
 
 def _restarts_in_ast(call: ast.Call) -> bool:
@@ -88,8 +91,11 @@ class DataloaderWorkersRestart(Rule):
     summary = "DataLoader workers restarted every epoch (no persistent_workers=True)"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
-    required_patterns = (r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,",
-                         r"backward|\.step\s*\(")
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        """A loader whose worker count is set: by keyword, or as the fifth positional argument."""
+        return ("DataLoader" in text and ("num_workers" in text or bool(_POSITIONAL_WORKERS_TEXT.search(text)))
+                and may_step(text))
 
     has_ast_prefilter = True
 

@@ -281,21 +281,36 @@ def _leaf_types() -> frozenset:
 
 
 _LEAVES = _leaf_types()
-_FIELDS: Dict[type, Tuple[str, ...]] = {}
+# Per node type, its fields that may hold child nodes, in order, each with whether it is a list (None: not
+# known yet, the first node of the type had None there). Fields that hold no node are left out: contexts and
+# operators (leaves), comments, and names and numbers (``attr``, ``level``), as the first node of the type
+# shows. This walk is most of the index's cost.
+_FIELDS: Dict[type, Tuple[Tuple[str, Optional[bool]], ...]] = {}
+_NO_NODE_FIELDS = frozenset({"ctx", "op", "ops", "type_comment"})
+
+
+def _fields_of(node: ast.AST) -> Tuple[Tuple[str, Optional[bool]], ...]:
+    fields = []
+    for name in type(node)._fields:
+        value = getattr(node, name, None)
+        if name not in _NO_NODE_FIELDS and not isinstance(value, (str, int, bytes)):
+            fields.append((name, None if value is None else type(value) is list))
+    return tuple(fields)
 
 
 def _children(node: ast.AST) -> List[ast.AST]:
     """``ast.iter_child_nodes`` without the leaves, as a list."""
-    kind = type(node)
-    names = _FIELDS.get(kind)
-    if names is None:
-        names = _FIELDS[kind] = tuple(f for f in kind._fields if f not in ("ctx", "op", "type_comment"))
+    fields = _FIELDS.get(type(node))
+    if fields is None:
+        fields = _FIELDS[type(node)] = _fields_of(node)
     out = []
-    for name in names:
+    for name, is_list in fields:
         value = getattr(node, name, None)
-        if type(value) is list:
-            out.extend(item for item in value if isinstance(item, ast.AST) and type(item) not in _LEAVES)
-        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+        if is_list or (is_list is None and type(value) is list):
+            for item in value:
+                if type(item) not in _LEAVES and isinstance(item, ast.AST):
+                    out.append(item)
+        elif type(value) not in _LEAVES and isinstance(value, ast.AST):
             out.append(value)
     return out
 

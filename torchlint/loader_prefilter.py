@@ -18,9 +18,23 @@ from torchlint.ast_index import _children as ast_children
 # the whole text: `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
 LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
 _DL_TEXT = re.compile(r"dl(?=\b|_)")  # starts with a literal: far faster than a leading \b or class
+# `\.(?:to|cuda)\s*\(` and `backward|\.step\s*\(`, as searches that start with a literal (fast in `re`).
+_TO_TEXT = re.compile(r"\.to\s*\(")
+_CUDA_TEXT = re.compile(r"\.cuda\s*\(")
+_STEP_TEXT = re.compile(r"\.step\s*\(")
 _FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
 _MOVE_AFTER = re.compile(r"[\s\\)]*\.\s*(?:cuda|to)\s*\(")  # `(torch.zeros(3)).cuda()`, line continuations
 _FACTORY_SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
+
+
+def may_move_to_device(text: str) -> bool:
+    """Text stage: a ``.to(`` or ``.cuda(`` call."""
+    return bool(_TO_TEXT.search(text) or _CUDA_TEXT.search(text))
+
+
+def may_step(text: str) -> bool:
+    """Text stage of a training step: ``backward`` or a ``.step(`` call."""
+    return "backward" in text or bool(_STEP_TEXT.search(text))
 
 
 def may_name_a_loader(text: str) -> bool:
