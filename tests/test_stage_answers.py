@@ -1,0 +1,438 @@
+"""The cheap stages answer from the shared index and literal-first searches, not from walks and regexes of
+their own: each still answers exactly what the plain form it replaced answers. The plain forms are kept here
+as references and compared on every fixture and on snippets made for the corner cases."""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+
+import pytest
+
+from fixture_support import FIXTURES
+from torchlint.ast_index import _LEAVES, _children, index_of
+from torchlint.config import Settings
+from torchlint.device_facts import _PRECISION_FRAMEWORKS, mixed_precision_in_ast
+from torchlint.loader_prefilter import _is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
+from torchlint.registry import get_rule
+from torchlint.script_facts import ast_facts
+from torchlint.text_prefilter import finditer_word, search_word
+
+FIXTURE_SOURCES = [path.read_text(encoding="utf-8") for path in sorted(FIXTURES.rglob("*.py"))]
+
+SNIPPETS = [textwrap.dedent(s) for s in (
+    # loops: header calls, else blocks, defs, lambdas and classes between a loop and a call
+    """\
+    for x in train(loader.step()):
+        pass
+    """,
+    """\
+    while True:
+        pass
+    else:
+        opt.step()
+    """,
+    """\
+    for x in xs:
+        def f():
+            loss.backward()
+        g = lambda: opt.step()
+        class A:
+            opt.step()
+    """,
+    """\
+    for x in xs:
+        for y in ys:
+            [loss(z).backward() for z in y]
+    """,
+    """\
+    async def f():
+        async for x in loader:
+            opt.step()
+    """,
+    # moves in loops over loaders, in bodies, else blocks, nested defs and inner loops
+    """\
+    import torch
+    from torch.utils.data import DataLoader
+    for epoch in range(3):
+        for x, y in loader:
+            x = x.to(device)
+    """,
+    """\
+    for epoch in range(3):
+        for batch in train_loader:
+            pass
+        else:
+            batch.cuda()
+    """,
+    """\
+    for batch in train_loader:
+        def move():
+            return batch["x"].to("cuda")
+    """,
+    """\
+    for batch in data:
+        batch.to(device, non_blocking=True)
+        batch.to(*args)
+        f(batch).to(device)
+    """,
+    """\
+    pbar = tqdm(train_dl)
+    for batch in pbar:
+        batch.x.to(device)
+    """,
+    """\
+    pbar: object = tqdm(train_dl)
+    for batch in pbar:
+        batch.to(device)
+    """,
+    """\
+    def f():
+        pbar = enumerate(val_loader)
+    for batch in pbar:
+        batch[0].cuda()
+    """,
+    # imports, precision, cuda
+    """\
+    from apex import amp
+    from accelerate import *
+    import lightning.pytorch as pl
+    from . import local
+    x = torch.zeros(3, device=dev)
+    y = model.half()
+    z = model.half(1)
+    Trainer(precision=16)
+    with torch.autocast("cuda"):
+        pass
+    """,
+    """\
+    from accelerate import *
+    x.bfloat16()
+    """,
+    # TL704's regions: methods, defs inside methods, training loops, nested training loops
+    """\
+    class Net(nn.Module):
+        def forward(self, x):
+            for i in range(x.shape[0]):
+                x[i] = x[i] * 2
+            def forward(y):
+                for j in range(len(y)):
+                    y[j] = y[j] + 1
+            return x
+    """,
+    """\
+    def forward(x):
+        for i in range(len(x)):
+            x[i] = x[i].exp()
+    """,
+    """\
+    for epoch in range(10):
+        for i in range(n):
+            out[i] = a[i] * b[i]
+        for batch in loader:
+            loss.backward()
+    """,
+    """\
+    while step < total:
+        for i in range(0, len(x)):
+            x[i] += 1
+        if ok:
+            opt.step()
+    """,
+    """\
+    class Model:
+        if flag:
+            def training_step(self, batch):
+                for i in range(batch.size(0)):
+                    batch[i] = batch[i] * 2
+    """,
+    """\
+    class Model:
+        def train_step(self, batch):
+            for i in range(batch.size(0)):
+                batch[i] = batch[i] * 2
+                print(i)
+            for k in range(n):
+                pass
+            else:
+                batch[k] = 0
+    """,
+    # syntax the walks must enter: match statements, f-strings, decorators, defaults, comprehensions
+    """\
+    match command:
+        case Point(x=0, y=y) if y.to(dev):
+            loss.backward()
+        case {"a": 1, **rest}:
+            opt.step()
+        case [1, *others]:
+            pass
+    for batch in loader:
+        print(f"{batch.to(device)!r:>10}")
+        @decorate(batch.cuda())
+        def g(a=batch.to(device)) -> h(batch.cuda()):
+            pass
+    """,
+)]
+
+SOURCES = FIXTURE_SOURCES + SNIPPETS
+
+
+def trees():
+    for source in SOURCES:
+        try:
+            yield source, ast.parse(source)
+        except SyntaxError:  # a fixture may hold syntax newer than this interpreter's
+            continue
+
+
+# --- references: the whole-tree walks the stages made before ------------------------------------------
+
+def reference_facts(tree):
+    """script_facts' walk: calls by name, a backward/step call in a loop, a cuda sign, imported roots."""
+    names, training, cuda, roots = set(), False, False, set()
+    stack = [(tree, False)]
+    while stack:
+        node, in_loop = stack.pop()
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name is not None:
+                names.add(name)
+                training = training or (in_loop and name in ("backward", "step"))
+                cuda = cuda or name in ("cuda", "to")
+            cuda = cuda or any(keyword.arg == "device" for keyword in node.keywords)
+        elif isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
+                roots.add(node.module.split(".")[0])
+        stops = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+        inner = False if isinstance(node, stops) else in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
+        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
+    return names, training, cuda, roots
+
+
+def reference_loop_may_move_batch(tree, text):
+    loops, loader_valued = [], set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For):
+            loops.append(node)
+        elif isinstance(node, ast.Assign) and _names_a_loader(node.value):
+            loader_valued.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    for loop in loops:
+        if not ("DataLoader" in text or _names_a_loader(loop.iter)
+                or (isinstance(loop.iter, ast.Name) and loop.iter.id in loader_valued)):
+            continue
+        if any(_is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
+            return True
+    return False
+
+
+def reference_mixed_precision(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom):
+            if (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
+                    and not any(alias.name == "*" for alias in node.names)):
+                return True
+        elif isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in {"autocast", "GradScaler"}:
+                return True
+            if name in {"half", "bfloat16"} and isinstance(func, ast.Attribute) and not node.args and not node.keywords:
+                return True
+            if any(keyword.arg == "precision" for keyword in node.keywords):
+                return True
+    return False
+
+
+def reference_tl704_ast(tree):
+    from torchlint.rules.tl704_python_loop_over_tensor_elements import (
+        _CONTEXT_FUNCTIONS, _ast_candidate_loop, _ast_own_nodes)
+
+    def regions():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and _CONTEXT_FUNCTIONS.match(item.name):
+                        yield item
+            elif isinstance(node, ast.FunctionDef) and node.name in ("training_step", "train_step", "train_one_step"):
+                yield node
+            elif isinstance(node, (ast.For, ast.While)) and any(
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
+                    for n in _ast_own_nodes(node)):
+                yield node
+
+    return any(_ast_candidate_loop(loop) for region in regions() for loop in _ast_own_nodes(region))
+
+
+# --- the stages against the references -----------------------------------------------------------------
+
+def test_the_index_walk_enters_every_child_that_is_not_a_leaf():
+    for _, tree in trees():
+        for node in ast.walk(tree):
+            expected = [c for c in ast.iter_child_nodes(node) if type(c) not in _LEAVES]
+            assert _children(node) == expected, ast.dump(node)[:200]
+
+
+def test_the_index_walk_finds_children_of_a_field_first_seen_empty():
+    # A node built by hand may leave out a field: the first node of its type does not fix the field's form.
+    class Probe(ast.AST):
+        _fields = ("items", "child", "label")
+
+    first = Probe()
+    first.child = None
+    assert _children(first) == []
+    call = ast.Call(func=ast.Name(id="f", ctx=ast.Load()), args=[], keywords=[])
+    second = Probe(items=[call, None, "text"], child=call, label="name")
+    assert _children(second) == [call, call]
+
+
+def test_file_facts_read_off_the_index_are_those_of_a_whole_tree_walk():
+    for _, tree in trees():
+        names, training, cuda, roots = reference_facts(tree)
+        facts = ast_facts(tree)
+        assert set(facts.calls_by_name) == names
+        assert facts.has_training_loop is training
+        assert facts.may_use_cuda is cuda
+        assert facts.imported_roots == roots
+
+
+def test_loader_loops_moving_batches_are_found_as_a_whole_tree_walk_finds_them():
+    answers = set()
+    for source, tree in trees():
+        expected = reference_loop_may_move_batch(tree, source)
+        assert loop_may_move_batch(tree, source) is expected, source[:300]
+        answers.add(expected)
+    assert answers == {True, False}
+
+
+def test_mixed_precision_signs_read_off_the_index_are_those_of_a_whole_tree_walk():
+    answers = set()
+    for _, tree in trees():
+        expected = reference_mixed_precision(tree)
+        assert mixed_precision_in_ast(tree) is expected
+        answers.add(expected)
+    assert answers == {True, False}
+
+
+def test_tl704_regions_from_the_index_are_those_of_a_whole_tree_walk():
+    rule = get_rule("TL704")
+    settings = Settings()
+    answers = set()
+    for source, tree in trees():
+        expected = reference_tl704_ast(tree)
+        assert rule.may_fire_in_ast(tree, source, settings) is expected, source[:300]
+        answers.add(expected)
+    assert answers == {True, False}
+
+
+# --- text stages -----------------------------------------------------------------------------------------
+
+WORD_TEXTS = ["range(3)", "xrange(3)", "_range (3)", "a.range(", "(range\t(", "érange(", "range(range(",
+              "for i in range(n)", "xfor i in range(n)", "before for j in range(len(x))", "for", ""]
+
+
+@pytest.mark.parametrize("pattern", [r"range\s*\(", r"for\s+(\w+)\s+in\s+range\s*\(", r"Linear\b", r"len\s*\("])
+def test_search_word_is_a_leading_word_boundary(pattern):
+    compiled = re.compile(pattern)
+    for text in WORD_TEXTS + FIXTURE_SOURCES:
+        reference = re.search(r"\b" + pattern, text)
+        found = search_word(compiled, text)
+        assert (found and found.span()) == (reference and reference.span())
+        assert [m.span() for m in finditer_word(compiled, text)] == [m.span() for m in re.finditer(r"\b" + pattern, text)]
+
+
+# The text stages, rule by rule, in the plain form they had: all of the regexes must match (then the rule's
+# own extra tests, unchanged, which both forms share).
+PLAIN_TEXT_STAGES = {
+    "TL103": ([r"\.(?:to|cuda)\s*\("], "may_name_a_loader"),
+    "TL104": ([r"numpy", r"\btensor\s*\("], None),
+    "TL401": ([r"DataLoader", r"backward|\.step\s*\("], None),
+    "TL402": ([r"DataLoader", r"\.(?:to|cuda)\s*\(", r"backward|\.step\s*\("], None),
+    "TL403": ([r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,", r"backward|\.step\s*\("],
+              None),
+}
+
+TEXT_SNIPPETS = [
+    "x.to (dev)\nfor b in train_dl: pass", "x.cuda(\n", "numpy\nt = torch.tensor(a)", "numpy\nt = mytensor(a)",
+    "DataLoader(ds, 4, True, None, 2, x)\nloss.backward", "DataLoader(ds)\nopt.step ()\nx.to(d)",
+    "torch.cuda.amp.autocast\nnn.Linear(100, 50257)", "nn.Linear(100, 50257)\nfrom torch import half as h",
+    "nn.Linear(100, 50257)\nx.half()", "xLinear(100, 50257)\nx.half()", "nn.Embedding(50257, 100)\nbfloat16",
+    "opt.zero_grad(set_to_none=False)", "p.grad.data.zero_()", "p.grad = torch.zeros_like(p)",
+    "opt.zero_grad()", "complex", "sparse = True", "x.cfloat()", "torch.cdouble", "cfloatx",
+    "torch.backends.CUDNN", "Benchmark = True", "benchmark=1", "xbenchmark = 1",
+    "float64", "x.double()", "torch.double", "torch.doubles", "FSDP", "DeviceMesh",
+]
+
+
+@pytest.mark.parametrize("code", sorted(PLAIN_TEXT_STAGES))
+def test_literal_first_text_stages_answer_as_their_plain_regexes(code):
+    from torchlint.loader_prefilter import may_name_a_loader
+
+    rule = get_rule(code)
+    patterns, extra = PLAIN_TEXT_STAGES[code]
+    settings = Settings()
+    for text in TEXT_SNIPPETS + FIXTURE_SOURCES:
+        expected = all(re.search(p, text) for p in patterns) and (extra is None or may_name_a_loader(text))
+        assert rule.may_fire(text, settings) == bool(expected), text[:200]
+
+
+@pytest.mark.parametrize("old_torch", [False, True])
+def test_tl201_text_stage_answers_as_its_plain_regexes(old_torch):
+    settings = Settings(torch_version=(1, 13) if old_torch else (2, 5))
+    zero_grad = r"zero_grad\s*\(" if old_torch else r"zero_grad\s*\([^)]*False"
+    patterns = [r"grad", zero_grad + r"|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\("]
+    for text in TEXT_SNIPPETS + FIXTURE_SOURCES:
+        expected = all(re.search(p, text) for p in patterns)
+        assert get_rule("TL201").may_fire(text, settings) == bool(expected), text[:200]
+
+
+def test_text_helpers_answer_as_their_plain_regexes():
+    from torchlint.rules.tl502_optimizer_not_fused import _unsupported
+    from torchlint.rules.tl601_cudnn_benchmark_off import _decided
+    from torchlint.rules.tl701_no_mixed_precision import _requires_double, decided_elsewhere
+    from torchlint.rules.tl703_unaligned_fp16_matmul_dims import _LAYER_TEXTS, _may_be_reduced
+
+    plain = [
+        (_unsupported, r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b", 0),
+        (_decided, r"cudnn|\bbenchmark\s*=", re.IGNORECASE),
+        (_requires_double, r"float64|\.double\(\)|torch\.double\b|set_default_dtype|set_default_tensor_type", 0),
+        (_may_be_reduced, r"autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b", 0),
+        (lambda text: any(search_word(p, text) for p in _LAYER_TEXTS), r"\b(?:Linear|Embedding)\b", 0),
+    ]
+    for helper, pattern, flags in plain:
+        for text in TEXT_SNIPPETS + FIXTURE_SOURCES:
+            assert helper(text) == bool(re.search(pattern, text, flags)), (pattern, text[:200])
+    sharded = r"FSDP|FullyShardedDataParallel|fully_shard|parallelize_module|init_device_mesh|DeviceMesh"
+    for text in TEXT_SNIPPETS:  # no gym import in these: the sharding test alone decides
+        assert decided_elsewhere(text) == bool(re.search(sharded, text))
+
+
+def test_tl704_text_stage_answers_as_its_plain_regexes():
+    from torchlint.rules.tl704_python_loop_over_tensor_elements import _FOR_RANGE_TEXT, _loop_text, _text_may_be_map
+
+    patterns = [r"\brange\s*\(", r"\.shape\b|\.size\s*\(|\blen\s*\(",
+                r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|\.step\s*\("]
+    for_range = re.compile(r"\b" + _FOR_RANGE_TEXT.pattern)
+
+    def plain(text):
+        if not all(re.search(p, text) for p in patterns):
+            return False
+        for match in for_range.finditer(text):
+            index_use = re.compile(r"[\[,:]\s*" + re.escape(match.group(1)) + r"\s*[\],:]")
+            loop = _loop_text(text, match)
+            if index_use.search(loop) and _text_may_be_map(loop):
+                return True
+        return False
+
+    rule = get_rule("TL704")
+    answers = set()
+    for text in SNIPPETS + FIXTURE_SOURCES:
+        answers.add(plain(text))
+        assert rule.may_fire(text, Settings()) is plain(text), text[:200]
+    assert answers == {True, False}
