@@ -17,8 +17,8 @@ from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContex
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
 _ZEROING_FUNCTION = re.compile(r"^_*zero_grad$")
-# Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or `.grad.zero_()`,
-# `.grad.data.zero_()`, `.grad = torch.zeros_like(`.
+# Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or
+# `.grad.zero_()`, `.grad.data.zero_()`, `.grad = torch.zeros_like(`.
 _ZERO_GRAD_TEXT = re.compile(r"zero_grad\s*\(")
 _ZERO_GRAD_FALSE_TEXT = re.compile(r"zero_grad\s*\([^)]*False")
 _MANUAL_RESET_TEXT = re.compile(r"\.grad(?:(?:\.data)?\.zero_\(|\s*=\s*[\w.]*zeros_like\()")

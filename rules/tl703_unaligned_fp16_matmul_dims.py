@@ -101,6 +101,7 @@ class UnalignedFp16MatmulDims(Rule):
     message = "fp16/bf16 layer size is not a multiple of 8: tensor-core matmuls run slower kernels"
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
     fix_availability = FixAvailability.NONE
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """Reduced precision and a layer in the text, then some integer literal that would be a reportable

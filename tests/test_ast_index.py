@@ -81,3 +81,22 @@ def test_tricky_module_has_the_same_facts():
 def test_every_fixture_has_the_same_facts(path):
     source = path.read_text(encoding="utf-8")
     assert _facts_ast(source) == _facts_cst(source)
+
+
+def test_the_walk_records_every_node_type_it_has_a_branch_for():
+    """`_walk` skips its branches for node types outside `_RECORDED_TYPES`: every type it compares `kind`
+    with must be there, or a branch added later would silently never run."""
+    import inspect
+
+    from torchlint import ast_index
+
+    compared = set()
+    for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(ast_index.AstIndex._walk)))):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id == "kind":
+            for operand in node.comparators:
+                if isinstance(operand, ast.Attribute) and getattr(operand.value, "id", None) == "ast":
+                    compared.add(getattr(ast, operand.attr))
+                elif isinstance(operand, ast.Name) and operand.id != "_RECORDED_TYPES":
+                    compared.update(getattr(ast_index, operand.id))
+    assert {ast.Call, ast.Assign, ast.For, ast.FunctionDef, ast.Module, ast.If} <= compared
+    assert compared <= ast_index._RECORDED_TYPES

@@ -263,8 +263,8 @@ def reference_tl704_ast(tree):
             elif isinstance(node, ast.FunctionDef) and node.name in ("training_step", "train_step", "train_one_step"):
                 yield node
             elif isinstance(node, (ast.For, ast.While)) and any(
-                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
-                    for n in _ast_own_nodes(node)):
+                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+                    and n.func.attr in ("backward", "step") for n in _ast_own_nodes(node)):
                 yield node
 
     return any(_ast_candidate_loop(loop) for region in regions() for loop in _ast_own_nodes(region))
@@ -344,7 +344,8 @@ def test_search_word_is_a_leading_word_boundary(pattern):
         reference = re.search(r"\b" + pattern, text)
         found = search_word(compiled, text)
         assert (found and found.span()) == (reference and reference.span())
-        assert [m.span() for m in finditer_word(compiled, text)] == [m.span() for m in re.finditer(r"\b" + pattern, text)]
+        expected = [m.span() for m in re.finditer(r"\b" + pattern, text)]
+        assert [m.span() for m in finditer_word(compiled, text)] == expected
 
 
 # The text stages, rule by rule, in the plain form they had: all of the regexes must match (then the rule's

@@ -106,6 +106,11 @@ class AstIndex:
             function, loop, body_loop, klass, nodes = frames.pop()
             for node in nodes:
                 kind = type(node)
+                if kind not in _RECORDED_TYPES:  # two nodes in three: nothing to record, only children to visit
+                    children = _children(node)
+                    if children:
+                        frames.append((function, loop, body_loop, klass, children))
+                    continue
                 if kind in _BLOCK_TYPES:
                     self._note_blocks(node)
                 if kind is ast.Call:
@@ -270,6 +275,11 @@ _LOOP_TYPES = frozenset({ast.For, ast.AsyncFor, ast.While})
 _BLOCK_TYPES = frozenset(t for t in vars(ast).values()
                          if isinstance(t, type) and issubclass(t, ast.AST) and "body" in getattr(t, "_fields", ())
                          and t not in (ast.Lambda, ast.IfExp, ast.Expression, ast.Interactive))
+# Every node type `_walk` has a branch for; it only visits the children of the others. Add the type here
+# when adding a branch (tests/test_ast_index.py checks that every type the walk compares `kind` with is here).
+_RECORDED_TYPES = _BLOCK_TYPES | _FUNCTION_TYPES | _LOOP_TYPES | {
+    ast.Call, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.With,
+    ast.AsyncWith}
 
 
 def _leaf_types() -> frozenset:
