@@ -93,7 +93,7 @@ class CudnnDeterministic(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return _ast_may_set_deterministic(tree) and ast_has_training_loop(tree)
+        return ast_has_training_loop(tree) and _ast_may_set_deterministic(tree)  # the index first: no walk
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis

@@ -93,6 +93,51 @@ SNIPPETS = [textwrap.dedent(s) for s in (
     for batch in pbar:
         batch[0].cuda()
     """,
+    """\
+    try:\n        pass\n    except ImportError:\n        it = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    try:\n        pass\n    finally:\n        it = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    with ctx:\n        if ok:\n            pass\n        else:\n            it = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    match mode:\n        case 'a':\n            it = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    class Holder:\n        it = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    it = [lambda: iter(test_loader)]
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    its = it = other = iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    (it := iter(test_loader))
+    for batch in it:
+        batch.to(device)
+    """,
+    """\
+    it += iter(test_loader)
+    for batch in it:
+        batch.to(device)
+    """,
     # imports, precision, cuda
     """\
     from apex import amp

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Iterator, List, Optional, Set
+from typing import Callable, Dict, Iterator, List, Optional, Set
 
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import _children as ast_children
@@ -202,18 +202,33 @@ def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
 
 
 def _is_loader_valued(index: AstIndex, name: str) -> bool:
-    """``name`` is a target of an assignment whose value names a loader (``pbar = tqdm(train_loader)``).
-    The index's bindings hold every such value (and annotated ones): only a name bound to a loader-ish value
-    there needs the exact answer, from the assignments themselves."""
-    if not any(value is not None and _names_a_loader(value)
-               for names in index.bindings.values() for value in names.get(name, ())):
-        return False
-    valued = getattr(index, "_loader_valued", None)
-    if valued is None:
-        valued = index._loader_valued = {  # type: ignore[attr-defined]
-            target.id for node in ast.walk(index.tree) if isinstance(node, ast.Assign) and _names_a_loader(node.value)
-            for target in node.targets if isinstance(target, ast.Name)}
-    return name in valued
+    """``name`` is a target of an assignment whose value names a loader (``pbar = tqdm(train_loader)``)."""
+    assigned = getattr(index, "_assigned_values", None)
+    if assigned is None:
+        assigned = index._assigned_values = _assigned_values(index.tree)  # type: ignore[attr-defined]
+    return any(_names_a_loader(value) for value in assigned.get(name, ()))
+
+
+_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _assigned_values(tree: ast.Module) -> Dict[str, List[ast.expr]]:
+    """The values of the ``name = value`` assignments, by name. Assignments are statements: the walk enters
+    only statement lists (and ``except`` and ``case`` clauses), never an expression."""
+    values: Dict[str, List[ast.expr]] = {}
+    stack: List[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if type(node) is ast.Assign:
+            for target in node.targets:
+                if type(target) is ast.Name:
+                    values.setdefault(target.id, []).append(node.value)
+            continue
+        for field in _STATEMENT_LISTS:
+            block = getattr(node, field, None)
+            if type(block) is list:
+                stack.extend(block)
+    return values
 
 
 def _names_a_loader(expr: ast.AST) -> bool:
