@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
-import pathspec
 
 from torchlint.deferred import defer_import
 
@@ -137,6 +136,8 @@ def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -
 
 
 def _excluded_by(settings: Settings, path: Path) -> bool:
+    import pathspec
+
     spec = pathspec.GitIgnoreSpec.from_lines([*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude])
     try:
         relative = path.resolve().relative_to(settings.root).as_posix()

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
-
-import pathspec
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
@@ -26,6 +22,8 @@ from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability, Diagnostic, Rule
 
 if TYPE_CHECKING:
+    import pathspec
+
     from torchlint.progress import Progress
 
 
@@ -70,7 +68,9 @@ def _rule_instances(codes: Tuple[str, ...]) -> Tuple[Rule, ...]:
 
 
 @lru_cache(maxsize=256)
-def _glob(pattern: str) -> pathspec.PathSpec:
+def _glob(pattern: str) -> "pathspec.PathSpec":
+    import pathspec
+
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
@@ -259,6 +259,9 @@ def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Prog
 def _run_files(paths: Sequence[Path], job: Job, jobs: int, progress: Optional["Progress"] = None) -> List[FileResult]:
     if jobs <= 1 or len(paths) < 2 * jobs:
         return _process_many(paths, job, progress)
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # loaded for parallel runs only
+    from concurrent.futures.process import BrokenProcessPool
+
     units = schedule({p: _size(p) for p in paths}, jobs)
     by_path: Dict[Path, FileResult] = {}
     lost: List[Path] = []  # files of units whose worker died (a crash in native code): retried one by one
@@ -282,6 +285,9 @@ def _run_files(paths: Sequence[Path], job: Job, jobs: int, progress: Optional["P
 def _process_isolated(path: Path, job: Job) -> FileResult:
     """One file in a process of its own: if that process dies too, the file gets one TL000 and the run
     goes on. (A dead worker breaks a whole pool, so every file it held is retried this way.)"""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     with ProcessPoolExecutor(max_workers=1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         try:
             return pool.submit(process_file, path, job).result()
