@@ -14,6 +14,7 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
+from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
@@ -67,7 +68,7 @@ def parse(source: str, path: str) -> cst.Module:
     if problem is not None:
         raise SyntaxProblem(*problem)
     try:
-        return cst.parse_module(source)
+        return trusted_parse(source)
     except cst.ParserSyntaxError as exc:
         # CPython's message and position are clearer ("'(' was never closed" at the paren).
         python_error = _python_syntax_error(source)
