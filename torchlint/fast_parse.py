@@ -32,8 +32,7 @@ def _install() -> None:
     global _installed
     if _installed:
         return
-    from libcst._nodes.base import CSTNode
-
+    CSTNode = cst.CSTNode  # loads libcst itself first (torchlint.deferred)
     validate_on_init = CSTNode.__post_init__
 
     def __post_init__(self: "cst.CSTNode") -> None:
