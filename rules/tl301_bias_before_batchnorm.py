@@ -864,7 +864,7 @@ def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
     ``nn.init.zeros_(m.bias)``), outside an ``if ... bias is not None`` guard. ``self.bias`` (the module's
     own parameter) and ``self.conv.bias`` (checked per class) are left out."""
     uses = []
-    for node in m.findall(a.module, m.Attribute(attr=m.Name("bias"))):
+    for node in _bias_attributes(a):
         base = node.value
         if isinstance(base, cst.Name) and base.value == "self" or _self_attr(base) is not None:
             continue
@@ -878,6 +878,13 @@ def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
         code = a.module.code_for_node(statement if isinstance(statement, cst.SimpleStatementLine) else node).strip()
         uses.append(_BiasUse(code.splitlines()[0][:80] if code else "x.bias", types, substrings))
     return uses
+
+
+def _bias_attributes(a: FileAnalysis) -> List[cst.Attribute]:
+    """Every ``<expr>.bias`` in the file, in source order: the analysis already numbered every node in
+    pre-order, so no second walk of the tree is needed."""
+    attribute = cst.Attribute
+    return [node for node in a.order if type(node) is attribute and node.attr.value == "bias"]
 
 
 def _is_none_test(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:

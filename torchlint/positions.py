@@ -1,9 +1,17 @@
-"""Source positions of chosen nodes, from one plain code generation pass.
+"""Source positions of chosen nodes, from code generation of only the statements that hold them.
 
 LibCST's PositionProvider builds a CodeRange for every node while it regenerates the module, which costs
 about ten times the code generation itself. Diagnostics need positions for a handful of nodes, so this
 records token indices (plain ints) during code generation and turns only the requested ones into lines
 and columns. The ranges equal PositionProvider's (syntactic positions; tested).
+
+Regenerating the whole module for a few nodes still costs as much as a tree walk, so a node is located
+from its innermost enclosing statement: that statement alone is regenerated (with the indentation of the
+blocks around it) and its text looked for in the source, at the start of a line. Where the text occurs at
+exactly one line start, that is the statement's place, because a parsed module regenerates its source
+exactly. Where it occurs more than once (``loss.backward()`` twice) the next enclosing statement is
+tried, and where none is unique, or the source is one of the few LibCST does not reproduce byte for byte
+(a form feed, a lone carriage return, no newline at the end), the whole module is regenerated as before.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import itertools
 import re
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -22,6 +30,10 @@ _NEWLINE = re.compile(r"\r\n?|\n")
 
 # (line, column, end_line, end_column): lines 1-based, columns 0-based as in libcst's CodeRange
 Span = Tuple[int, int, int, int]
+
+# Statements are regenerated until their text adds up to this many times the source's; the nodes left then
+# take one pass over the whole module, so locating never costs much more than that pass.
+_STATEMENT_BUDGET = 1.0
 
 
 @dataclass(frozen=False)
@@ -51,19 +63,125 @@ class _TokenRangeState(CodegenState):
         self.ranges[node] = (start, end)
 
 
-def node_spans(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> Dict[cst.CSTNode, Span]:
+class _Located:
+    """The code generated for one node (the module or a statement), placed at ``first_line`` of the source,
+    column 0."""
+
+    def __init__(self, state: _TokenRangeState, first_line: int, text: Optional[str] = None) -> None:
+        self.ranges = state.ranges
+        self.offsets = list(itertools.accumulate(map(len, state.tokens), initial=0))
+        text = "".join(state.tokens) if text is None else text
+        self.line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+        self.first_line = first_line
+
+    def span(self, node: cst.CSTNode) -> Optional[Span]:
+        token_range = self.ranges.get(node)
+        if token_range is None:
+            return None
+        start, end = token_range
+        return (*self._locate(self.offsets[start]), *self._locate(self.offsets[end]))
+
+    def _locate(self, offset: int) -> Tuple[int, int]:
+        line = bisect.bisect_right(self.line_starts, offset)
+        return self.first_line + line - 1, offset - self.line_starts[line - 1]
+
+
+def _generate(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = ()) -> _TokenRangeState:
     state = _TokenRangeState(default_indent=module.default_indent, default_newline=module.default_newline)
-    module._codegen(state)
-    offsets = list(itertools.accumulate(map(len, state.tokens), initial=0))
-    text = "".join(state.tokens)
-    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
+    state.indent_tokens.extend(indents)
+    node._codegen(state)
+    return state
 
-    def locate(offset: int) -> Tuple[int, int]:
-        line = bisect.bisect_right(line_starts, offset)
-        return line, offset - line_starts[line - 1]
 
-    spans = {}
-    for node in nodes:
-        start, end = state.ranges[node]
-        spans[node] = (*locate(offsets[start]), *locate(offsets[end]))
+def node_spans(
+    module: cst.Module, nodes: Iterable[cst.CSTNode],
+    parents: Optional[Mapping[cst.CSTNode, Optional[cst.CSTNode]]] = None, source: Optional[str] = None,
+) -> Dict[cst.CSTNode, Span]:
+    """The span of each node. With ``parents`` (every node's parent, as ``FileAnalysis.parents``) and the
+    ``source`` the module was parsed from, only the statements around the nodes are regenerated."""
+    nodes = list(nodes)
+    spans: Dict[cst.CSTNode, Span] = {}
+    if parents is not None and source is not None and _reproduced_exactly(module, source):
+        locator = _StatementLocator(module, parents, source)
+        for node in nodes:
+            if locator.generated >= len(source) * _STATEMENT_BUDGET:
+                break  # many nodes in many statements: one pass over the module is cheaper
+            span = locator.span(node)
+            if span is not None:
+                spans[node] = span
+    rest = [node for node in nodes if node not in spans]
+    if rest:
+        whole = _Located(_generate(module, module), first_line=1)
+        for node in rest:
+            span = whole.span(node)
+            if span is None:
+                raise KeyError(node)
+            spans[node] = span
     return spans
+
+
+def _reproduced_exactly(module: cst.Module, source: str) -> bool:
+    """False for the sources LibCST's code generation is known not to reproduce byte for byte (a form feed
+    is dropped, a lone carriage return may be), and where the module's last statement would be generated
+    with a newline the source does not have."""
+    if not module.has_trailing_newline or "\f" in source:
+        return False
+    return "\r" not in source or source.count("\r") == source.count("\r\n")
+
+
+class _StatementLocator:
+    def __init__(self, module: cst.Module, parents: Mapping[cst.CSTNode, Optional[cst.CSTNode]], source: str):
+        self.module = module
+        self.parents = parents
+        self.source = source
+        self.located: Dict[cst.CSTNode, Optional[_Located]] = {}  # statement -> its code, None if not unique
+        self.generated = 0  # characters of code generated so far
+
+    def span(self, node: cst.CSTNode) -> Optional[Span]:
+        for statement, indents in self._enclosing_statements(node):
+            if statement not in self.located:
+                self.located[statement] = self._locate(statement, indents)
+            located = self.located[statement]
+            if located is not None:
+                return located.span(node)
+        return None
+
+    def _enclosing_statements(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, List[str]]]:
+        """The statements of a body (the module's or a block's) around ``node`` (itself included), innermost
+        first, each with the indentation LibCST's code generation has in effect there."""
+        chain = [node]
+        parent = self.parents.get(node, node)  # node itself: not in the tree the walk saw
+        while parent is not None and parent is not node:
+            chain.append(parent)
+            parent = self.parents.get(parent, node)
+        if parent is node or chain[-1] is not self.module:
+            return  # a node outside the walked tree (a comment, whitespace): the whole module locates it
+        indents: List[str] = []
+        statements: List[Tuple[cst.CSTNode, List[str]]] = []
+        for inner, outer in zip(reversed(chain[:-1]), reversed(chain[1:])):
+            if type(outer) is cst.Module or type(outer) is cst.IndentedBlock:
+                statements.append((inner, list(indents)))
+            if type(inner) is cst.IndentedBlock or type(inner) is cst.Match:  # the two that indent
+                indent = inner.indent
+                indents.append(self.module.default_indent if indent is None else indent)
+        yield from reversed(statements)
+
+    def _locate(self, statement: cst.CSTNode, indents: List[str]) -> Optional[_Located]:
+        state = _generate(self.module, statement, indents)
+        text = "".join(state.tokens)
+        self.generated += len(text)
+        start = _only_line_start(self.source, text)
+        if start is None:
+            return None
+        return _Located(state, self.source.count("\n", 0, start) + 1, text)
+
+
+def _only_line_start(source: str, text: str) -> Optional[int]:
+    """Where ``text`` occurs in ``source`` at the start of a line, if it occurs at exactly one."""
+    found = [0] if source.startswith(text) else []
+    needle = "\n" + text
+    at = source.find(needle)
+    while at >= 0 and len(found) < 2:
+        found.append(at + 1)
+        at = source.find(needle, at + 1)
+    return found[0] if len(found) == 1 else None
