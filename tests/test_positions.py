@@ -176,9 +176,9 @@ def _generated(monkeypatch):
     generated = []
     original = positions._generate
 
-    def spy(module, node, indents=()):
-        generated.append(node)
-        return original(module, node, indents)
+    def spy(module, node, indents=(), stop_before=None):
+        generated.append(node if stop_before is None else ("header", node))
+        return original(module, node, indents, stop_before)
 
     monkeypatch.setattr(positions, "_generate", spy)
     return generated
@@ -193,7 +193,8 @@ def test_only_the_statements_around_the_nodes_are_regenerated(monkeypatch):
     spans = node_spans(module, [attribute, calls[1]], analysis.parents, NESTED)
     assert module not in generated
     with_statement = analysis.enclosing_statement(attribute)
-    assert isinstance(with_statement, cst.With) and with_statement in generated
+    assert isinstance(with_statement, cst.With) and ("header", with_statement) in generated  # `with ...:` alone
+    assert with_statement not in generated
     # the second `loss.backward()` line is not unique: the `if i:` around it is regenerated to place it
     assert analysis.enclosing_statement(calls[1]) in generated
     assert isinstance(generated[-1], cst.If)
@@ -208,6 +209,39 @@ def test_a_statement_repeated_at_top_level_needs_the_whole_module(monkeypatch):
     generated = _generated(monkeypatch)
     assert node_spans(module, [second], analysis.parents, source) == {second: (4, 4, 4, 19)}
     assert generated[-1] is module
+
+
+@pytest.mark.parametrize("source", [
+    "for x in y:\n    loss.backward()\nz = f(1)",
+    "def f():\n    for x in y:\n        loss.backward()",
+    "if a: b()\r\nelse: c()",
+    "class A:\n    def f(self): return g(1)",
+])
+def test_without_a_final_newline_nodes_on_the_last_line_are_as_before(source):
+    module = cst.parse_module(source)
+    analysis = FileAnalysis(module, source)
+    for node in analysis.parents:
+        try:
+            before = node_spans(module, [node])
+        except IndexError:  # a node that ends on the newline LibCST drops: no position, as ever
+            with pytest.raises(IndexError):
+                node_spans(module, [node], analysis.parents, source)
+            continue
+        assert node_spans(module, [node], analysis.parents, source) == before
+
+
+def test_a_node_in_a_header_regenerates_the_header_only(monkeypatch):
+    source = "def step(params):\n    for p in params:  # once\n        p.add_(1)\n        p.mul_(2)\n"
+    module = cst.parse_module(source)
+    analysis = FileAnalysis(module, source)
+    loop = module.body[0].body.body[0]
+    generated = _generated(monkeypatch)
+    assert node_spans(module, [loop.iter, loop.target], analysis.parents, source) == {
+        loop.iter: (2, 13, 2, 19), loop.target: (2, 8, 2, 9)}
+    assert generated == [("header", loop)]
+    assert node_spans(module, [loop], analysis.parents, source) == {loop: (2, 4, 4, 17)}
+    assert generated[-1] is loop
+    assert node_spans(module, [loop]) == {loop: (2, 4, 4, 17)}
 
 
 def test_nodes_outside_the_walk_are_located_from_the_whole_module():

@@ -36,12 +36,19 @@ Span = Tuple[int, int, int, int]
 _STATEMENT_BUDGET = 1.0
 
 
+class _Stop(Exception):
+    """Code generation reached the node it was to stop before."""
+
+
 @dataclass(frozen=False)
 class _TokenRangeState(CodegenState):
     ranges: Dict[cst.CSTNode, Tuple[int, int]] = field(default_factory=dict)
     starts: List[int] = field(default_factory=list)
+    stop_before: Optional[cst.CSTNode] = None
 
     def before_codegen(self, node: cst.CSTNode) -> None:
+        if node is self.stop_before:
+            raise _Stop
         self.starts.append(len(self.tokens))
 
     def after_codegen(self, node: cst.CSTNode) -> None:
@@ -64,21 +71,25 @@ class _TokenRangeState(CodegenState):
 
 
 class _Located:
-    """The code generated for one node (the module or a statement), placed at ``first_line`` of the source,
-    column 0."""
+    """The code generated for one node (the module, a statement or a statement's header), placed at
+    ``offset`` of the source, on line ``first_line``, column 0. Nodes that would end past ``limit`` are not
+    located here."""
 
-    def __init__(self, state: _TokenRangeState, first_line: int, text: Optional[str] = None) -> None:
+    def __init__(self, state: _TokenRangeState, text: str, first_line: int, offset: int = 0,
+                 limit: Optional[int] = None) -> None:
         self.ranges = state.ranges
         self.offsets = list(itertools.accumulate(map(len, state.tokens), initial=0))
-        text = "".join(state.tokens) if text is None else text
         self.line_starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
         self.first_line = first_line
+        self.offset, self.limit = offset, limit
 
     def span(self, node: cst.CSTNode) -> Optional[Span]:
         token_range = self.ranges.get(node)
         if token_range is None:
             return None
         start, end = token_range
+        if self.limit is not None and self.offset + self.offsets[end] > self.limit:
+            return None
         return (*self._locate(self.offsets[start]), *self._locate(self.offsets[end]))
 
     def _locate(self, offset: int) -> Tuple[int, int]:
@@ -86,10 +97,16 @@ class _Located:
         return self.first_line + line - 1, offset - self.line_starts[line - 1]
 
 
-def _generate(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = ()) -> _TokenRangeState:
-    state = _TokenRangeState(default_indent=module.default_indent, default_newline=module.default_newline)
+def _generate(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = (),
+              stop_before: Optional[cst.CSTNode] = None) -> _TokenRangeState:
+    """The code of ``node`` as token ranges; with ``stop_before``, only the code that comes before it."""
+    state = _TokenRangeState(default_indent=module.default_indent, default_newline=module.default_newline,
+                             stop_before=stop_before)
     state.indent_tokens.extend(indents)
-    node._codegen(state)
+    try:
+        node._codegen(state)
+    except _Stop:
+        pass
     return state
 
 
@@ -111,7 +128,8 @@ def node_spans(
                 spans[node] = span
     rest = [node for node in nodes if node not in spans]
     if rest:
-        whole = _Located(_generate(module, module), first_line=1)
+        state = _generate(module, module)
+        whole = _Located(state, "".join(state.tokens), first_line=1)
         for node in rest:
             span = whole.span(node)
             if span is None:
@@ -121,12 +139,21 @@ def node_spans(
 
 
 def _reproduced_exactly(module: cst.Module, source: str) -> bool:
-    """False for the sources LibCST's code generation is known not to reproduce byte for byte (a form feed
-    is dropped, a lone carriage return may be), and where the module's last statement would be generated
-    with a newline the source does not have."""
-    if not module.has_trailing_newline or "\f" in source:
+    """False for the sources LibCST's code generation is known not to reproduce byte for byte: a form feed
+    is dropped, a lone carriage return may be, and a file without a final newline mixing line endings may
+    not end with the newline it is given."""
+    if "\f" in source:
         return False
-    return "\r" not in source or source.count("\r") == source.count("\r\n")
+    crlf = source.count("\r\n")
+    if source.count("\r") != crlf:
+        return False
+    return module.has_trailing_newline or crlf == 0 or crlf == source.count("\n")
+
+
+def _headed_types() -> Tuple[type, ...]:
+    """Compound statements whose header (``for x in y:``, decorators and ``def f(a):``) is generated before
+    their body, and nothing of the statement's but ``orelse`` after it."""
+    return (cst.For, cst.While, cst.If, cst.With, cst.FunctionDef, cst.ClassDef)
 
 
 class _StatementLocator:
@@ -134,21 +161,30 @@ class _StatementLocator:
         self.module = module
         self.parents = parents
         self.source = source
-        self.located: Dict[cst.CSTNode, Optional[_Located]] = {}  # statement -> its code, None if not unique
+        # Without a final newline, LibCST's code for the last statement ends with the module's newline,
+        # which its code generation then drops: look for the code in the source with that newline added,
+        # and leave the nodes that end on it to the whole-module pass (as before).
+        self.haystack = source if module.has_trailing_newline else source + module.default_newline
+        self.statements: Dict[cst.CSTNode, Optional[_Located]] = {}  # None where the code is not unique
+        self.headers: Dict[cst.CSTNode, Optional[_Located]] = {}
         self.generated = 0  # characters of code generated so far
 
     def span(self, node: cst.CSTNode) -> Optional[Span]:
-        for statement, indents in self._enclosing_statements(node):
-            if statement not in self.located:
-                self.located[statement] = self._locate(statement, indents)
-            located = self.located[statement]
+        for statement, indents, in_header in self._enclosing_statements(node):
+            if in_header and statement not in self.statements:  # its header alone may place it
+                located = self._located(self.headers, statement, indents, statement.body)
+                span = located.span(node) if located is not None else None
+                if span is not None:
+                    return span
+            located = self._located(self.statements, statement, indents, None)
             if located is not None:
                 return located.span(node)
         return None
 
-    def _enclosing_statements(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, List[str]]]:
+    def _enclosing_statements(self, node: cst.CSTNode) -> Iterator[Tuple[cst.CSTNode, List[str], bool]]:
         """The statements of a body (the module's or a block's) around ``node`` (itself included), innermost
-        first, each with the indentation LibCST's code generation has in effect there."""
+        first, each with the indentation LibCST's code generation has in effect there, and whether ``node``
+        is in the statement's header."""
         chain = [node]
         parent = self.parents.get(node, node)  # node itself: not in the tree the walk saw
         while parent is not None and parent is not node:
@@ -156,24 +192,34 @@ class _StatementLocator:
             parent = self.parents.get(parent, node)
         if parent is node or chain[-1] is not self.module:
             return  # a node outside the walked tree (a comment, whitespace): the whole module locates it
+        headed = _headed_types()
         indents: List[str] = []
-        statements: List[Tuple[cst.CSTNode, List[str]]] = []
-        for inner, outer in zip(reversed(chain[:-1]), reversed(chain[1:])):
+        statements: List[Tuple[cst.CSTNode, List[str], bool]] = []
+        for index in range(len(chain) - 2, -1, -1):
+            inner, outer = chain[index], chain[index + 1]
             if type(outer) is cst.Module or type(outer) is cst.IndentedBlock:
-                statements.append((inner, list(indents)))
+                child = chain[index - 1] if index else None
+                in_header = (child is not None and type(inner) in headed and child is not inner.body
+                             and child is not getattr(inner, "orelse", None))
+                statements.append((inner, list(indents), in_header))
             if type(inner) is cst.IndentedBlock or type(inner) is cst.Match:  # the two that indent
                 indent = inner.indent
                 indents.append(self.module.default_indent if indent is None else indent)
         yield from reversed(statements)
 
-    def _locate(self, statement: cst.CSTNode, indents: List[str]) -> Optional[_Located]:
-        state = _generate(self.module, statement, indents)
+    def _located(self, cache: Dict[cst.CSTNode, Optional[_Located]], statement: cst.CSTNode,
+                 indents: List[str], stop_before: Optional[cst.CSTNode]) -> Optional[_Located]:
+        if statement in cache:
+            return cache[statement]
+        state = _generate(self.module, statement, indents, stop_before)
         text = "".join(state.tokens)
         self.generated += len(text)
-        start = _only_line_start(self.source, text)
-        if start is None:
-            return None
-        return _Located(state, self.source.count("\n", 0, start) + 1, text)
+        start = _only_line_start(self.haystack, text) if text else None
+        located = None
+        if start is not None:
+            located = _Located(state, text, self.haystack.count("\n", 0, start) + 1, start, len(self.source))
+        cache[statement] = located
+        return located
 
 
 def _only_line_start(source: str, text: str) -> Optional[int]:
