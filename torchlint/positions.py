@@ -9,9 +9,11 @@ Regenerating the whole module for a few nodes still costs as much as a tree walk
 from its innermost enclosing statement: that statement alone is regenerated (with the indentation of the
 blocks around it) and its text looked for in the source, at the start of a line. Where the text occurs at
 exactly one line start, that is the statement's place, because a parsed module regenerates its source
-exactly. Where it occurs more than once (``loss.backward()`` twice) the next enclosing statement is
-tried, and where none is unique, or the source is one of the few LibCST does not reproduce byte for byte
-(a form feed, a lone carriage return, no newline at the end), the whole module is regenerated as before.
+exactly. A node in a compound statement's header (a loop's iterable, a decorator) is placed from the
+header alone, generated up to the body. Where the text occurs more than once (``loss.backward()`` twice)
+the whole statement, then the next enclosing one is tried; where none is unique, or the source is one of
+the few LibCST does not reproduce byte for byte (a form feed, a lone carriage return), the whole module is
+regenerated as before. Without a final newline, nodes that end on the newline LibCST adds also are.
 """
 
 from __future__ import annotations
