@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, FunctionInfo, call_name, dotted_name, is_literal, walk as _walk_nodes
 from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
@@ -83,6 +84,8 @@ def _ast_may_report(index: AstIndex, text: str) -> bool:
     and loops, leaving out the ones that only silence (no_grad callers, guards, training callers)."""
     if not index.imports_torch():
         return False
+    if _ast_grad_globally_off(index):
+        return False
     facts = _AstFacts(index, text)
     own_calls: Dict[ast.AST, List[ast.Call]] = {}
     for info in index.calls:
@@ -98,6 +101,7 @@ class _AstFacts:
 
     def __init__(self, index: AstIndex, text: str) -> None:
         self.index = index
+        self.source = text
         self.lines = _LINE_BREAK.split(text)  # lines as ast numbers them, with their line breaks between
         top = [s for s in index.tree.body if isinstance(s, ast.ClassDef)]
         self.top_level_classes = {s.name for s in top}
@@ -108,6 +112,32 @@ class _AstFacts:
                 if qualified.endswith("Module") or qualified in self.model_classes:
                     self.model_classes.add(statement.name)
         self.helpers = {f.name for f in index.functions if index.class_of.get(f) is None}
+        # `_Checker.run`'s `pytest_file`, from the imports only: the file's name is not known here
+        self.pytest_imports = any(v.split(".")[0] in {"pytest", "unittest"} for v in index.imports.values())
+        self._guarded: Optional[Tuple[Set[int], Set[int]]] = None
+
+    def guarded(self) -> Tuple[Set[int], Set[int]]:
+        """(ids of calls, ids of loops) inside a grad-disabling ``with`` of their own def (``_guarding_with``).
+        A def or lambda inside the block starts afresh: ``_Checker._guarded`` stops at the function."""
+        if self._guarded is None:
+            calls: Set[int] = set()
+            loops: Set[int] = set()
+            stack: List[Tuple[ast.AST, bool]] = [(self.index.tree, False)]
+            while stack:
+                node, inside = stack.pop()
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    inside = False
+                elif isinstance(node, (ast.With, ast.AsyncWith)) and not inside:
+                    inside = _ast_guarding_with(self.index, node)
+                if inside:
+                    if isinstance(node, ast.Call):
+                        calls.add(id(node))
+                    elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
+                        loops.add(id(node))
+                for child in ast.iter_child_nodes(node):
+                    stack.append((child, inside))
+            self._guarded = (calls, loops)
+        return self._guarded
 
     def text(self, first: int, last: int) -> str:
         return "".join(self.lines[2 * (first - 1): 2 * last])
@@ -116,13 +146,92 @@ class _AstFacts:
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
-def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
-    index = facts.index
+def _ast_settled_quietly(facts: _AstFacts, function) -> bool:
+    """``_Checker._check_function`` settles the function (and skips its loops) without a report: no-grad or
+    registering decorators, a call of it under no_grad, a framework no-grad hook, a test in a pytest file."""
     decorators = [ast_dotted_name(d.func if isinstance(d, ast.Call) else d) or "" for d in function.decorator_list]
     if any("grad" in d or "inference" in d or "register" in d.lower() for d in decorators):
+        return True
+    name = function.name
+    if _FRAMEWORK_NO_GRAD.search(name):
+        return True
+    if facts.index.calls_by_name.get(name) and _ast_called_under_no_grad(facts, name):
+        return True
+    return facts.pytest_imports and not _HOOK_NAME.search(name) and name.lstrip("_").startswith("test")
+
+
+def _ast_called_under_no_grad(facts: _AstFacts, name: str) -> bool:
+    """Some call of ``name`` sits in a grad-disabling ``with`` (part of ``_Checker._called_without_grad``)."""
+    guarded_calls = facts.guarded()[0]
+    return any(id(info.node) in guarded_calls for info in facts.index.calls_by_name.get(name, ()))
+
+
+def _ast_guarding_with(index: AstIndex, node) -> bool:
+    """``_Checker._guarding_with`` (a subset of it where the ast cannot tell: ``mode=False``)."""
+    for item in node.items:
+        expr = item.context_expr
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            return True
+        if not isinstance(expr, ast.Call):
+            continue
+        called = (ast_dotted_name(expr.func) or "").lower()
+        if "grad" in called or "inference" in called:
+            return True
+        qualified = index.qualified_name(expr.func)
+        if qualified in _NO_GRAD:
+            return True
+        if qualified in _SET_GRAD and expr.args and isinstance(expr.args[0], ast.Constant) \
+                and expr.args[0].value is False:
+            return True
+    return False
+
+
+def _ast_grad_globally_off(index: AstIndex) -> bool:
+    """``_Checker._grad_globally_off``: ``torch.set_grad_enabled(False)`` as a module-level statement."""
+    for statement in index.tree.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            call = statement.value
+            if ast_call_name(call) == "set_grad_enabled" and index.qualified_name(call.func) in _SET_GRAD \
+                    and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value is False:
+                return True
+    return False
+
+
+def _ast_enters_no_grad(facts: _AstFacts, function) -> bool:
+    """``stack.enter_context(torch.no_grad())`` in the function (the call's own text, as ``_Checker``)."""
+    first, last = function.lineno, function.end_lineno or function.lineno
+    for info in facts.index.calls_by_name.get("enter_context", ()):
+        call = info.node
+        if first <= call.lineno <= last and _NO_GRAD_TEXT.search(ast.get_source_segment(facts.source, call) or ""):
+            return True
+    return False
+
+
+def _ast_only_passed_along(index: AstIndex, name: str) -> bool:
+    """Part of ``_Checker._only_passed_along``: never called in the file, handed to a call as an argument."""
+    if index.calls_by_name.get(name):
+        return False
+    return any(any(isinstance(arg, ast.Name) and arg.id == name for arg in info.node.args)
+               or any(isinstance(k.value, ast.Name) and k.value.id == name for k in info.node.keywords)
+               for info in index.calls)
+
+
+def _ast_has_params(function) -> bool:
+    args = function.args
+    return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
+
+
+def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
+    index = facts.index
+    if _ast_settled_quietly(facts, function):
         return False
     name = function.name
-    if _FRAMEWORK_NO_GRAD.search(name) or _HOOK_NAME.search(name):
+    if _HOOK_NAME.search(name):
+        return False
+    words = name.strip("_").lower().split("_")
+    if words[0] == "test" and not _ast_has_params(function):
+        return False  # `_Checker`: a pytest test
+    if _ast_enters_no_grad(facts, function) or _ast_only_passed_along(index, name):
         return False
     receivers: Set[str] = set()
     for call in calls:
@@ -131,7 +240,6 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
         receiver = _ast_eval_receiver(index, call)
         if receiver:
             receivers.add(receiver)
-    words = name.strip("_").lower().split("_")
     named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
     eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and loop.function is function
                       and _ast_is_eval_loader(loop.node.iter) for loop in index.loops)
@@ -144,13 +252,21 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
         return False
     if any(index.is_optimizer_step(call, function) for call in calls):
         return False
-    return any(_ast_is_model_call(facts, call, receivers, function) for call in calls)
+    guarded_calls = facts.guarded()[0]
+    return any(_ast_is_model_call(facts, call, receivers, function) for call in calls
+               if id(call) not in guarded_calls)
 
 
 def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     index, node = facts.index, loop.node
     if not isinstance(node, ast.For):
         return False
+    guarded_calls, guarded_loops = facts.guarded()
+    if id(node) in guarded_loops:
+        return False  # `_Checker._check_loop`: a grad-disabling `with` around the loop
+    if loop.function is not None and not isinstance(loop.function, ast.Lambda) \
+            and _ast_settled_quietly(facts, loop.function):
+        return False  # `_Checker.run` skips the loops of settled functions
     receivers = _ast_preceding_eval(index, index.block_of.get(node, []), node)
     if receivers is None or (not receivers and not _ast_is_eval_loader(node.iter)):
         return False
@@ -160,7 +276,8 @@ def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     if any(index.is_optimizer_step(call, loop.function) for call in calls):
         return False
     receivers = receivers | {r for r in (_ast_eval_receiver(index, c) for c in calls) if r}
-    return any(_ast_is_model_call(facts, call, receivers, loop.function) for call in calls)
+    return any(_ast_is_model_call(facts, call, receivers, loop.function) for call in calls
+               if id(call) not in guarded_calls)
 
 
 def _runs_in(body_loop, loop) -> bool:
