@@ -172,9 +172,9 @@ class SyncInTrainingLoop(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """``check``'s own gate: a training loop, or a function of the file that runs a training step."""
-        index = index_of(tree)
-        return any(loop.is_training for loop in index.loops) or bool(_ast_step_functions(index))
+        """``check``'s gates: a sync, conversion, print or formatting of the kinds ``check`` reads, inside a
+        training loop (or returned by a step function)."""
+        return _ast_may_report(index_of(tree))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -787,3 +787,115 @@ def _ast_step_functions(index: AstIndex) -> Set[str]:
     return {info.function.name for info in index.calls
             if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
             and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
+
+
+def _ast_may_report(index: AstIndex) -> bool:
+    steps = _ast_step_functions(index)
+    if not steps and not any(loop.is_training for loop in index.loops):
+        return False
+    training = [loop for loop in index.loops if _ast_is_training(loop, steps)]
+    reached: Set[int] = set()  # calls in a training loop, outside a logging guard (`_Checker._guarded`)
+    for loop in training:
+        if _ast_walk_training_body(loop.node, {id(other.node) for other in training}, reached):
+            return True  # `check_formatting`
+    for name in _SYNC_METHODS:  # `check_method`
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is ast.Attribute and not call.args and not call.keywords and id(call) in reached:
+                return True
+    for name in _CONVERSIONS + ("print",):  # `check_conversion`, `check_print`
+        if name in index.imports:
+            continue
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is ast.Name and (name == "print" or _ast_one_plain_arg(call)) and id(call) in reached:
+                return True
+    return bool(steps) and _ast_may_return_sync(index, steps)
+
+
+def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]) -> bool:
+    """Adds to ``reached`` the calls of the loop's body that no logging guard holds, stopping at nested defs
+    and at the bodies of nested training loops (their own walk: a guard counts only inside the innermost
+    training loop); True where it meets an unguarded string formatting (``check_formatting``)."""
+    stack = [(node, False) for node in loop.body + loop.orelse]
+    while stack:
+        node, guarded = stack.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            continue
+        if kind is ast.Call:
+            if not guarded:
+                reached.add(id(node))
+                func = node.func
+                if type(func) is ast.Attribute and func.attr == "format" and (
+                        type(func.value) is ast.JoinedStr or (type(func.value) is ast.Constant
+                                                              and isinstance(func.value.value, (str, bytes)))):
+                    return True
+        elif kind is ast.If:
+            stack.append((node.test, guarded))
+            inner = guarded or _ast_is_logging_guard(node.test)
+            stack.extend((child, inner) for child in node.body)
+            stack.extend((child, guarded) for child in node.orelse)
+            continue
+        elif id(node) in training:
+            header = [node.test] if kind is ast.While else [node.target, node.iter]
+            stack.extend((child, guarded) for child in header)
+            continue
+        elif not guarded and ((kind is ast.JoinedStr and any(type(v) is ast.FormattedValue for v in node.values))
+                              or (kind is ast.BinOp and type(node.op) is ast.Mod and _ast_is_text(node.left))):
+            return True
+        stack.extend((child, guarded) for child in ast.iter_child_nodes(node))
+    return False
+
+
+def _ast_is_logging_guard(test: ast.AST) -> bool:
+    """``_is_logging_guard``, on the names LibCST's walk yields (names, attribute names, keyword names)."""
+    for node in ast.walk(test):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) is ast.Mod:
+            return True
+        name = node.id if kind is ast.Name else node.attr if kind is ast.Attribute else (
+            node.arg if kind is ast.keyword else None)
+        if name and _GUARD_NAME.search(name):
+            return True
+    return False
+
+
+def _ast_one_plain_arg(call: ast.Call) -> bool:
+    """LibCST's ``len(call.args) == 1 and not call.args[0].keyword`` (``*a`` and ``**k`` are args there)."""
+    if len(call.args) + len(call.keywords) != 1:
+        return False
+    return not call.keywords or call.keywords[0].arg is None
+
+
+def _ast_is_training(loop, steps: Set[str]) -> bool:
+    """``_Checker.is_training``."""
+    if loop.is_training:
+        return True
+    for call in loop.direct_calls if steps else ():
+        func = call.func
+        if (type(func) is ast.Name and func.id in steps) or (
+                type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self"
+                and func.attr in steps):
+            return True
+    return False
+
+
+def _ast_is_text(node: ast.AST) -> bool:
+    """``_is_text``: a string literal, or one built from literals with ``+`` and ``*``."""
+    if type(node) is ast.JoinedStr or (type(node) is ast.Constant and isinstance(node.value, (str, bytes))):
+        return True
+    return type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Mult) and (
+        _ast_is_text(node.left) or _ast_is_text(node.right))
+
+
+def _ast_may_return_sync(index: AstIndex, steps: Set[str]) -> bool:
+    """``check_method``'s other case (``per_step_return``): ``.item()``/``.tolist()``/``.cpu()`` outside any
+    loop in a step function."""
+    for name in ("item", "tolist", "cpu"):
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is ast.Attribute and not call.args and not call.keywords and info.loop is None \
+                    and type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef) and info.function.name in steps:
+                return True
+    return False

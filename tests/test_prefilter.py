@@ -48,6 +48,8 @@ def test_the_pipeline_reports_exactly_what_every_rule_finds_without_prefilters()
 # Near misses that pass a rule's text stage and that its ast stage must rule out: each holds cases that only
 # one mirrored gating test of the rule's `check` rules out, so dropping that mirror fails here.
 AST_STAGE_NEAR_MISSES = [
+    ("TL101", "clean_reads_behind_log_guards.py"),
+    ("TL101", "clean_logging_guard.py"),
     ("TL202", "clean_grad_already_off.py"),
     ("TL202", "clean_grad_off_script.py"),
     ("TL202", "clean_hooks_and_tests.py"),
