@@ -55,6 +55,10 @@ AST_STAGE_NEAR_MISSES = [
     ("TL202", "clean_hooks_and_tests.py"),
     ("TL501", "clean_loops_the_stages_rule_out.py"),
     ("TL501", "clean_single_tensor_fallback.py"),
+    ("TL702", "clean_cpu_script.py"),
+    ("TL702", "clean_double_precision_script.py"),
+    ("TL702", "clean_autocast_script.py"),
+    ("TL702", "clean_scheduler_only_loop.py"),
 ]
 
 

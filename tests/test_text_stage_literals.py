@@ -20,14 +20,28 @@ TRICKY = [
     "for p in params:\n    p.data = p.data - 0.1\n",
     "for p in params:\n    p //= 2\n",
     "for p in params:\r    p.mul_(2)\n",
+
+
+    "import torch\nfor x in data:\n    loss.backward()\n    x.cuda()\n",
+    "import torch\r\nwhile True:\r\n    opt.step ()\r\n    x.to(dev)\n",  # `^` after `\r` only: no match
+    "if __name__ == '__main__':\n    loss.backward()\n    x.to(device)\n",
+    "if __name__ == '__main__':\n    loss.backward()\n    x.to(device)\n# allow_tf32 left as it is\n",
+    "if __name__ == '__main__':\n    loss.backward()\n    x.to(device)\n    use_TF32 = 1\n",
+    "for_each = 1\nwhile_x = 2\nloss.backward(); device\n",
 ]
 
 
 def _by_patterns(rule, text: str, settings: Settings) -> bool:
+    if code_of(rule) == "TL702" and re.search(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b", text):
+        return False
     return all(re.search(p, text) for p in rule.patterns_for(settings))
 
 
-@pytest.mark.parametrize("code", ["TL501"])
+def code_of(rule) -> str:
+    return rule.code
+
+
+@pytest.mark.parametrize("code", ["TL501", "TL702"])
 def test_literal_gates_answer_as_the_patterns(code):
     rule = rules_by_code()[code]
     settings = Settings()
