@@ -210,20 +210,9 @@ class BiasBeforeBatchNorm(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """A torch BatchNorm and a Conv/Linear of the same dimension whose bias ``_match`` would flag."""
-        index = index_of(tree)
-        norm_dims: Set[Optional[int]] = set()
-        producer_dims: Set[Optional[int]] = set()
-        for info in index.calls:
-            qualified = index.qualified_name(info.node.func)
-            layer = _LAYERS.get(qualified) if qualified is not None else None
-            if layer is None:
-                continue
-            if layer.kind == "bn":
-                norm_dims.add(layer.dim)
-            elif _may_have_bias(info.node, layer):
-                producer_dims.add(layer.dim)
-        return bool(producer_dims) and (None in norm_dims or bool(norm_dims & producer_dims))
+        """A biased torch Conv/Linear and a BatchNorm that ``_match`` could pair: same dimension, output and
+        feature counts that may agree (and, for a Linear, are written alike)."""
+        return _ast_may_report(index_of(tree))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -349,14 +338,121 @@ class BiasBeforeBatchNorm(Rule):
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def _may_have_bias(call: ast.Call, layer: _Layer) -> bool:
-    """The ast stage of ``_match``'s producer test: no star argument, and ``bias`` absent or ``True``."""
-    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(k.arg is None for k in call.keywords):
+def _ast_may_report(index) -> bool:
+    producers: List[Tuple[_Layer, ast.Call]] = []
+    norms: List[Tuple[_Layer, ast.Call]] = []
+    for info in index.calls:
+        qualified = index.qualified_name(info.node.func)
+        layer = _LAYERS.get(qualified) if qualified is not None else None
+        if layer is None:
+            continue
+        if layer.kind == "bn":
+            norms.append((layer, info.node))
+        elif _may_have_bias(index, info, layer):
+            producers.append((layer, info.node))
+    if not producers or not norms:
         return False
-    bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
-    if bias is None and layer.bias_index is not None and layer.bias_index < len(call.args):
-        bias = call.args[layer.bias_index]
+    placed = _ast_norm_places(index.tree)
+    for norm_layer, norm in norms:
+        if id(norm) not in placed:
+            continue
+        features = None if _ast_has_star(norm) else _ast_arg_at(norm, norm_layer.count_index, norm_layer.count_keyword)
+        for layer, producer in producers:
+            if norm_layer.dim is not None and norm_layer.dim != layer.dim:
+                continue
+            if _ast_counts_may_match(layer, _ast_arg_at(producer, layer.count_index, layer.count_keyword), features):
+                return True
+    return False
+
+
+def _ast_norm_places(tree: ast.Module) -> Set[int]:
+    """Nodes where a BatchNorm call can have a module applied right before it (``_module_before``) or be
+    bound for ``forward`` (``_forward_findings``): a call's argument (not unpacked), an element of a list or
+    tuple, the value assigned to a ``self.<name>``."""
+    placed: Set[int] = set()
+    for node in ast.walk(tree):
+        kind = type(node)
+        if kind is ast.Call:
+            placed.update(id(arg) for arg in node.args)
+            placed.update(id(k.value) for k in node.keywords if k.arg is not None)
+        elif kind is ast.List or kind is ast.Tuple:
+            placed.update(id(element) for element in node.elts)
+        elif kind is ast.Assign:
+            if any(_ast_self_attr(target) for target in node.targets):
+                placed.add(id(node.value))
+        elif kind is ast.AnnAssign:
+            if node.value is not None and _ast_self_attr(node.target):
+                placed.add(id(node.value))
+    return placed
+
+
+def _ast_self_attr(node: ast.AST) -> bool:
+    return type(node) is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self"
+
+
+def _ast_counts_may_match(layer: _Layer, out: Optional[ast.expr], features: Optional[ast.expr]) -> bool:
+    """``_match``'s count tests: literals that differ never match; a Linear needs counts written alike
+    (``_same_count``, compared on ``ast.unparse`` without whitespace: equal wherever the source texts are)."""
+    if out is not None and features is not None:
+        out_n, features_n = _ast_int(out), _ast_int(features)
+        if out_n is not None and features_n is not None and out_n != features_n:
+            return False
+    if layer.kind == "linear":
+        if out is None or features is None:
+            return False
+        return "".join(ast.unparse(out).split()) == "".join(ast.unparse(features).split())
+    return True
+
+
+def _ast_int(node: ast.expr) -> Optional[int]:
+    return node.value if type(node) is ast.Constant and type(node.value) is int else None
+
+
+def _ast_has_star(call: ast.Call) -> bool:
+    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def _ast_arg_at(call: ast.Call, index: Optional[int], keyword: Optional[str]) -> Optional[ast.expr]:
+    """``_arg_at``: the keyword, else the positional argument at ``index`` (stars left out)."""
+    if keyword is not None:
+        found = next((k.value for k in call.keywords if k.arg == keyword), None)
+        if found is not None:
+            return found
+    if index is None:
+        return None
+    positional = [arg for arg in call.args if type(arg) is not ast.Starred]
+    return positional[index] if index < len(positional) else None
+
+
+def _may_have_bias(index, info, layer: _Layer) -> bool:
+    """The ast stage of ``_match``'s producer test: nothing that may pass ``bias`` (``_may_pass_bias``), and
+    ``bias`` absent or ``True``."""
+    call = info.node
+    if any(type(arg) is ast.Starred for arg in call.args):
+        return False
+    for keyword in call.keywords:
+        if keyword.arg is None:  # `**dd`: only a dict of known keys without `bias` lets `_match` go on
+            value = keyword.value
+            if type(value) is ast.Name:
+                value = index.single_value(value.id, info.function)
+            keys = _ast_dict_keys(value)
+            if keys is None or "bias" in keys:
+                return False
+    bias = _ast_arg_at(call, layer.bias_index, "bias")
     return bias is None or (isinstance(bias, ast.Constant) and bias.value is True)
+
+
+def _ast_dict_keys(value) -> Optional[Set[str]]:
+    """``_dict_keys`` (a superset of the dicts it reads: string keys LibCST sees as concatenations count)."""
+    if type(value) is ast.Dict:
+        if not all(type(k) is ast.Constant and isinstance(k.value, str) for k in value.keys):
+            return None  # `**inner` (a None key) or a key that is not a string literal
+        return {k.value for k in value.keys}  # type: ignore[union-attr]
+    if type(value) is ast.Call and type(value.func) is ast.Name and value.func.id == "dict":
+        if value.args or any(k.arg is None for k in value.keywords):
+            return None
+        return {k.arg for k in value.keywords}  # type: ignore[misc]
+    return None
 
 
 def _local_layer_names(a: FileAnalysis) -> Set[str]:

@@ -55,6 +55,8 @@ AST_STAGE_NEAR_MISSES = [
     ("TL202", "clean_grad_already_off.py"),
     ("TL202", "clean_grad_off_script.py"),
     ("TL202", "clean_hooks_and_tests.py"),
+    ("TL301", "clean_counts_and_kwargs_differ.py"),
+    ("TL301", "clean_norm_built_alone.py"),
     ("TL501", "clean_loops_the_stages_rule_out.py"),
     ("TL501", "clean_single_tensor_fallback.py"),
     ("TL702", "clean_cpu_script.py"),
