@@ -114,30 +114,25 @@ class _AstFacts:
         self.helpers = {f.name for f in index.functions if index.class_of.get(f) is None}
         # `_Checker.run`'s `pytest_file`, from the imports only: the file's name is not known here
         self.pytest_imports = any(v.split(".")[0] in {"pytest", "unittest"} for v in index.imports.values())
-        self._guarded: Optional[Tuple[Set[int], Set[int]]] = None
+        self._guards: Optional[List[Tuple[object, Tuple[int, int], Tuple[int, int]]]] = None
+        self._passed_names: Optional[Set[str]] = None
 
-    def guarded(self) -> Tuple[Set[int], Set[int]]:
-        """(ids of calls, ids of loops) inside a grad-disabling ``with`` of their own def (``_guarding_with``).
-        A def or lambda inside the block starts afresh: ``_Checker._guarded`` stops at the function."""
-        if self._guarded is None:
-            calls: Set[int] = set()
-            loops: Set[int] = set()
-            stack: List[Tuple[ast.AST, bool]] = [(self.index.tree, False)]
-            while stack:
-                node, inside = stack.pop()
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                    inside = False
-                elif isinstance(node, (ast.With, ast.AsyncWith)) and not inside:
-                    inside = _ast_guarding_with(self.index, node)
-                if inside:
-                    if isinstance(node, ast.Call):
-                        calls.add(id(node))
-                    elif isinstance(node, (ast.For, ast.AsyncFor, ast.While)):
-                        loops.add(id(node))
-                for child in ast.iter_child_nodes(node):
-                    stack.append((child, inside))
-            self._guarded = (calls, loops)
-        return self._guarded
+    def guarded(self, node: ast.AST, function) -> bool:
+        """``node`` lies in a grad-disabling ``with`` (``_guarding_with``) of ``function``, its own def: a def
+        or lambda inside the block starts afresh, as ``_Checker._guarded`` stops at the function."""
+        if self._guards is None:
+            self._guards = _ast_guarding_spans(self.index)
+        start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return any(owner is function and first <= start and end <= last for owner, first, last in self._guards)
+
+    def passed_names(self) -> Set[str]:
+        """Names handed to some call as an argument (``_Checker._only_passed_along``)."""
+        if self._passed_names is None:
+            self._passed_names = {arg.id for info in self.index.calls for arg in info.node.args if type(arg) is ast.Name}
+            self._passed_names.update(k.value.id for info in self.index.calls for k in info.node.keywords
+                                      if type(k.value) is ast.Name)
+        return self._passed_names
 
     def text(self, first: int, last: int) -> str:
         return "".join(self.lines[2 * (first - 1): 2 * last])
@@ -146,24 +141,44 @@ class _AstFacts:
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
-def _ast_settled_quietly(facts: _AstFacts, function) -> bool:
+def _ast_guarding_spans(index: AstIndex) -> List[Tuple[object, Tuple[int, int], Tuple[int, int]]]:
+    """(the def around it or None, start, end) of every grad-disabling ``with``: a walk of statements only."""
+    spans = []
+    frames: List[Tuple[list, object]] = [(index.tree.body, None)]
+    while frames:
+        statements, function = frames.pop()
+        for node in statements:
+            kind = type(node)
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                frames.append((node.body, node))
+                continue
+            if (kind is ast.With or kind is ast.AsyncWith) and _ast_guarding_with(index, node):
+                spans.append((function, (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)))
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(node, name, None)
+                if inner and isinstance(inner, list):
+                    frames.append((inner, function))
+    return spans
+
+
+def _ast_settled_quietly(facts: _AstFacts, function, cheap: bool) -> bool:
     """``_Checker._check_function`` settles the function (and skips its loops) without a report: no-grad or
-    registering decorators, a call of it under no_grad, a framework no-grad hook, a test in a pytest file."""
+    registering decorators, a framework no-grad hook, a test in a pytest file (``cheap``), or a call of it
+    under no_grad (the dearer test, asked last)."""
+    name = function.name
+    if not cheap:
+        return bool(facts.index.calls_by_name.get(name)) and _ast_called_under_no_grad(facts, name)
     decorators = [ast_dotted_name(d.func if isinstance(d, ast.Call) else d) or "" for d in function.decorator_list]
     if any("grad" in d or "inference" in d or "register" in d.lower() for d in decorators):
         return True
-    name = function.name
     if _FRAMEWORK_NO_GRAD.search(name):
-        return True
-    if facts.index.calls_by_name.get(name) and _ast_called_under_no_grad(facts, name):
         return True
     return facts.pytest_imports and not _HOOK_NAME.search(name) and name.lstrip("_").startswith("test")
 
 
 def _ast_called_under_no_grad(facts: _AstFacts, name: str) -> bool:
     """Some call of ``name`` sits in a grad-disabling ``with`` (part of ``_Checker._called_without_grad``)."""
-    guarded_calls = facts.guarded()[0]
-    return any(id(info.node) in guarded_calls for info in facts.index.calls_by_name.get(name, ()))
+    return any(facts.guarded(info.node, info.function) for info in facts.index.calls_by_name.get(name, ()))
 
 
 def _ast_guarding_with(index: AstIndex, node) -> bool:
@@ -207,13 +222,9 @@ def _ast_enters_no_grad(facts: _AstFacts, function) -> bool:
     return False
 
 
-def _ast_only_passed_along(index: AstIndex, name: str) -> bool:
+def _ast_only_passed_along(facts: _AstFacts, name: str) -> bool:
     """Part of ``_Checker._only_passed_along``: never called in the file, handed to a call as an argument."""
-    if index.calls_by_name.get(name):
-        return False
-    return any(any(isinstance(arg, ast.Name) and arg.id == name for arg in info.node.args)
-               or any(isinstance(k.value, ast.Name) and k.value.id == name for k in info.node.keywords)
-               for info in index.calls)
+    return not facts.index.calls_by_name.get(name) and name in facts.passed_names()
 
 
 def _ast_has_params(function) -> bool:
@@ -223,7 +234,7 @@ def _ast_has_params(function) -> bool:
 
 def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
     index = facts.index
-    if _ast_settled_quietly(facts, function):
+    if _ast_settled_quietly(facts, function, cheap=True):
         return False
     name = function.name
     if _HOOK_NAME.search(name):
@@ -231,8 +242,6 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
     words = name.strip("_").lower().split("_")
     if words[0] == "test" and not _ast_has_params(function):
         return False  # `_Checker`: a pytest test
-    if _ast_enters_no_grad(facts, function) or _ast_only_passed_along(index, name):
-        return False
     receivers: Set[str] = set()
     for call in calls:
         if _ast_train_receiver(index, call):
@@ -252,20 +261,20 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
         return False
     if any(index.is_optimizer_step(call, function) for call in calls):
         return False
-    guarded_calls = facts.guarded()[0]
-    return any(_ast_is_model_call(facts, call, receivers, function) for call in calls
-               if id(call) not in guarded_calls)
+    if _ast_settled_quietly(facts, function, cheap=False):
+        return False
+    if _ast_enters_no_grad(facts, function) or _ast_only_passed_along(facts, name):
+        return False
+    return any(_ast_is_model_call(facts, call, receivers, function) and not facts.guarded(call, function)
+               for call in calls)
 
 
 def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     index, node = facts.index, loop.node
     if not isinstance(node, ast.For):
         return False
-    guarded_calls, guarded_loops = facts.guarded()
-    if id(node) in guarded_loops:
-        return False  # `_Checker._check_loop`: a grad-disabling `with` around the loop
-    if loop.function is not None and not isinstance(loop.function, ast.Lambda) \
-            and _ast_settled_quietly(facts, loop.function):
+    settled = loop.function is not None and not isinstance(loop.function, ast.Lambda)
+    if settled and _ast_settled_quietly(facts, loop.function, cheap=True):
         return False  # `_Checker.run` skips the loops of settled functions
     receivers = _ast_preceding_eval(index, index.block_of.get(node, []), node)
     if receivers is None or (not receivers and not _ast_is_eval_loader(node.iter)):
@@ -275,9 +284,13 @@ def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     calls = [info.node for info in index.calls if info.function is loop.function and _runs_in(info.loop, loop)]
     if any(index.is_optimizer_step(call, loop.function) for call in calls):
         return False
+    if facts.guarded(node, loop.function):
+        return False  # `_Checker._check_loop`: a grad-disabling `with` around the loop
+    if settled and _ast_settled_quietly(facts, loop.function, cheap=False):
+        return False
     receivers = receivers | {r for r in (_ast_eval_receiver(index, c) for c in calls) if r}
-    return any(_ast_is_model_call(facts, call, receivers, loop.function) for call in calls
-               if id(call) not in guarded_calls)
+    return any(_ast_is_model_call(facts, call, receivers, loop.function) and not facts.guarded(call, loop.function)
+               for call in calls)
 
 
 def _runs_in(body_loop, loop) -> bool:

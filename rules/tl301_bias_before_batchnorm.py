@@ -352,7 +352,7 @@ def _ast_may_report(index) -> bool:
             producers.append((layer, info.node))
     if not producers or not norms:
         return False
-    placed = _ast_norm_places(index.tree)
+    placed = _ast_norm_places(index, [norm for _, norm in norms])
     for norm_layer, norm in norms:
         if id(norm) not in placed:
             continue
@@ -365,23 +365,28 @@ def _ast_may_report(index) -> bool:
     return False
 
 
-def _ast_norm_places(tree: ast.Module) -> Set[int]:
-    """Nodes where a BatchNorm call can have a module applied right before it (``_module_before``) or be
-    bound for ``forward`` (``_forward_findings``): a call's argument (not unpacked), an element of a list or
-    tuple, the value assigned to a ``self.<name>``."""
+def _ast_norm_places(index, norms: List[ast.Call]) -> Set[int]:
+    """The norms placed where a module can be applied right before them (``_module_before``) or where they
+    are bound for ``forward`` (``_forward_findings``): a call's argument (not unpacked), an element of a list
+    or tuple, the value assigned to a ``self.<name>``. The index answers most; a walk finds the rest."""
+    wanted = {id(norm) for norm in norms}
     placed: Set[int] = set()
-    for node in ast.walk(tree):
+    for info in index.calls:
+        call = info.node
+        placed.update(id(arg) for arg in call.args if id(arg) in wanted)
+        placed.update(id(k.value) for k in call.keywords if k.arg is not None and id(k.value) in wanted)
+    placed.update(id(norm) for norm in norms if _ast_self_attr(index.assigned_to.get(norm)))
+    if len(placed) == len(wanted):
+        return placed
+    for node in ast.walk(index.tree):  # list and tuple elements, several or annotated targets
         kind = type(node)
-        if kind is ast.Call:
-            placed.update(id(arg) for arg in node.args)
-            placed.update(id(k.value) for k in node.keywords if k.arg is not None)
-        elif kind is ast.List or kind is ast.Tuple:
-            placed.update(id(element) for element in node.elts)
+        if kind is ast.List or kind is ast.Tuple:
+            placed.update(id(element) for element in node.elts if id(element) in wanted)
         elif kind is ast.Assign:
-            if any(_ast_self_attr(target) for target in node.targets):
+            if id(node.value) in wanted and any(_ast_self_attr(target) for target in node.targets):
                 placed.add(id(node.value))
         elif kind is ast.AnnAssign:
-            if node.value is not None and _ast_self_attr(node.target):
+            if node.value is not None and id(node.value) in wanted and _ast_self_attr(node.target):
                 placed.add(id(node.value))
     return placed
 

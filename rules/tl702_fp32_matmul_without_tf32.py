@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
-from torchlint.device_facts import cuda_evidence, is_test_path, mixed_precision_evidence, mixed_precision_in_ast
+from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, is_test_path, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
@@ -144,7 +144,7 @@ class Fp32MatmulWithoutTf32(Rule):
             return False
         if not _ast_may_use_cuda(index) or _ast_uses_fp64(index, text):
             return False
-        return not mixed_precision_in_ast(tree)
+        return not _ast_mixed_precision(index)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -218,6 +218,21 @@ def _ast_may_use_cuda(index: AstIndex) -> bool:
            for info in index.calls_by_name.get("to", ())):
         return True
     return any(keyword.arg == "device" for info in index.calls for keyword in info.node.keywords)
+
+
+def _ast_mixed_precision(index: AstIndex) -> bool:
+    """``device_facts.mixed_precision_in_ast`` on the shared index (no walk of its own): only signs that
+    ``mixed_precision_evidence`` certainly counts: a precision framework in the import table, an autocast or
+    GradScaler call, a ``.half()``/``.bfloat16()`` call, a ``precision=`` argument."""
+    if any(target.split(".")[0] in _PRECISION_FRAMEWORKS for target in index.imports.values()):
+        return True
+    if index.calls_by_name.get("autocast") or index.calls_by_name.get("GradScaler"):
+        return True
+    for name in ("half", "bfloat16"):
+        if any(type(info.node.func) is ast.Attribute and not info.node.args and not info.node.keywords
+               for info in index.calls_by_name.get(name, ())):
+            return True
+    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
 
 
 def _ast_uses_fp64(index: AstIndex, text: str) -> bool:
