@@ -122,30 +122,59 @@ def findings(output: bytes, tree: Path, cwd: Path) -> List[Tuple[str, str]]:
     return sorted(out)
 
 
-def stage_counts(tree: Path) -> Dict[str, int]:
-    """Files that pass each pre-filter stage with every rule selected (in this process, no timing)."""
+def stage_costs(tree: Path) -> Dict[str, float]:
+    """Where a cold, serial run spends its time, stage by stage, and how many files each stage lets through
+    (in this process, every rule selected, no profiler: each stage timed around its own calls)."""
     from torchlint.config import Settings
-    from torchlint.engine import _stdlib_ast
+    from torchlint.engine import _run_rules, _stdlib_ast, parse
     from torchlint.fileio import SourceError, decode_source
+    from torchlint.guard import call_with_deep_stack
     from torchlint.registry import all_rules
 
     settings = Settings(root=tree)
     rules = [rule() for rule in all_rules()]
-    counts = {"files": 0, "text stage": 0, "LibCST": 0}
+    out = {name: 0.0 for name in ("files", "text stage", "LibCST", "with a finding", "text s", "ast.parse s",
+                                  "ast stage s", "LibCST parse s", "LibCST parse (with a finding) s", "rules s")}
+
+    def clock(key: str, func, *args):
+        start = time.perf_counter()
+        try:
+            return func(*args)
+        finally:
+            out[key] += time.perf_counter() - start
+
+    def one_file(text: str, path: Path) -> None:
+        candidates = clock("text s", lambda: [rule for rule in rules if rule.may_fire(text, settings)])
+        if not candidates:
+            return
+        out["text stage"] += 1
+        if all(rule.has_ast_prefilter for rule in candidates):
+            parsed = clock("ast.parse s", _stdlib_ast, text)
+            if parsed is not None:
+                candidates = clock("ast stage s", lambda: [r for r in candidates if r.may_fire_in_ast(parsed, text, settings)])
+        if not candidates:
+            return
+        out["LibCST"] += 1
+        start = time.perf_counter()
+        try:
+            module = parse(text, str(path))
+        except Exception:  # a TL000 file: counted as parsed, nothing to run
+            return
+        parse_s = time.perf_counter() - start
+        out["LibCST parse s"] += parse_s
+        diagnostics = clock("rules s", lambda: _run_rules(module, text, str(path), candidates, settings)[2])
+        if diagnostics:
+            out["with a finding"] += 1
+            out["LibCST parse (with a finding) s"] += parse_s
+
     for path in sorted(tree.rglob("*.py")):
-        counts["files"] += 1
+        out["files"] += 1
         try:
             text = decode_source(path.read_bytes()).text
         except (SourceError, OSError):
             continue
-        candidates = [rule for rule in rules if rule.may_fire(text, settings)]
-        if not candidates:
-            continue
-        counts["text stage"] += 1
-        parsed = _stdlib_ast(text) if all(rule.has_ast_prefilter for rule in candidates) else None
-        if parsed is None or any(rule.may_fire_in_ast(parsed, text, settings) for rule in candidates):
-            counts["LibCST"] += 1
-    return counts
+        call_with_deep_stack(one_file, text, path)
+    return out
 
 
 def slowest_files(tree: Path, count: int) -> List[Tuple[float, str]]:
@@ -209,7 +238,7 @@ def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
             torchfix_rows = [(f"torchlint, {args.torchfix_subtree}/ ({sub_lines:,} lines)", ours),
                              (f"TorchFix, {args.torchfix_subtree}/", theirs)]
 
-    stages = stage_counts(source_tree)
+    stages = stage_costs(source_tree)
     floor = rows[0][1]
     print(f"\nTree: {source_tree} ({files:,} files, {lines:,} lines); {os.cpu_count()} cores; python "
           f"{sys.version.split()[0]}; median of {args.repeat} runs (baseline: {args.baseline_repeat})")
@@ -221,9 +250,15 @@ def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
     for label, wall in torchfix_rows:
         print(f"{label:<44} {wall:>8.2f}")
     with_finding = len({line.split(":", 1)[0] for _, line in ours})
-    print(f"Files: {stages['files']:,}; past the text stage {stages['text stage']:,}; parsed by LibCST "
-          f"{stages['LibCST']:,}; with a finding {with_finding:,}; findings {len(ours):,} "
+    print(f"Files: {stages['files']:,.0f}; past the text stage {stages['text stage']:,.0f}; parsed by LibCST "
+          f"{stages['LibCST']:,.0f}; with a finding {with_finding:,}; findings {len(ours):,} "
           + " ".join(f"{code}={sum(1 for f in ours if f[0] == code)}" for code in sorted({f[0] for f in ours})))
+    print("Stages of a cold serial run (.py files, in-process), seconds and x ast.parse of every file: "
+          + "; ".join(f"{name[:-2]} {stages[name]:.2f} ({stages[name] / floor:.2f}x)" for name in
+                      ("text s", "ast.parse s", "ast stage s", "LibCST parse s", "rules s"))
+          + f". LibCST parse of the {stages['with a finding']:.0f} files with a finding alone: "
+          f"{stages['LibCST parse (with a finding) s']:.2f} s ({stages['LibCST parse (with a finding) s'] / floor:.2f}x): "
+          "the floor of a design that parses every file with a finding with LibCST.")
     if before is not None:
         if before == ours:
             print(f"Findings identical to the baseline's ({len(ours):,}).")

@@ -392,3 +392,20 @@ def test_check_loads_no_fixer_machinery_until_a_file_needs_it(project):
     write(project / "train.py", SLOW)
     slow = subprocess.run([sys.executable, "-c", probe, str(project / "train.py")], capture_output=True, text=True)
     assert "torchlint.fixer" in slow.stderr, slow.stderr  # the probe can see a load
+
+
+def test_checking_one_named_file_loads_no_process_pool_gitignore_matcher_or_xml(project):
+    """Start-up time: multiprocessing (a parallel run), pathspec (walking folders, per-file-ignores),
+    xml (JUnit output) and difflib (diffs, fixes) cost about 30 ms of imports a single file never needs."""
+    write(project / "clean.py", CLEAN)
+    probe = (
+        "import sys\nfrom torchlint.cli import main\n"
+        "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('concurrent.futures.process', 'multiprocessing', 'pathspec', 'xml.etree', 'difflib')"
+        " if m in sys.modules]\n"
+        "print('LOADED', heavy, file=sys.stderr)\n"
+    )
+    clean = subprocess.run([sys.executable, "-c", probe, str(project / "clean.py")], capture_output=True, text=True)
+    assert clean.stderr.strip().endswith("LOADED []"), clean.stderr
+    folder = subprocess.run([sys.executable, "-c", probe, str(project)], capture_output=True, text=True)
+    assert "'pathspec'" in folder.stderr, folder.stderr  # the probe can see a load

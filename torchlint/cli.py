@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import click
-import pathspec
 
 from torchlint.deferred import defer_import
 
@@ -20,6 +19,7 @@ from torchlint import __version__  # noqa: E402 - after defer_import
 from torchlint.cache import CACHE_DIR_NAME
 from torchlint.config import ConfigError, Settings, parse_selectors, parse_size, parse_torch_version
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
+from torchlint.progress import Progress
 from torchlint.discovery import DEFAULT_EXCLUDE, discover
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
@@ -123,18 +123,21 @@ def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -
         results += [FileResult(p, [error_diagnostic(p, why)]) for p, why in found.problems]  # loops, FIFOs
         explicit = Path(raw).is_file()
         for path in found.files:
-            own = tree.for_path(path)  # also validates every configuration file before any work starts
+            own = tree.for_file(path)  # also validates every configuration file before any work starts
             if not explicit and own.config_path != here.config_path and _excluded_by(own, path):
                 continue  # a nested configuration file excludes it
             files.setdefault(path.resolve(), path)
     if not files and not results:
         click.echo("warning: No Python files found under the given path(s)", err=True)
     jobs = opts.get("jobs") or os.cpu_count() or 1
-    results += run(sorted(files.values(), key=str), job, jobs=jobs)
+    progress = Progress.for_terminal(len(files), quiet=opts.get("quiet", False))
+    results += run(sorted(files.values(), key=str), job, jobs=jobs, progress=progress)
     return results
 
 
 def _excluded_by(settings: Settings, path: Path) -> bool:
+    import pathspec
+
     spec = pathspec.GitIgnoreSpec.from_lines([*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude])
     try:
         relative = path.resolve().relative_to(settings.root).as_posix()

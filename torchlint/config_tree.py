@@ -56,6 +56,16 @@ class ConfigTree:
         folder = path if path.is_dir() else path.parent
         return _settings_for_folder(self, Path(folder).resolve() if str(folder) else self.cwd)
 
+    def for_file(self, path: Path) -> Settings:
+        """``for_path`` of a file, without a ``stat`` or ``resolve`` per file: one per folder."""
+        return _settings_for_folder_as_given(self, str(path.parent))
+
+
+@lru_cache(maxsize=4096)
+def _settings_for_folder_as_given(tree: ConfigTree, folder: str) -> Settings:
+    # Keyed on the folder as written: forget_configuration_files() clears it, as the working folder may change.
+    return _settings_for_folder(tree, Path(folder).resolve() if folder else tree.cwd)
+
 
 @lru_cache(maxsize=1024)
 def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
@@ -71,4 +81,5 @@ def _load(path: Path) -> Settings:
 def forget_configuration_files() -> None:
     """Read configuration files afresh (a new command in the same process: tests, the editor server)."""
     _settings_for_folder.cache_clear()
+    _settings_for_folder_as_given.cache_clear()
     _load.cache_clear()

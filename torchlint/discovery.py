@@ -7,11 +7,12 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
-
-import pathspec
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings
+
+if TYPE_CHECKING:
+    import pathspec
 
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", "*.egg-info", "site-packages",
@@ -21,8 +22,23 @@ DEFAULT_EXCLUDE = (
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # what a folder walk finds; a named file may also be a script
 
 
-def _spec(patterns: Iterable[str]) -> pathspec.PathSpec:
+def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec":
+    import pathspec  # not needed to check one named file
+
     return pathspec.GitIgnoreSpec.from_lines(list(patterns))
+
+
+class _LazySpec:
+    """A gitignore-style spec compiled on its first match (a single named file never needs it)."""
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        self._patterns = list(patterns)
+        self._spec: Optional["pathspec.PathSpec"] = None
+
+    def match_file(self, path: str) -> bool:
+        if self._spec is None:
+            self._spec = _spec(self._patterns)
+        return self._spec.match_file(path)
 
 
 @dataclass
@@ -38,9 +54,9 @@ class _GitIgnores:
     """The .gitignore files that apply below a folder, each anchored at its own folder."""
 
     def __init__(self) -> None:
-        self._by_dir: Dict[Path, Optional[pathspec.PathSpec]] = {}
+        self._by_dir: Dict[Path, Optional["pathspec.PathSpec"]] = {}
 
-    def _load(self, folder: Path) -> Optional[pathspec.PathSpec]:
+    def _load(self, folder: Path) -> Optional["pathspec.PathSpec"]:
         if folder not in self._by_dir:
             spec = None
             ignore_file = folder / ".gitignore"
@@ -74,7 +90,7 @@ def _git_top(start: Path) -> Path:
 
 
 def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
-    exclude = _spec((*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude))
+    exclude = _LazySpec((*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude))
     root = settings.root.resolve()
 
     def excluder(top: Path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import difflib
 import os
 import warnings
 
@@ -15,12 +14,12 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
+from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
-from torchlint.textmerge import carry_fixes
 
 ERROR_CODE = "TL000"  # a file torchlint could not check: never selectable, never suppressible
 MAX_FIX_PASSES = 10
@@ -69,7 +68,7 @@ def parse(source: str, path: str) -> cst.Module:
     if problem is not None:
         raise SyntaxProblem(*problem)
     try:
-        return cst.parse_module(source)
+        return trusted_parse(source)
     except cst.ParserSyntaxError as exc:
         # CPython's message and position are clearer ("'(' was never closed" at the paren).
         python_error = _python_syntax_error(source)
@@ -173,6 +172,8 @@ def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
     for line in old_lines:
         starts.append(starts[-1] + len(line))
     edits = []
+    import difflib
+
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
         if tag == "equal":
@@ -263,6 +264,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
 def _carry_to_original(source: str, fixed: str, path: str, outcome: FixOutcome) -> str:
     """The fixes applied to ``source`` itself, byte for byte outside the fixed lines (LibCST's round trip
     is not exact for every file); where that cannot be done, no fix at all."""
+    from torchlint.textmerge import carry_fixes
+
     carried = carry_fixes(source, cst.parse_module(source).code, fixed)
     if carried is not None and (carried == fixed or _still_valid(source, carried)):
         return carried

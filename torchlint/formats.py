@@ -19,7 +19,6 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
-from xml.etree import ElementTree
 
 from torchlint import __version__
 from torchlint.reporters import diagnostic_json
@@ -266,6 +265,8 @@ def format_gitlab(diagnostics: Sequence[Diagnostic], sources: SourceLines) -> st
 
 # --- junit --------------------------------------------------------------------------------------------
 def format_junit(diagnostics: Sequence[Diagnostic]) -> str:
+    from xml.etree import ElementTree
+
     by_file: Dict[str, List[Diagnostic]] = defaultdict(list)
     for d in diagnostics:
         by_file[d.path].append(d)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections import Counter
 from typing import Dict, List, Sequence
@@ -95,6 +94,8 @@ def format_json(diagnostics: Sequence[Diagnostic]) -> str:
 
 
 def unified_diff(path: str, before: str, after: str) -> str:
+    import difflib
+
     lines = difflib.unified_diff(
         before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
     )

@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
-
-import pathspec
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
@@ -24,6 +20,11 @@ from torchlint.fileio import (
 )
 from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability, Diagnostic, Rule
+
+if TYPE_CHECKING:
+    import pathspec
+
+    from torchlint.progress import Progress
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Job:
         """This job with the settings of the configuration file closest to ``path``."""
         if self.tree is None:
             return self
-        settings = self.tree.for_path(path)
+        settings = self.tree.for_file(path)
         return replace(self, settings=settings, unsafe=settings.unsafe_fixes if self.mode == "fix" else self.unsafe)
 
 
@@ -67,7 +68,9 @@ def _rule_instances(codes: Tuple[str, ...]) -> Tuple[Rule, ...]:
 
 
 @lru_cache(maxsize=256)
-def _glob(pattern: str) -> pathspec.PathSpec:
+def _glob(pattern: str) -> "pathspec.PathSpec":
+    import pathspec
+
     return pathspec.GitIgnoreSpec.from_lines([pattern])
 
 
@@ -215,12 +218,14 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _process_many(paths: Sequence[Path], job: Job) -> List[FileResult]:
+def _process_many(paths: Sequence[Path], job: Job, progress: Optional["Progress"] = None) -> List[FileResult]:
     results = []
     for path in paths:
         results.append(process_file(path, job))
         if _size(path) > TRIM_AFTER_BYTES:
             release_memory()
+        if progress is not None:
+            progress.update(len(results))
     return results
 
 
@@ -234,31 +239,44 @@ def schedule(sizes: Dict[Path, int], jobs: int) -> List[List[Path]]:
     return units + [[p] for p in by_size if sizes[p] <= LARGE_FILE_BYTES]
 
 
-def run(paths: Sequence[Path], job: Job, jobs: int = 1) -> List[FileResult]:
-    """Results in the order of ``paths``, the same whether run in one process or many."""
-    if job.apply:  # temporary files a killed run left beside the files it was writing
-        remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
-    hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
-    if not hits:
-        return _run_files(paths, job, jobs)
-    rest = [p for p in paths if p not in hits]
-    fresh = dict(zip(rest, _run_files(rest, job, jobs))) if rest else {}
-    return [hits[p] if p in hits else fresh[p] for p in paths]
+def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Progress"] = None) -> List[FileResult]:
+    """Results in the order of ``paths``, the same whether run in one process or many. ``progress`` is
+    told how many files are done (in this process, as results come back)."""
+    try:
+        if job.apply:  # temporary files a killed run left beside the files it was writing
+            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
+        hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
+        if not hits:
+            return _run_files(paths, job, jobs, progress)
+        rest = [p for p in paths if p not in hits]
+        fresh = dict(zip(rest, _run_files(rest, job, jobs, progress))) if rest else {}
+        return [hits[p] if p in hits else fresh[p] for p in paths]
+    finally:
+        if progress is not None:
+            progress.close()
 
 
-def _run_files(paths: Sequence[Path], job: Job, jobs: int) -> List[FileResult]:
+def _run_files(paths: Sequence[Path], job: Job, jobs: int, progress: Optional["Progress"] = None) -> List[FileResult]:
     if jobs <= 1 or len(paths) < 2 * jobs:
-        return _process_many(paths, job)
+        return _process_many(paths, job, progress)
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # loaded for parallel runs only
+    from concurrent.futures.process import BrokenProcessPool
+
     units = schedule({p: _size(p) for p in paths}, jobs)
     by_path: Dict[Path, FileResult] = {}
     lost: List[Path] = []  # files of units whose worker died (a crash in native code): retried one by one
+    done = 0
     with ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_process_many, unit, job) for unit in units]
-        for unit, future in zip(units, futures):
+        unit_of = {pool.submit(_process_many, unit, job): unit for unit in units}
+        for future in as_completed(unit_of):
+            unit = unit_of[future]
             try:
                 by_path.update(zip(unit, future.result()))
             except BrokenProcessPool:
                 lost.extend(unit)
+            done += len(unit)
+            if progress is not None:
+                progress.update(done)
     for path in lost:
         by_path[path] = _process_isolated(path, job)
     return [by_path[p] for p in paths]
@@ -267,6 +285,9 @@ def _run_files(paths: Sequence[Path], job: Job, jobs: int) -> List[FileResult]:
 def _process_isolated(path: Path, job: Job) -> FileResult:
     """One file in a process of its own: if that process dies too, the file gets one TL000 and the run
     goes on. (A dead worker breaks a whole pool, so every file it held is retried this way.)"""
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
     with ProcessPoolExecutor(max_workers=1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         try:
             return pool.submit(process_file, path, job).result()
