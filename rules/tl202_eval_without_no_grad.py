@@ -386,9 +386,11 @@ def _ast_is_model_call(facts: _AstFacts, call: ast.Call, receivers: Set[str], sc
     if isinstance(func, ast.Name):
         if _ast_bound_to_model(facts, func, scope):
             return True
-        if func.id in facts.helpers and (any(isinstance(arg, ast.Name) for arg in call.args)
-                                         or any(isinstance(k.value, ast.Name) for k in call.keywords)):
-            return True  # `greedy_decode(model, src)`: the helper may run its argument
+        if func.id in facts.helpers and any(
+                arg.id in receivers or looks_like_model(arg.id) or _ast_bound_to_model(facts, arg, scope)
+                for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]
+                if isinstance(arg, ast.Name)):
+            return True  # `greedy_decode(model, src)`: the helper may run the model it is given
     return looks_like_model(last)
 
 

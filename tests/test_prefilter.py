@@ -54,6 +54,7 @@ AST_STAGE_NEAR_MISSES = [
     ("TL102", "clean_not_moved_to_gpu.py"),
     ("TL202", "clean_grad_already_off.py"),
     ("TL202", "clean_grad_off_script.py"),
+    ("TL202", "clean_eval_named_helpers.py"),
     ("TL202", "clean_hooks_and_tests.py"),
     ("TL301", "clean_counts_and_kwargs_differ.py"),
     ("TL301", "clean_norm_built_alone.py"),
