@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional, Set
+from typing import List, Optional, Set
 
 import libcst as cst
 
@@ -12,6 +12,8 @@ from torchlint.analysis import (
     FileAnalysis, LoopInfo, ScopeNode, call_name, dotted_name, names_in, receiver, target_names, walk,
 )
 from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
@@ -795,28 +797,157 @@ def _ast_may_report(index: AstIndex) -> bool:
         return False
     training = [loop for loop in index.loops if _ast_is_training(loop, steps)]
     reached: Set[int] = set()  # calls in a training loop, outside a logging guard (`_Checker._guarded`)
+    tensors = _AstTensors(index)
     for loop in training:
-        if _ast_walk_training_body(loop.node, {id(other.node) for other in training}, reached):
+        formatted = _ast_walk_training_body(loop.node, {id(other.node) for other in training}, reached)
+        if any(not _ast_chain_has_sync(value) and tensors.is_tensor(value, loop.function)
+               for value in formatted):
             return True  # `check_formatting`
     for name in _SYNC_METHODS:  # `check_method`
         for info in index.calls_by_name.get(name, ()):
             call = info.node
             if type(call.func) is ast.Attribute and not call.args and not call.keywords and id(call) in reached:
+                receiver = call.func.value
+                if _ast_chain_has_sync(receiver):
+                    continue  # `x.cpu().numpy()`: reported once, at `.cpu()`
+                if name == "cpu" and _ast_is_module(receiver):
+                    continue
+                if name == "numpy" and not tensors.is_tensor(receiver, info.function):
+                    continue
                 return True
     for name in _CONVERSIONS + ("print",):  # `check_conversion`, `check_print`
         if name in index.imports:
             continue
         for info in index.calls_by_name.get(name, ()):
             call = info.node
-            if type(call.func) is ast.Name and (name == "print" or _ast_one_plain_arg(call)) and id(call) in reached:
+            if type(call.func) is not ast.Name or id(call) not in reached:
+                continue
+            if name == "print":
+                if any(_ast_prints_tensor(tensors, _unstarred(arg), info.function) for arg in call.args):
+                    return True
+            elif _ast_one_plain_arg(call):
+                arg = _unstarred(call.args[0]) if call.args else call.keywords[0].value
+                if tensors.is_tensor(arg, info.function):
+                    return True
+    return bool(steps) and _ast_may_return_sync(index, steps, tensors)
+
+
+def _ast_is_module(expr: ast.AST) -> bool:
+    """``_Checker._is_module``."""
+    name = ast_dotted_name(expr)
+    return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
+
+
+def _unstarred(node: ast.AST) -> ast.AST:
+    return node.value if type(node) is ast.Starred else node  # type: ignore[attr-defined]
+
+
+def _ast_prints_tensor(tensors: "_AstTensors", value: ast.AST, scope) -> bool:
+    """``_Checker._printed_tensor`` (a superset: raw loader batches count)."""
+    if type(value) is ast.JoinedStr:
+        return any(_ast_prints_tensor(tensors, part.value, scope)
+                   for part in value.values if type(part) is ast.FormattedValue)
+    return tensors.is_tensor(value, scope)
+
+
+def _ast_chain_has_sync(expr: ast.AST) -> bool:
+    """``_Checker._chain_has_sync``."""
+    while type(expr) in (ast.Call, ast.Attribute, ast.Subscript):
+        if type(expr) is ast.Call:
+            if ast_call_name(expr) in _SYNC_METHODS and type(expr.func) is ast.Attribute and not expr.args \
+                    and not expr.keywords:
                 return True
-    return bool(steps) and _ast_may_return_sync(index, steps)
+            expr = expr.func
+        else:
+            expr = expr.value  # type: ignore[attr-defined]
+    return False
 
 
-def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]) -> bool:
+class _AstTensors:
+    """``_Checker.is_tensor`` on the index; ``scope`` is the def around the expression (None: the module)."""
+
+    def __init__(self, index: AstIndex) -> None:
+        self.index = index
+        self._backward: dict = {}
+
+    def is_tensor(self, expr: ast.AST, scope, depth: int = 0) -> bool:
+        index = self.index
+        if depth > 5:
+            return False
+        kind = type(expr)
+        if kind is ast.Call:
+            qualified = index.qualified_name(expr.func) or ""
+            if qualified.startswith("torch.nn.functional."):
+                return True
+            if qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS:
+                return True
+            if qualified.startswith(("numpy.", "math.", "builtins.")):
+                return False
+            name = ast_dotted_name(expr.func)
+            if name is not None:
+                last = name.split(".")[-1]
+                if _LOSS_NAME.search(last) or _MODEL_NAME.search(last):
+                    return True
+            if type(expr.func) is ast.Attribute and expr.func.attr in _TENSOR_METHODS:
+                return self.is_tensor(expr.func.value, scope, depth + 1)
+            return False
+        if kind is ast.Name:
+            values = index.values_of(expr.id, scope)
+            known = [v for v in values if v is not None]
+            if expr.id in self._backward_receivers(scope):
+                return True  # asked first: LibCST's literal test misses implicit concatenations
+            if any(_ast_is_host_value(v) for v in known):
+                return False
+            fresh = [v for v in known if not _ast_mentions(v, expr.id)]
+            return bool(values) and len(known) == len(values) and bool(fresh) and all(
+                self.is_tensor(v, scope, depth + 1) for v in fresh)
+        if kind is ast.Attribute:
+            return expr.attr in {"loss", "logits"} and self.is_tensor(expr.value, scope, depth + 1)
+        if kind is ast.BinOp:
+            return self.is_tensor(expr.left, scope, depth + 1) or self.is_tensor(expr.right, scope, depth + 1)
+        if kind is ast.UnaryOp:
+            return self.is_tensor(expr.operand, scope, depth + 1)
+        if kind is ast.Compare:
+            return self.is_tensor(expr.left, scope, depth + 1) or any(
+                self.is_tensor(c, scope, depth + 1) for c in expr.comparators)
+        if kind is ast.Subscript:
+            return self.is_tensor(expr.value, scope, depth + 1)
+        return False
+
+    def _backward_receivers(self, scope) -> Set[str]:
+        names = self._backward.get(scope)
+        if names is None:
+            names = {info.node.func.value.id for info in self.index.calls_by_name.get("backward", ())
+                     if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
+                     and info.function is scope}
+            self._backward[scope] = names
+        return names
+
+
+def _ast_is_host_value(value: ast.AST) -> bool:
+    """A number or string literal, an f-string, or a call of a host function (``len``, ``.item()``)."""
+    if type(value) is ast.Constant:
+        return type(value.value) in (int, float, str)  # LibCST: Integer, Float, SimpleString (not True/None)
+    if type(value) is ast.JoinedStr:
+        return True
+    return type(value) is ast.Call and ast_call_name(value) in _HOST_CALLS
+
+
+def _ast_mentions(node: ast.AST, name: str) -> bool:
+    """``names_in(node, name)``: LibCST's names include attribute, keyword and parameter names."""
+    for inner in ast.walk(node):
+        kind = type(inner)
+        if (kind is ast.Name and inner.id == name) or (kind is ast.Attribute and inner.attr == name) or (
+                kind is ast.keyword and inner.arg == name) or (kind is ast.arg and inner.arg == name):
+            return True
+    return False
+
+
+def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]) -> List[ast.AST]:
     """Adds to ``reached`` the calls of the loop's body that no logging guard holds, stopping at nested defs
     and at the bodies of nested training loops (their own walk: a guard counts only inside the innermost
-    training loop); True where it meets an unguarded string formatting (``check_formatting``)."""
+    training loop); returns the values formatted into strings outside logging guards (``check_formatting``)."""
+    formatted: List[ast.AST] = []
     stack = [(node, False) for node in loop.body + loop.orelse]
     while stack:
         node, guarded = stack.pop()
@@ -830,7 +961,7 @@ def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]
                 if type(func) is ast.Attribute and func.attr == "format" and (
                         type(func.value) is ast.JoinedStr or (type(func.value) is ast.Constant
                                                               and isinstance(func.value.value, (str, bytes)))):
-                    return True
+                    formatted += [_unstarred(arg) for arg in node.args] + [k.value for k in node.keywords]
         elif kind is ast.If:
             stack.append((node.test, guarded))
             inner = guarded or _ast_is_logging_guard(node.test)
@@ -841,11 +972,13 @@ def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]
             header = [node.test] if kind is ast.While else [node.target, node.iter]
             stack.extend((child, guarded) for child in header)
             continue
-        elif not guarded and ((kind is ast.JoinedStr and any(type(v) is ast.FormattedValue for v in node.values))
-                              or (kind is ast.BinOp and type(node.op) is ast.Mod and _ast_is_text(node.left))):
-            return True
+        elif not guarded and kind is ast.JoinedStr:
+            formatted += [part.value for part in node.values if type(part) is ast.FormattedValue]
+        elif not guarded and kind is ast.BinOp and type(node.op) is ast.Mod and _ast_is_text(node.left):
+            right = node.right
+            formatted += [_unstarred(e) for e in right.elts] if type(right) is ast.Tuple else [right]
         stack.extend((child, guarded) for child in ast.iter_child_nodes(node))
-    return False
+    return formatted
 
 
 def _ast_is_logging_guard(test: ast.AST) -> bool:
@@ -889,13 +1022,14 @@ def _ast_is_text(node: ast.AST) -> bool:
         _ast_is_text(node.left) or _ast_is_text(node.right))
 
 
-def _ast_may_return_sync(index: AstIndex, steps: Set[str]) -> bool:
-    """``check_method``'s other case (``per_step_return``): ``.item()``/``.tolist()``/``.cpu()`` outside any
-    loop in a step function."""
+def _ast_may_return_sync(index: AstIndex, steps: Set[str], tensors: "_AstTensors") -> bool:
+    """``check_method``'s other case (``per_step_return``): ``.item()``/``.tolist()``/``.cpu()`` of a tensor
+    outside any loop in a step function."""
     for name in ("item", "tolist", "cpu"):
         for info in index.calls_by_name.get(name, ()):
             call = info.node
             if type(call.func) is ast.Attribute and not call.args and not call.keywords and info.loop is None \
-                    and type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef) and info.function.name in steps:
+                    and type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef) and info.function.name in steps \
+                    and not _ast_chain_has_sync(call.func.value) and tensors.is_tensor(call.func.value, info.function):
                 return True
     return False
