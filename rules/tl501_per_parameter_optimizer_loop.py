@@ -581,11 +581,13 @@ def _ast_beside_foreach_branch(index: AstIndex, loop: ast.For, text: str) -> boo
             found = False
         elif type(holder) is ast.If and not found:
             found = bool(_FOREACH_FLAG.search(ast.get_source_segment(text, holder.test) or ""))
-        nodes = [c for c in ast.iter_child_nodes(holder) if isinstance(c, _STATEMENT_HOLDERS)]
+        nodes = []
+        for child in ast.iter_child_nodes(holder):
+            if isinstance(child, ast.match_case):
+                nodes.extend(child.body)  # a case has no position of its own
+            elif isinstance(child, (ast.stmt, ast.excepthandler)):
+                nodes.append(child)
     return False
-
-
-_STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 def _ast_collects_for_foreach(index: AstIndex, loop) -> bool:
