@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional, Set
+from typing import List, Optional, Set
 
 import libcst as cst
 
@@ -12,6 +12,8 @@ from torchlint.analysis import (
     FileAnalysis, LoopInfo, ScopeNode, call_name, dotted_name, names_in, receiver, target_names, walk,
 )
 from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
@@ -172,9 +174,9 @@ class SyncInTrainingLoop(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """``check``'s own gate: a training loop, or a function of the file that runs a training step."""
-        index = index_of(tree)
-        return any(loop.is_training for loop in index.loops) or bool(_ast_step_functions(index))
+        """``check``'s gates: a sync, conversion, print or formatting of the kinds ``check`` reads, inside a
+        training loop (or returned by a step function)."""
+        return _ast_may_report(index_of(tree))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -787,3 +789,247 @@ def _ast_step_functions(index: AstIndex) -> Set[str]:
     return {info.function.name for info in index.calls
             if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
             and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
+
+
+def _ast_may_report(index: AstIndex) -> bool:
+    steps = _ast_step_functions(index)
+    if not steps and not any(loop.is_training for loop in index.loops):
+        return False
+    training = [loop for loop in index.loops if _ast_is_training(loop, steps)]
+    reached: Set[int] = set()  # calls in a training loop, outside a logging guard (`_Checker._guarded`)
+    tensors = _AstTensors(index)
+    for loop in training:
+        formatted = _ast_walk_training_body(loop.node, {id(other.node) for other in training}, reached)
+        if any(not _ast_chain_has_sync(value) and tensors.is_tensor(value, loop.function)
+               for value in formatted):
+            return True  # `check_formatting`
+    for name in _SYNC_METHODS:  # `check_method`
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is ast.Attribute and not call.args and not call.keywords and id(call) in reached:
+                receiver = call.func.value
+                if _ast_chain_has_sync(receiver):
+                    continue  # `x.cpu().numpy()`: reported once, at `.cpu()`
+                if name == "cpu" and _ast_is_module(receiver):
+                    continue
+                if name == "numpy" and not tensors.is_tensor(receiver, info.function):
+                    continue
+                return True
+    for name in _CONVERSIONS + ("print",):  # `check_conversion`, `check_print`
+        if name in index.imports:
+            continue
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is not ast.Name or id(call) not in reached:
+                continue
+            if name == "print":
+                if any(_ast_prints_tensor(tensors, _unstarred(arg), info.function) for arg in call.args):
+                    return True
+            elif _ast_one_plain_arg(call):
+                arg = _unstarred(call.args[0]) if call.args else call.keywords[0].value
+                if tensors.is_tensor(arg, info.function):
+                    return True
+    return bool(steps) and _ast_may_return_sync(index, steps, tensors)
+
+
+def _ast_is_module(expr: ast.AST) -> bool:
+    """``_Checker._is_module``."""
+    name = ast_dotted_name(expr)
+    return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
+
+
+def _unstarred(node: ast.AST) -> ast.AST:
+    return node.value if type(node) is ast.Starred else node  # type: ignore[attr-defined]
+
+
+def _ast_prints_tensor(tensors: "_AstTensors", value: ast.AST, scope) -> bool:
+    """``_Checker._printed_tensor`` (a superset: raw loader batches count)."""
+    if type(value) is ast.JoinedStr:
+        return any(_ast_prints_tensor(tensors, part.value, scope)
+                   for part in value.values if type(part) is ast.FormattedValue)
+    return tensors.is_tensor(value, scope)
+
+
+def _ast_chain_has_sync(expr: ast.AST) -> bool:
+    """``_Checker._chain_has_sync``."""
+    while type(expr) in (ast.Call, ast.Attribute, ast.Subscript):
+        if type(expr) is ast.Call:
+            if ast_call_name(expr) in _SYNC_METHODS and type(expr.func) is ast.Attribute and not expr.args \
+                    and not expr.keywords:
+                return True
+            expr = expr.func
+        else:
+            expr = expr.value  # type: ignore[attr-defined]
+    return False
+
+
+class _AstTensors:
+    """``_Checker.is_tensor`` on the index; ``scope`` is the def around the expression (None: the module)."""
+
+    def __init__(self, index: AstIndex) -> None:
+        self.index = index
+        self._backward: dict = {}
+
+    def is_tensor(self, expr: ast.AST, scope, depth: int = 0) -> bool:
+        index = self.index
+        if depth > 5:
+            return False
+        kind = type(expr)
+        if kind is ast.Call:
+            qualified = index.qualified_name(expr.func) or ""
+            if qualified.startswith("torch.nn.functional."):
+                return True
+            if qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS:
+                return True
+            if qualified.startswith(("numpy.", "math.", "builtins.")):
+                return False
+            name = ast_dotted_name(expr.func)
+            if name is not None:
+                last = name.split(".")[-1]
+                if _LOSS_NAME.search(last) or _MODEL_NAME.search(last):
+                    return True
+            if type(expr.func) is ast.Attribute and expr.func.attr in _TENSOR_METHODS:
+                return self.is_tensor(expr.func.value, scope, depth + 1)
+            return False
+        if kind is ast.Name:
+            values = index.values_of(expr.id, scope)
+            known = [v for v in values if v is not None]
+            if expr.id in self._backward_receivers(scope):
+                return True  # asked first: LibCST's literal test misses implicit concatenations
+            if any(_ast_is_host_value(v) for v in known):
+                return False
+            fresh = [v for v in known if not _ast_mentions(v, expr.id)]
+            return bool(values) and len(known) == len(values) and bool(fresh) and all(
+                self.is_tensor(v, scope, depth + 1) for v in fresh)
+        if kind is ast.Attribute:
+            return expr.attr in {"loss", "logits"} and self.is_tensor(expr.value, scope, depth + 1)
+        if kind is ast.BinOp:
+            return self.is_tensor(expr.left, scope, depth + 1) or self.is_tensor(expr.right, scope, depth + 1)
+        if kind is ast.UnaryOp:
+            return self.is_tensor(expr.operand, scope, depth + 1)
+        if kind is ast.Compare:
+            return self.is_tensor(expr.left, scope, depth + 1) or any(
+                self.is_tensor(c, scope, depth + 1) for c in expr.comparators)
+        if kind is ast.Subscript:
+            return self.is_tensor(expr.value, scope, depth + 1)
+        return False
+
+    def _backward_receivers(self, scope) -> Set[str]:
+        names = self._backward.get(scope)
+        if names is None:
+            names = {info.node.func.value.id for info in self.index.calls_by_name.get("backward", ())
+                     if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
+                     and info.function is scope}
+            self._backward[scope] = names
+        return names
+
+
+def _ast_is_host_value(value: ast.AST) -> bool:
+    """A number or string literal, an f-string, or a call of a host function (``len``, ``.item()``)."""
+    if type(value) is ast.Constant:
+        return type(value.value) in (int, float, str)  # LibCST: Integer, Float, SimpleString (not True/None)
+    if type(value) is ast.JoinedStr:
+        return True
+    return type(value) is ast.Call and ast_call_name(value) in _HOST_CALLS
+
+
+def _ast_mentions(node: ast.AST, name: str) -> bool:
+    """``names_in(node, name)``: LibCST's names include attribute, keyword and parameter names."""
+    for inner in ast.walk(node):
+        kind = type(inner)
+        if (kind is ast.Name and inner.id == name) or (kind is ast.Attribute and inner.attr == name) or (
+                kind is ast.keyword and inner.arg == name) or (kind is ast.arg and inner.arg == name):
+            return True
+    return False
+
+
+def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]) -> List[ast.AST]:
+    """Adds to ``reached`` the calls of the loop's body that no logging guard holds, stopping at nested defs
+    and at the bodies of nested training loops (their own walk: a guard counts only inside the innermost
+    training loop); returns the values formatted into strings outside logging guards (``check_formatting``)."""
+    formatted: List[ast.AST] = []
+    stack = [(node, False) for node in loop.body + loop.orelse]
+    while stack:
+        node, guarded = stack.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            continue
+        if kind is ast.Call:
+            if not guarded:
+                reached.add(id(node))
+                func = node.func
+                if type(func) is ast.Attribute and func.attr == "format" and (
+                        type(func.value) is ast.JoinedStr or (type(func.value) is ast.Constant
+                                                              and isinstance(func.value.value, (str, bytes)))):
+                    formatted += [_unstarred(arg) for arg in node.args] + [k.value for k in node.keywords]
+        elif kind is ast.If:
+            stack.append((node.test, guarded))
+            inner = guarded or _ast_is_logging_guard(node.test)
+            stack.extend((child, inner) for child in node.body)
+            stack.extend((child, guarded) for child in node.orelse)
+            continue
+        elif id(node) in training:
+            header = [node.test] if kind is ast.While else [node.target, node.iter]
+            stack.extend((child, guarded) for child in header)
+            continue
+        elif not guarded and kind is ast.JoinedStr:
+            formatted += [part.value for part in node.values if type(part) is ast.FormattedValue]
+        elif not guarded and kind is ast.BinOp and type(node.op) is ast.Mod and _ast_is_text(node.left):
+            right = node.right
+            formatted += [_unstarred(e) for e in right.elts] if type(right) is ast.Tuple else [right]
+        stack.extend((child, guarded) for child in ast.iter_child_nodes(node))
+    return formatted
+
+
+def _ast_is_logging_guard(test: ast.AST) -> bool:
+    """``_is_logging_guard``, on the names LibCST's walk yields (names, attribute names, keyword names)."""
+    for node in ast.walk(test):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) is ast.Mod:
+            return True
+        name = node.id if kind is ast.Name else node.attr if kind is ast.Attribute else (
+            node.arg if kind is ast.keyword else None)
+        if name and _GUARD_NAME.search(name):
+            return True
+    return False
+
+
+def _ast_one_plain_arg(call: ast.Call) -> bool:
+    """LibCST's ``len(call.args) == 1 and not call.args[0].keyword`` (``*a`` and ``**k`` are args there)."""
+    if len(call.args) + len(call.keywords) != 1:
+        return False
+    return not call.keywords or call.keywords[0].arg is None
+
+
+def _ast_is_training(loop, steps: Set[str]) -> bool:
+    """``_Checker.is_training``."""
+    if loop.is_training:
+        return True
+    for call in loop.direct_calls if steps else ():
+        func = call.func
+        if (type(func) is ast.Name and func.id in steps) or (
+                type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self"
+                and func.attr in steps):
+            return True
+    return False
+
+
+def _ast_is_text(node: ast.AST) -> bool:
+    """``_is_text``: a string literal, or one built from literals with ``+`` and ``*``."""
+    if type(node) is ast.JoinedStr or (type(node) is ast.Constant and isinstance(node.value, (str, bytes))):
+        return True
+    return type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Mult) and (
+        _ast_is_text(node.left) or _ast_is_text(node.right))
+
+
+def _ast_may_return_sync(index: AstIndex, steps: Set[str], tensors: "_AstTensors") -> bool:
+    """``check_method``'s other case (``per_step_return``): ``.item()``/``.tolist()``/``.cpu()`` of a tensor
+    outside any loop in a step function."""
+    for name in ("item", "tolist", "cpu"):
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            if type(call.func) is ast.Attribute and not call.args and not call.keywords and info.loop is None \
+                    and type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef) and info.function.name in steps \
+                    and not _ast_chain_has_sync(call.func.value) and tensors.is_tensor(call.func.value, info.function):
+                return True
+    return False

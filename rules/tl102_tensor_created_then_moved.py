@@ -8,10 +8,12 @@ from typing import List, Optional, Tuple
 import libcst as cst
 
 from torchlint.arguments import with_keyword
+from torchlint.ast_index import AstCallInfo, AstIndex, index_of
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
 from torchlint.loader_prefilter import may_chain_factory_into_move
-from torchlint.device_facts import CPU, CUDA, device_kind, is_test_path, to_destination
+from torchlint.device_facts import _DEVICE_NAME, CPU, CUDA, device_kind, is_test_path, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Factories that fill their result the same way on every device.
@@ -124,14 +126,8 @@ class TensorCreatedThenMoved(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in {"cuda", "to"}
-                    and isinstance(node.func.value, ast.Call)):
-                inner = node.func.value.func
-                name = inner.attr if isinstance(inner, ast.Attribute) else inner.id if isinstance(inner, ast.Name) else ""
-                if name in FACTORIES:
-                    return True
-        return False
+        index = index_of(tree)
+        return any(_ast_may_report(index, info) for name in ("cuda", "to") for info in index.calls_by_name.get(name, ()))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -187,6 +183,92 @@ class TensorCreatedThenMoved(Rule):
         replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
         ctx.report(move, message=message,
                    fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
+
+
+# --- the ast stage: `_check`'s gates on the shared index ------------------------------------------------
+# Not mirrored: `is_test_path` (the path is not known there) and `_manages_cpu_rng` (it only silences).
+
+
+def _ast_may_report(index: AstIndex, info: AstCallInfo) -> bool:
+    move = info.node
+    factory = move.func.value if type(move.func) is ast.Attribute else None
+    if type(factory) is not ast.Call:
+        return False
+    qualified = index.qualified_name(factory.func) or ""
+    kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
+    if kind not in FACTORIES or _ast_has_star(factory) or _ast_has_star(move):
+        return False
+    keywords = {k.arg: k.value for k in factory.keywords}
+    if any(name in keywords for name in _KEEP_AS_IS) or "generator" in keywords:
+        return False
+    if "device" in keywords and not _ast_may_be_cpu(index, keywords["device"]):
+        return False  # made on its own device (`device_kind(...) != CPU`)
+    if kind == "Tensor" and not _ast_sizes_only(factory):
+        return False
+    return _ast_may_move_to_cuda(index, move, info.function)
+
+
+def _ast_has_star(call: ast.Call) -> bool:
+    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def _ast_sizes_only(factory: ast.Call) -> bool:
+    """``_sizes_only``."""
+    if factory.keywords:
+        return False
+    if len(factory.args) >= 2:
+        return True
+    return len(factory.args) == 1 and type(factory.args[0]) is ast.Constant and type(factory.args[0].value) is int
+
+
+def _ast_may_be_cpu(index: AstIndex, expr: ast.AST) -> bool:
+    """False where ``device_kind`` is certainly not CPU: an ordinal, an attribute, a call other than
+    ``torch.device``, a literal other than a string."""
+    kind = type(expr)
+    if kind is ast.Constant:
+        return isinstance(expr.value, str) and not expr.value.strip().startswith("cuda")
+    if kind is ast.Call:
+        return index.qualified_name(expr.func) == "torch.device"
+    return kind in (ast.Name, ast.IfExp)
+
+
+def _ast_may_move_to_cuda(index: AstIndex, move: ast.Call, scope) -> bool:
+    """False where ``to_destination`` is certainly not CUDA."""
+    if move.func.attr == "cuda":  # type: ignore[attr-defined]
+        return True
+    device = next((k.value for k in move.keywords if k.arg == "device"), None)
+    target = device if device is not None else (move.args[0] if move.args else None)
+    if target is None:
+        return False
+    written = ast_dotted_name(target)
+    if written is not None and _DEVICE_NAME.search(written.split(".")[-1]):
+        return True
+    return _ast_may_be_cuda(index, target, scope, 0)
+
+
+def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
+    """False where ``device_kind`` is certainly not CUDA."""
+    if depth > 4:
+        return False
+    kind = type(expr)
+    if kind is ast.Constant:
+        value = expr.value
+        return (isinstance(value, str) and value.strip().startswith("cuda")) or type(value) is int
+    if kind is ast.IfExp:
+        return _ast_may_be_cuda(index, expr.body, scope, depth + 1) or _ast_may_be_cuda(index, expr.orelse, scope, depth + 1)
+    if kind is ast.Call:
+        qualified = index.qualified_name(expr.func)
+        if qualified == "torch.device":  # its first argument, as LibCST orders them
+            first = expr.args[0] if expr.args else (expr.keywords[0].value if expr.keywords else None)
+            first = first.value if type(first) is ast.Starred else first
+            return first is not None and _ast_may_be_cuda(index, first, scope, depth + 1)
+        return qualified == "torch.cuda.current_device"
+    if kind is ast.Name:
+        for candidate in (scope, None):  # `single_value`, knowing the scope the value comes from
+            values = index.values_of(expr.id, candidate)
+            if values:
+                return len(values) == 1 and values[0] is not None and _ast_may_be_cuda(index, values[0], candidate, depth + 1)
+    return False
 
 
 # Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Set
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, FunctionInfo, call_name, dotted_name, is_literal, walk as _walk_nodes
 from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
@@ -83,6 +84,8 @@ def _ast_may_report(index: AstIndex, text: str) -> bool:
     and loops, leaving out the ones that only silence (no_grad callers, guards, training callers)."""
     if not index.imports_torch():
         return False
+    if _ast_grad_globally_off(index):
+        return False
     facts = _AstFacts(index, text)
     own_calls: Dict[ast.AST, List[ast.Call]] = {}
     for info in index.calls:
@@ -98,6 +101,7 @@ class _AstFacts:
 
     def __init__(self, index: AstIndex, text: str) -> None:
         self.index = index
+        self.source = text
         self.lines = _LINE_BREAK.split(text)  # lines as ast numbers them, with their line breaks between
         top = [s for s in index.tree.body if isinstance(s, ast.ClassDef)]
         self.top_level_classes = {s.name for s in top}
@@ -108,6 +112,27 @@ class _AstFacts:
                 if qualified.endswith("Module") or qualified in self.model_classes:
                     self.model_classes.add(statement.name)
         self.helpers = {f.name for f in index.functions if index.class_of.get(f) is None}
+        # `_Checker.run`'s `pytest_file`, from the imports only: the file's name is not known here
+        self.pytest_imports = any(v.split(".")[0] in {"pytest", "unittest"} for v in index.imports.values())
+        self._guards: Optional[List[Tuple[object, Tuple[int, int], Tuple[int, int]]]] = None
+        self._passed_names: Optional[Set[str]] = None
+
+    def guarded(self, node: ast.AST, function) -> bool:
+        """``node`` lies in a grad-disabling ``with`` (``_guarding_with``) of ``function``, its own def: a def
+        or lambda inside the block starts afresh, as ``_Checker._guarded`` stops at the function."""
+        if self._guards is None:
+            self._guards = _ast_guarding_spans(self.index)
+        start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+        end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        return any(owner is function and first <= start and end <= last for owner, first, last in self._guards)
+
+    def passed_names(self) -> Set[str]:
+        """Names handed to some call as an argument (``_Checker._only_passed_along``)."""
+        if self._passed_names is None:
+            self._passed_names = {arg.id for info in self.index.calls for arg in info.node.args if type(arg) is ast.Name}
+            self._passed_names.update(k.value.id for info in self.index.calls for k in info.node.keywords
+                                      if type(k.value) is ast.Name)
+        return self._passed_names
 
     def text(self, first: int, last: int) -> str:
         return "".join(self.lines[2 * (first - 1): 2 * last])
@@ -116,14 +141,107 @@ class _AstFacts:
 _LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
 
 
-def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
-    index = facts.index
+def _ast_guarding_spans(index: AstIndex) -> List[Tuple[object, Tuple[int, int], Tuple[int, int]]]:
+    """(the def around it or None, start, end) of every grad-disabling ``with``: a walk of statements only."""
+    spans = []
+    frames: List[Tuple[list, object]] = [(index.tree.body, None)]
+    while frames:
+        statements, function = frames.pop()
+        for node in statements:
+            kind = type(node)
+            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+                frames.append((node.body, node))
+                continue
+            if (kind is ast.With or kind is ast.AsyncWith) and _ast_guarding_with(index, node):
+                spans.append((function, (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)))
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                inner = getattr(node, name, None)
+                if inner and isinstance(inner, list):
+                    frames.append((inner, function))
+    return spans
+
+
+def _ast_settled_quietly(facts: _AstFacts, function, cheap: bool) -> bool:
+    """``_Checker._check_function`` settles the function (and skips its loops) without a report: no-grad or
+    registering decorators, a framework no-grad hook, a test in a pytest file (``cheap``), or a call of it
+    under no_grad (the dearer test, asked last)."""
+    name = function.name
+    if not cheap:
+        return bool(facts.index.calls_by_name.get(name)) and _ast_called_under_no_grad(facts, name)
     decorators = [ast_dotted_name(d.func if isinstance(d, ast.Call) else d) or "" for d in function.decorator_list]
     if any("grad" in d or "inference" in d or "register" in d.lower() for d in decorators):
+        return True
+    if _FRAMEWORK_NO_GRAD.search(name):
+        return True
+    return facts.pytest_imports and not _HOOK_NAME.search(name) and name.lstrip("_").startswith("test")
+
+
+def _ast_called_under_no_grad(facts: _AstFacts, name: str) -> bool:
+    """Some call of ``name`` sits in a grad-disabling ``with`` (part of ``_Checker._called_without_grad``)."""
+    return any(facts.guarded(info.node, info.function) for info in facts.index.calls_by_name.get(name, ()))
+
+
+def _ast_guarding_with(index: AstIndex, node) -> bool:
+    """``_Checker._guarding_with`` (a subset of it where the ast cannot tell: ``mode=False``)."""
+    for item in node.items:
+        expr = item.context_expr
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            return True
+        if not isinstance(expr, ast.Call):
+            continue
+        called = (ast_dotted_name(expr.func) or "").lower()
+        if "grad" in called or "inference" in called:
+            return True
+        qualified = index.qualified_name(expr.func)
+        if qualified in _NO_GRAD:
+            return True
+        if qualified in _SET_GRAD and expr.args and isinstance(expr.args[0], ast.Constant) \
+                and expr.args[0].value is False:
+            return True
+    return False
+
+
+def _ast_grad_globally_off(index: AstIndex) -> bool:
+    """``_Checker._grad_globally_off``: ``torch.set_grad_enabled(False)`` as a module-level statement."""
+    for statement in index.tree.body:
+        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
+            call = statement.value
+            if ast_call_name(call) == "set_grad_enabled" and index.qualified_name(call.func) in _SET_GRAD \
+                    and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value is False:
+                return True
+    return False
+
+
+def _ast_enters_no_grad(facts: _AstFacts, function) -> bool:
+    """``stack.enter_context(torch.no_grad())`` in the function (the call's own text, as ``_Checker``)."""
+    first, last = function.lineno, function.end_lineno or function.lineno
+    for info in facts.index.calls_by_name.get("enter_context", ()):
+        call = info.node
+        if first <= call.lineno <= last and _NO_GRAD_TEXT.search(ast.get_source_segment(facts.source, call) or ""):
+            return True
+    return False
+
+
+def _ast_only_passed_along(facts: _AstFacts, name: str) -> bool:
+    """Part of ``_Checker._only_passed_along``: never called in the file, handed to a call as an argument."""
+    return not facts.index.calls_by_name.get(name) and name in facts.passed_names()
+
+
+def _ast_has_params(function) -> bool:
+    args = function.args
+    return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
+
+
+def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
+    index = facts.index
+    if _ast_settled_quietly(facts, function, cheap=True):
         return False
     name = function.name
-    if _FRAMEWORK_NO_GRAD.search(name) or _HOOK_NAME.search(name):
+    if _HOOK_NAME.search(name):
         return False
+    words = name.strip("_").lower().split("_")
+    if words[0] == "test" and not _ast_has_params(function):
+        return False  # `_Checker`: a pytest test
     receivers: Set[str] = set()
     for call in calls:
         if _ast_train_receiver(index, call):
@@ -131,7 +249,6 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
         receiver = _ast_eval_receiver(index, call)
         if receiver:
             receivers.add(receiver)
-    words = name.strip("_").lower().split("_")
     named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
     eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and loop.function is function
                       and _ast_is_eval_loader(loop.node.iter) for loop in index.loops)
@@ -144,13 +261,21 @@ def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) 
         return False
     if any(index.is_optimizer_step(call, function) for call in calls):
         return False
-    return any(_ast_is_model_call(facts, call, receivers, function) for call in calls)
+    if _ast_settled_quietly(facts, function, cheap=False):
+        return False
+    if _ast_enters_no_grad(facts, function) or _ast_only_passed_along(facts, name):
+        return False
+    return any(_ast_is_model_call(facts, call, receivers, function) and not facts.guarded(call, function)
+               for call in calls)
 
 
 def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     index, node = facts.index, loop.node
     if not isinstance(node, ast.For):
         return False
+    settled = loop.function is not None and not isinstance(loop.function, ast.Lambda)
+    if settled and _ast_settled_quietly(facts, loop.function, cheap=True):
+        return False  # `_Checker.run` skips the loops of settled functions
     receivers = _ast_preceding_eval(index, index.block_of.get(node, []), node)
     if receivers is None or (not receivers and not _ast_is_eval_loader(node.iter)):
         return False
@@ -159,8 +284,13 @@ def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
     calls = [info.node for info in index.calls if info.function is loop.function and _runs_in(info.loop, loop)]
     if any(index.is_optimizer_step(call, loop.function) for call in calls):
         return False
+    if facts.guarded(node, loop.function):
+        return False  # `_Checker._check_loop`: a grad-disabling `with` around the loop
+    if settled and _ast_settled_quietly(facts, loop.function, cheap=False):
+        return False
     receivers = receivers | {r for r in (_ast_eval_receiver(index, c) for c in calls) if r}
-    return any(_ast_is_model_call(facts, call, receivers, loop.function) for call in calls)
+    return any(_ast_is_model_call(facts, call, receivers, loop.function) and not facts.guarded(call, loop.function)
+               for call in calls)
 
 
 def _runs_in(body_loop, loop) -> bool:
@@ -256,9 +386,11 @@ def _ast_is_model_call(facts: _AstFacts, call: ast.Call, receivers: Set[str], sc
     if isinstance(func, ast.Name):
         if _ast_bound_to_model(facts, func, scope):
             return True
-        if func.id in facts.helpers and (any(isinstance(arg, ast.Name) for arg in call.args)
-                                         or any(isinstance(k.value, ast.Name) for k in call.keywords)):
-            return True  # `greedy_decode(model, src)`: the helper may run its argument
+        if func.id in facts.helpers and any(
+                arg.id in receivers or looks_like_model(arg.id) or _ast_bound_to_model(facts, arg, scope)
+                for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]
+                if isinstance(arg, ast.Name)):
+            return True  # `greedy_decode(model, src)`: the helper may run the model it is given
     return looks_like_model(last)
 
 

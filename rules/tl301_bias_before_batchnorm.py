@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, names_in, receiver, walk
 from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -210,20 +211,9 @@ class BiasBeforeBatchNorm(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """A torch BatchNorm and a Conv/Linear of the same dimension whose bias ``_match`` would flag."""
-        index = index_of(tree)
-        norm_dims: Set[Optional[int]] = set()
-        producer_dims: Set[Optional[int]] = set()
-        for info in index.calls:
-            qualified = index.qualified_name(info.node.func)
-            layer = _LAYERS.get(qualified) if qualified is not None else None
-            if layer is None:
-                continue
-            if layer.kind == "bn":
-                norm_dims.add(layer.dim)
-            elif _may_have_bias(info.node, layer):
-                producer_dims.add(layer.dim)
-        return bool(producer_dims) and (None in norm_dims or bool(norm_dims & producer_dims))
+        """A biased torch Conv/Linear and a BatchNorm that ``_match`` could pair: same dimension, output and
+        feature counts that may agree (and, for a Linear, are written alike)."""
+        return _ast_may_report(index_of(tree))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -349,14 +339,192 @@ class BiasBeforeBatchNorm(Rule):
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def _may_have_bias(call: ast.Call, layer: _Layer) -> bool:
-    """The ast stage of ``_match``'s producer test: no star argument, and ``bias`` absent or ``True``."""
-    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(k.arg is None for k in call.keywords):
+def _ast_may_report(index) -> bool:
+    producers: List[Tuple[_Layer, ast.Call]] = []
+    norms: List[Tuple[_Layer, ast.Call]] = []
+    for info in index.calls:
+        qualified = index.qualified_name(info.node.func)
+        layer = _LAYERS.get(qualified) if qualified is not None else None
+        if layer is None:
+            continue
+        if layer.kind == "bn":
+            norms.append((layer, info.node))
+        elif _may_have_bias(index, info, layer):
+            producers.append((layer, info.node))
+    if not producers or not norms:
         return False
-    bias = next((k.value for k in call.keywords if k.arg == "bias"), None)
-    if bias is None and layer.bias_index is not None and layer.bias_index < len(call.args):
-        bias = call.args[layer.bias_index]
+    placed = _ast_norm_places(index, [norm for _, norm in norms])
+    passed: Optional[Set[int]] = None  # producers handed to a call: not the value of a `self.<name> = ...`
+    for norm_layer, norm in norms:
+        if id(norm) not in placed:
+            continue
+        place = placed[id(norm)]
+        feeding = _ast_feeding_attrs(index, place) if isinstance(place, str) else None
+        features = None if _ast_has_star(norm) else _ast_arg_at(norm, norm_layer.count_index, norm_layer.count_keyword)
+        for layer, producer in producers:
+            if norm_layer.dim is not None and norm_layer.dim != layer.dim:
+                continue
+            if isinstance(place, int) and place != id(producer):
+                continue  # the module right before the norm is another call
+            if feeding is not None:  # `_forward_findings`: the producer is what `self.<P>` is bound to
+                target = index.assigned_to.get(producer)
+                if target is not None and not (_ast_self_attr(target) and target.attr in feeding):  # type: ignore
+                    continue
+                if target is None:
+                    if passed is None:
+                        wanted = {id(call) for _, call in producers}
+                        passed = {id(arg) for info in index.calls for arg in info.node.args if id(arg) in wanted}
+                        passed |= {id(k.value) for info in index.calls for k in info.node.keywords if id(k.value) in wanted}
+                    if id(producer) in passed:
+                        continue
+            if _ast_counts_may_match(layer, _ast_arg_at(producer, layer.count_index, layer.count_keyword), features):
+                return True
+    return False
+
+
+_ANY = None
+
+
+def _ast_norm_places(index, norms: List[ast.Call]) -> Dict[int, Union[None, int, str]]:
+    """Where each norm may get a module applied right before it: ``id`` of the producer call right before it
+    in a Sequential's arguments or a list (``_module_before``), ``_ANY`` where another statement or a name
+    decides, or the ``self.<name>`` it is bound to for ``forward`` (``_forward_findings``). Norms placed
+    where neither can find anything are left out. The index answers most; a walk finds the rest."""
+    wanted = {id(norm) for norm in norms}
+    placed: Dict[int, Union[None, int, str]] = {}
+    for info in index.calls:
+        call = info.node
+        if call.args and any(id(arg) in wanted for arg in call.args):
+            spliced = ast_call_name(call) in ("append", "add_module")  # the statement before decides
+            for position, arg in enumerate(call.args):
+                if id(arg) in wanted:
+                    _place_after(placed, arg, call.args[position - 1] if position else None, spliced)
+        if call.keywords and any(id(k.value) in wanted for k in call.keywords):
+            for position, keyword in enumerate(call.keywords):
+                if keyword.arg is not None and id(keyword.value) in wanted and position:
+                    before = call.keywords[position - 1]
+                    if before.arg is not None:
+                        _place_after(placed, keyword.value, before.value, False)
+    for norm in norms:
+        target = index.assigned_to.get(norm)
+        if _ast_self_attr(target):
+            placed[id(norm)] = target.attr  # type: ignore[union-attr]
+    for node in ast.walk(index.tree) if wanted - set(placed) else ():  # lists, tuples, other assignments
+        kind = type(node)
+        if kind is ast.List or kind is ast.Tuple:
+            for position, element in enumerate(node.elts):
+                if id(element) in wanted:
+                    pair = kind is ast.Tuple and len(node.elts) == 2  # `("bn", BatchNorm2d(n))` in an OrderedDict
+                    _place_after(placed, element, node.elts[position - 1] if position else None, pair)
+        elif kind is ast.Assign:
+            if id(node.value) in wanted and any(_ast_self_attr(target) for target in node.targets):
+                placed.setdefault(id(node.value), _ANY)
+        elif kind is ast.AnnAssign:
+            if node.value is not None and id(node.value) in wanted and _ast_self_attr(node.target):
+                placed.setdefault(id(node.value), _ANY)
+    return placed
+
+
+def _place_after(placed: Dict[int, Union[None, int, str]], norm: ast.AST, before: Optional[ast.AST],
+                 elsewhere: bool) -> None:
+    """``_module_before`` / ``_finding_for`` for a norm after ``before``: that call, a name's value (any), or,
+    first in its list or call or where other statements decide (``elsewhere``), any producer."""
+    if before is None or elsewhere or type(before) is ast.Name:
+        placed[id(norm)] = _ANY
+    elif type(before) is ast.Call:
+        placed[id(norm)] = id(before)
+    # anything else before it (an unpacking, an attribute, a literal): no module `_match` can pair with
+
+
+def _ast_feeding_attrs(index, norm_attr: str) -> Set[str]:
+    """``self.P`` modules whose output a call of ``self.<norm_attr>`` may normalise (``_producer_attr_of``):
+    ``self.bn(self.P(x))``, or ``self.bn(x)`` where some ``x = self.P(...)`` (the statement right before, in
+    ``check``)."""
+    fed_from: Dict[str, Set[str]] = {}
+    feeding: Set[str] = set()
+    for info in index.calls_by_name.get(norm_attr, ()):
+        use = info.node
+        if not _ast_self_attr(use.func) or len(use.args) != 1 or use.keywords or type(use.args[0]) is ast.Starred:
+            continue
+        value = use.args[0]
+        if type(value) is ast.Call and _ast_self_attr(value.func):
+            feeding.add(value.func.attr)  # type: ignore[attr-defined]
+        elif type(value) is ast.Name:
+            if not fed_from:
+                for call, target in index.assigned_to.items():
+                    if type(target) is ast.Name and _ast_self_attr(call.func):
+                        fed_from.setdefault(target.id, set()).add(call.func.attr)  # type: ignore[attr-defined]
+            feeding |= fed_from.get(value.id, set())
+    return feeding
+
+
+def _ast_self_attr(node: ast.AST) -> bool:
+    return type(node) is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self"
+
+
+def _ast_counts_may_match(layer: _Layer, out: Optional[ast.expr], features: Optional[ast.expr]) -> bool:
+    """``_match``'s count tests: literals that differ never match; a Linear needs counts written alike
+    (``_same_count``, compared on ``ast.unparse`` without whitespace: equal wherever the source texts are)."""
+    if out is not None and features is not None:
+        out_n, features_n = _ast_int(out), _ast_int(features)
+        if out_n is not None and features_n is not None and out_n != features_n:
+            return False
+    if layer.kind == "linear":
+        if out is None or features is None:
+            return False
+        return "".join(ast.unparse(out).split()) == "".join(ast.unparse(features).split())
+    return True
+
+
+def _ast_int(node: ast.expr) -> Optional[int]:
+    return node.value if type(node) is ast.Constant and type(node.value) is int else None
+
+
+def _ast_has_star(call: ast.Call) -> bool:
+    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
+
+
+def _ast_arg_at(call: ast.Call, index: Optional[int], keyword: Optional[str]) -> Optional[ast.expr]:
+    """``_arg_at``: the keyword, else the positional argument at ``index`` (stars left out)."""
+    if keyword is not None:
+        found = next((k.value for k in call.keywords if k.arg == keyword), None)
+        if found is not None:
+            return found
+    if index is None:
+        return None
+    positional = [arg for arg in call.args if type(arg) is not ast.Starred]
+    return positional[index] if index < len(positional) else None
+
+
+def _may_have_bias(index, info, layer: _Layer) -> bool:
+    """The ast stage of ``_match``'s producer test: nothing that may pass ``bias`` (``_may_pass_bias``), and
+    ``bias`` absent or ``True``."""
+    call = info.node
+    if any(type(arg) is ast.Starred for arg in call.args):
+        return False
+    for keyword in call.keywords:
+        if keyword.arg is None:  # `**dd`: only a dict of known keys without `bias` lets `_match` go on
+            value = keyword.value
+            if type(value) is ast.Name:
+                value = index.single_value(value.id, info.function)
+            keys = _ast_dict_keys(value)
+            if keys is None or "bias" in keys:
+                return False
+    bias = _ast_arg_at(call, layer.bias_index, "bias")
     return bias is None or (isinstance(bias, ast.Constant) and bias.value is True)
+
+
+def _ast_dict_keys(value) -> Optional[Set[str]]:
+    """``_dict_keys`` (a superset of the dicts it reads: string keys LibCST sees as concatenations count)."""
+    if type(value) is ast.Dict:
+        if not all(type(k) is ast.Constant and isinstance(k.value, str) for k in value.keys):
+            return None  # `**inner` (a None key) or a key that is not a string literal
+        return {k.value for k in value.keys}  # type: ignore[union-attr]
+    if type(value) is ast.Call and type(value.func) is ast.Name and value.func.id == "dict":
+        if value.args or any(k.arg is None for k in value.keywords):
+            return None
+        return {k.arg for k in value.keywords}  # type: ignore[misc]
+    return None
 
 
 def _local_layer_names(a: FileAnalysis) -> Set[str]:
@@ -864,7 +1032,7 @@ def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
     ``nn.init.zeros_(m.bias)``), outside an ``if ... bias is not None`` guard. ``self.bias`` (the module's
     own parameter) and ``self.conv.bias`` (checked per class) are left out."""
     uses = []
-    for node in m.findall(a.module, m.Attribute(attr=m.Name("bias"))):
+    for node in _bias_attributes(a):
         base = node.value
         if isinstance(base, cst.Name) and base.value == "self" or _self_attr(base) is not None:
             continue
@@ -878,6 +1046,13 @@ def _unguarded_bias_uses(a: FileAnalysis) -> List[_BiasUse]:
         code = a.module.code_for_node(statement if isinstance(statement, cst.SimpleStatementLine) else node).strip()
         uses.append(_BiasUse(code.splitlines()[0][:80] if code else "x.bias", types, substrings))
     return uses
+
+
+def _bias_attributes(a: FileAnalysis) -> List[cst.Attribute]:
+    """Every ``<expr>.bias`` in the file, in source order: the analysis already numbered every node in
+    pre-order, so no second walk of the tree is needed."""
+    attribute = cst.Attribute
+    return [node for node in a.order if type(node) is attribute and node.attr.value == "bias"]
 
 
 def _is_none_test(parent: Optional[cst.CSTNode], node: cst.CSTNode) -> bool:

@@ -10,6 +10,9 @@ from typing import Iterable, List, Optional, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg
+from torchlint.ast_index import AstIndex, index_of, is_literal, target_names
+from torchlint.ast_index import call_name as ast_call_name
+from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -191,11 +194,23 @@ class PerParameterOptimizerLoop(Rule):
         r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
     )
 
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        """``required_patterns``, each behind a literal that its matches must hold: the same answer, without
+        running the patterns over most texts."""
+        foreach = "foreach" in text
+        if not (foreach or "param" in text or "state_dict" in text):
+            return False
+        if not ((foreach and _FOREACH_FALSE_TEXT.search(text)) or _has_param_loop_line(text)):
+            return False
+        return foreach or any(op in text for op in _AUG_OP_TEXTS) or (".data" in text and bool(_DATA_SET_TEXT.search(text))) \
+            or ("_(" in text and bool(_INPLACE_CALL_TEXT.search(text)))
+
     has_ast_prefilter = True
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return bool(_FOREACH_FALSE_TEXT.search(text)) or _may_have_update_loop(tree)
+        return _ast_may_report(tree, text)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -301,6 +316,31 @@ class PerParameterOptimizerLoop(Rule):
             ctx.report(arg, message=message, fix=Fix.replace(call, new_call, Applicability.SAFE))
 
 
+# The text stage's patterns (`required_patterns`), split so that `may_fire` runs each only where it can match.
+_FOREACH_FALSE_TEXT = re.compile(r"foreach\s*=\s*False")
+_PARAM_LOOP_TEXT = re.compile(r"\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)")
+_AUG_OP_TEXTS = ("-=", "+=", "*=", "/=")
+_DATA_SET_TEXT = re.compile(r"\.data\s*=")
+_INPLACE_CALL_TEXT = re.compile(r"[a-z0-9]_\(")
+
+
+def _has_param_loop_line(text: str) -> bool:
+    """``_PARAM_LOOP_TEXT.search(text)``: its matches lie on one line ending in `param`/`state_dict`, so only
+    the lines that hold one of those words need the search."""
+    seen = set()
+    for word in ("param", "state_dict"):
+        at = text.find(word)
+        while at != -1:
+            start = text.rfind("\n", 0, at) + 1
+            if start not in seen:
+                seen.add(start)
+                end = text.find("\n", at)
+                if _PARAM_LOOP_TEXT.search(text, start, end if end != -1 else len(text)):
+                    return True
+            at = text.find(word, at + len(word))
+    return False
+
+
 def _is_test_path(path: str) -> bool:
     return bool(_TEST_PATH.search(path.replace("\\", "/")))
 
@@ -338,63 +378,242 @@ def _collects_for_foreach(a: FileAnalysis, loop: cst.For) -> bool:
     return False
 
 
-# --- the ast pre-filter: a superset of the loops `_check_loop` can report ---------------------------
-_FOREACH_FALSE_TEXT = re.compile(r"foreach\s*=\s*False")
-_PARAMISH_TEXT = re.compile(r"param|state_dict", re.IGNORECASE)
+# --- the ast pre-filter: a superset of what `check` reports ------------------------------------------
+# On the shared index, the gating tests of `_check_loop` (the loop's parameter targets, the functions around
+# it, the foreach branch and collecting pass, a candidate update in its body) and of `_check_foreach_false`.
+# Not mirrored: `_is_test_path` (the ast stage does not know the file's path) and the finer tests of the body
+# (`_LoopBody`'s state-initialisation branches and tensor tracking): those only add a "maybe".
 
 
-def _may_have_update_loop(tree: ast.Module) -> bool:
-    """A ``for`` over something that may be parameters whose body (nested defs aside) may update in place."""
-    loops: List[ast.For] = []
-    assigns: List[ast.Assign] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.For):
-            loops.append(node)
-        elif isinstance(node, ast.Assign):
-            assigns.append(node)
-    # Only names that some loop iterates need their values read (most assignments are not iterated).
-    iterated = {loop.iter.id for loop in loops if isinstance(loop.iter, ast.Name)}
-    bound_to_params = {
-        target.id
-        for node in assigns
-        for target in node.targets if isinstance(target, ast.Name) and target.id in iterated
-        if _mentions_params(node.value)
-    }
-    for node in loops:
-        iterable = node.iter
-        if not (_mentions_params(iterable) or (isinstance(iterable, ast.Name) and iterable.id in bound_to_params)):
+def _ast_may_report(tree: ast.Module, text: str) -> bool:
+    index = index_of(tree)
+    if "foreach" in text and _ast_has_foreach_false(index):
+        return True
+    for loop in index.loops:
+        node = loop.node
+        if type(node) is not ast.For:
             continue
-        if any(_may_update(statement) for statement in node.body):
+        params = _ast_param_targets(index, node.iter, node.target, loop.function)
+        if not params or not _may_update_in(node, params):
+            continue
+        if _ast_in_run_once_function(index, node):
+            continue
+        if _ast_beside_foreach_branch(index, node, text) or _ast_collects_for_foreach(index, loop):
+            continue
+        return True
+    return False
+
+
+def _ast_has_foreach_false(index: AstIndex) -> bool:
+    """``_check_foreach_false``'s candidates: ``torch.optim.X(..., foreach=False)`` without a fused kernel."""
+    for info in index.calls:
+        call = info.node
+        keywords = {k.arg: k.value for k in call.keywords if k.arg is not None}
+        if not is_literal(keywords.get("foreach"), False):
+            continue
+        qualified = index.qualified_name(call.func) or ""
+        if not qualified.startswith("torch.optim.") or _OPTIMIZER_SKIP.match(qualified):
+            continue
+        fused = keywords.get("fused")
+        if fused is None or is_literal(fused, False) or is_literal(fused, None):
             return True
     return False
 
 
-def _mentions_params(expr: ast.AST) -> bool:
-    for node in ast.walk(expr):
-        if isinstance(node, ast.Name) and _PARAMISH_TEXT.search(node.id):
+def _ast_args(call: ast.Call) -> List[Tuple[ast.expr, bool, bool]]:
+    """LibCST's ``call.args``: (value, starred, keyword) in source order (``*a`` after a keyword too)."""
+    args = [(a.value, True, False) if type(a) is ast.Starred else (a, False, False) for a in call.args]
+    if call.keywords:
+        args += [(k.value, k.arg is None, k.arg is not None) for k in call.keywords]
+        args.sort(key=lambda arg: (arg[0].lineno, arg[0].col_offset))
+    return args
+
+
+def _ast_elements(target: ast.AST) -> List[ast.AST]:
+    return [e.value if type(e) is ast.Starred else e for e in target.elts]  # type: ignore[attr-defined]
+
+
+def _ast_param_targets(index: AstIndex, iterable: ast.AST, target: ast.AST, scope) -> Set[str]:
+    """``_param_targets`` on the ast."""
+    if type(iterable) is ast.Call:
+        name = ast_call_name(iterable)
+        args = _ast_args(iterable)
+        if name == "enumerate" and args:
+            if type(target) in (ast.Tuple, ast.List) and len(target.elts) == 2:
+                return _ast_param_targets(index, args[0][0], _ast_elements(target)[1], scope)
+            return set()
+        if name == "zip" and type(iterable.func) is ast.Name:
+            if type(target) not in (ast.Tuple, ast.List) or len(target.elts) != len(args):
+                return set()
+            names: Set[str] = set()
+            elements = _ast_elements(target)
+            for (value, starred, keyword), element in zip(args, elements):
+                if not starred and not keyword:
+                    names |= _ast_param_targets(index, value, element, scope)
+            if names:
+                names |= {e.id for e in elements if type(e) is ast.Name}
+            return names
+        if name in ("items", "named_parameters") and (name == "named_parameters" or _ast_is_state_dict_items(iterable)):
+            if type(target) in (ast.Tuple, ast.List) and len(target.elts) == 2:
+                value = _ast_elements(target)[1]
+                return {value.id} if type(value) is ast.Name else set()
+            return set()
+    if type(target) is ast.Name and _ast_is_params_expr(index, iterable, scope, 0):
+        return {target.id}
+    return set()
+
+
+def _ast_is_state_dict_items(call: ast.Call) -> bool:
+    func = call.func
+    return (type(func) is ast.Attribute and func.attr == "items" and type(func.value) is ast.Call
+            and ast_call_name(func.value) == "state_dict")
+
+
+def _ast_is_params_expr(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
+    """``_is_params_expr``; ``scope`` is the def around ``expr`` (None: the module)."""
+    if depth > 3:
+        return False
+    kind = type(expr)
+    if kind is ast.Call:
+        name = ast_call_name(expr)
+        func = expr.func
+        if name == "parameters" and type(func) is ast.Attribute:
             return True
-        if isinstance(node, ast.Attribute) and _PARAMISH_TEXT.search(node.attr):
-            return True
-        if isinstance(node, ast.Constant) and node.value == "params":
-            return True
+        if name == "values" and type(func) is ast.Attribute and type(func.value) is ast.Call:
+            return ast_call_name(func.value) == "state_dict"
+        args = _ast_args(expr)
+        if name in ("list", "tuple", "filter", "reversed") and type(func) is ast.Name and args:
+            return _ast_is_params_expr(index, args[-1][0], scope, depth + 1)
+        return False
+    if kind is ast.Subscript:  # group["params"] (a string LibCST reads as one literal: a superset)
+        key = expr.slice
+        return type(key) is ast.Constant and key.value == "params"
+    if kind in (ast.ListComp, ast.GeneratorExp):
+        return any(_ast_is_params_expr(index, g.iter, scope, depth + 1) for g in expr.generators)
+    name = ast_dotted_name(expr)
+    if name is None:
+        return False
+    last = name.split(".")[-1]
+    if _PARAMS_NAME.search(last) and not _NOT_PARAMS_NAME.search(last):
+        return True
+    if kind is ast.Name:
+        # `single_value`, knowing which scope the value comes from (its own, for the recursion)
+        for candidate in (scope, None):
+            values = index.values_of(expr.id, candidate)
+            if values:
+                value = values[0] if len(values) == 1 else None
+                return value is not None and _ast_is_params_expr(index, value, candidate, depth + 1)
     return False
 
 
-def _may_update(statement: ast.AST) -> bool:
-    stack = [statement]
+def _ast_root(expr: ast.AST) -> Optional[str]:
+    """``_LoopBody._root``."""
+    while True:
+        kind = type(expr)
+        if kind is ast.Call:
+            expr = expr.func
+        elif kind is ast.Attribute:
+            if expr.attr == "state" and type(expr.value) in (ast.Name, ast.Attribute):
+                return "<state>"
+            if expr.attr in _SCALAR_ATTRS:
+                return None
+            expr = expr.value
+        elif kind is ast.Subscript:
+            expr = expr.value
+        elif kind is ast.Name:
+            return expr.id
+        else:
+            return None
+
+
+def _may_update_in(loop: ast.For, params: Set[str]) -> bool:
+    """A superset of ``_LoopBody.updates``: an in-place update whose root is a parameter, per-parameter state
+    or a name the body binds (``_LoopBody.mutable`` grows only through assignments)."""
+    nodes: List[ast.AST] = []
+    stack: List[ast.AST] = list(loop.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
             continue
-        if isinstance(node, ast.AugAssign):
-            return True
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            attr = node.func.attr
-            if attr.endswith("_") and not attr.startswith("__"):
-                return True
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "data" for t in node.targets):
-            return True
+        nodes.append(node)
         stack.extend(ast.iter_child_nodes(node))
+    mutable = set(params) | {"<state>"}
+    for node in nodes:
+        if type(node) is ast.Assign:
+            for target in node.targets:
+                mutable.update(target_names(target))
+    for node in nodes:
+        kind = type(node)
+        if kind is ast.AugAssign:
+            if _ast_root(node.target) in mutable:
+                return True
+        elif kind is ast.Call and type(node.func) is ast.Attribute:
+            name = node.func.attr
+            if name.endswith("_") and not name.startswith("_") and (name not in _NOT_UPDATES or name == "copy_") \
+                    and _ast_root(node.func.value) in mutable:
+                return True
+        elif kind is ast.Assign and type(node.value) is ast.BinOp:
+            if any(type(t) is ast.Attribute and t.attr == "data" and _ast_root(t) in params for t in node.targets):
+                return True
+    return False
+
+
+def _ast_in_run_once_function(index: AstIndex, loop: ast.For) -> bool:
+    """A def around the loop is an initialisation, a test or a `_single_tensor_*` path (`_check_loop`)."""
+    for function in index.functions:
+        if function.lineno <= loop.lineno <= (function.end_lineno or function.lineno):
+            name = function.name
+            if _INIT_FUNCTION.search(name) or name.startswith("test") or _SINGLE_TENSOR_FUNCTION.search(name):
+                return True
+    return False
+
+
+def _ast_beside_foreach_branch(index: AstIndex, loop: ast.For, text: str) -> bool:
+    """``_beside_foreach_branch``: an ``if`` on a foreach flag around the loop, within its def or class.
+    Goes down the statements whose lines hold the loop's first line (a compound statement starts a line)."""
+    found = False
+    nodes: List[ast.AST] = list(index.tree.body)
+    while nodes:
+        holder = next((n for n in nodes if n.lineno <= loop.lineno <= (n.end_lineno or n.lineno)), None)
+        if holder is None or holder is loop:
+            return found and holder is loop
+        if isinstance(holder, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found = False
+        elif type(holder) is ast.If and not found:
+            found = bool(_FOREACH_FLAG.search(ast.get_source_segment(text, holder.test) or ""))
+        nodes = []
+        for child in ast.iter_child_nodes(holder):
+            if isinstance(child, ast.match_case):
+                nodes.extend(child.body)  # a case has no position of its own
+            elif isinstance(child, (ast.stmt, ast.excepthandler)):
+                nodes.append(child)
+    return False
+
+
+def _ast_collects_for_foreach(index: AstIndex, loop) -> bool:
+    """``_collects_for_foreach``: the loop appends to lists that a ``torch._foreach_*`` call after it takes
+    (in the same def: a subset of the calls LibCST looks at)."""
+    node = loop.node
+    first = (node.body[0].lineno, node.body[0].col_offset)
+    body_end = (node.body[-1].end_lineno, node.body[-1].end_col_offset)
+    last = (node.end_lineno, node.end_col_offset)
+    appended = {
+        info.node.func.value.id
+        for info in index.calls_by_name.get("append", ())
+        if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
+        and first <= (info.node.lineno, info.node.col_offset) <= body_end
+    }
+    if not appended:
+        return False
+    for name, infos in index.calls_by_name.items():
+        if not name.startswith("_foreach_"):
+            continue
+        for info in infos:
+            call = info.node
+            if info.function is loop.function and (call.lineno, call.col_offset) > last and (
+                    any(type(arg) is ast.Name and arg.id in appended for arg in call.args)
+                    or any(type(k.value) is ast.Name and k.value.id in appended for k in call.keywords)):
+                return True
     return False
 
 

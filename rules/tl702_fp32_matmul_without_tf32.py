@@ -10,13 +10,16 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence, is_test_path, mixed_precision_evidence
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, is_test_path, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
 _TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
+_TRAINING_CALL_TEXT = re.compile(r"\.(?:backward|step)\s*\(")  # `required_patterns`, as `may_fire` runs them
+_TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while)\b)")
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
                 "multiprocessing.get_context", "torch.multiprocessing.get_context"}
@@ -117,19 +120,31 @@ class Fp32MatmulWithoutTf32(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        if settings.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(text):
+        """``required_patterns`` and no TF32 setting, each regex behind a literal its matches must hold."""
+        if settings.torch_version < (1, 12):
             return False
-        return super().may_fire(text, settings)
+        if not (("cuda" in text or "device" in text or ".to(" in text)
+                and ((".backward" in text or ".step" in text) and _TRAINING_CALL_TEXT.search(text))
+                and ("__main__" in text or (("\nfor" in text or "\nwhile" in text or text.startswith(("for", "while")))
+                                            and _TOP_LOOP_TEXT.search(text)))):
+            return False
+        return not ("32" in text and _TF32_SETTING_TEXT.search(text))
 
     has_ast_prefilter = True
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """An entry point (a `__main__` block or a module-level loop) and a backward or step call somewhere."""
-        if not any(_is_main_guard_ast(s) or isinstance(s, (ast.For, ast.While)) for s in tree.body):
+        """``check``'s gates on the shared index: a training loop, at module level or in a script with a
+        `__main__` block; a sign of CUDA; no certain sign of mixed precision or fp64."""
+        index = index_of(tree)
+        training = [loop for loop in index.loops if loop.is_training]
+        if not training:
             return False
-        return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("backward", "step")
-                   for n in ast.walk(tree))
+        if not any(loop.function is None for loop in training) and not any(_is_main_guard_ast(s) for s in tree.body):
+            return False
+        if not _ast_may_use_cuda(index) or _ast_uses_fp64(index, text):
+            return False
+        return not _ast_mixed_precision(index)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -195,6 +210,38 @@ def _is_main_guard_ast(statement: ast.stmt) -> bool:
         isinstance(n, ast.Constant) and n.value == "__main__" for n in names)
 
 
+def _ast_may_use_cuda(index: AstIndex) -> bool:
+    """A superset of ``cuda_evidence``: a ``.cuda()`` or ``.to(...)`` call, or a ``device=`` argument."""
+    if any(type(info.node.func) is ast.Attribute for info in index.calls_by_name.get("cuda", ())):
+        return True
+    if any(type(info.node.func) is ast.Attribute and (info.node.args or info.node.keywords)
+           for info in index.calls_by_name.get("to", ())):
+        return True
+    return any(keyword.arg == "device" for info in index.calls for keyword in info.node.keywords)
+
+
+def _ast_mixed_precision(index: AstIndex) -> bool:
+    """``device_facts.mixed_precision_in_ast`` on the shared index (no walk of its own): only signs that
+    ``mixed_precision_evidence`` certainly counts: a precision framework in the import table, an autocast or
+    GradScaler call, a ``.half()``/``.bfloat16()`` call, a ``precision=`` argument."""
+    if any(target.split(".")[0] in _PRECISION_FRAMEWORKS for target in index.imports.values()):
+        return True
+    if index.calls_by_name.get("autocast") or index.calls_by_name.get("GradScaler"):
+        return True
+    for name in ("half", "bfloat16"):
+        if any(type(info.node.func) is ast.Attribute and not info.node.args and not info.node.keywords
+               for info in index.calls_by_name.get(name, ())):
+            return True
+    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
+
+
+def _ast_uses_fp64(index: AstIndex, text: str) -> bool:
+    """``_uses_fp64``."""
+    if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
+        return True
+    return bool(_FP64_TEXT.search(text))
+
+
 def _main_guard(module: cst.Module) -> Optional[cst.If]:
     for statement in module.body:
         if isinstance(statement, cst.If) and isinstance(statement.test, cst.Comparison):
@@ -245,7 +292,10 @@ def _uses_fp64(a: FileAnalysis) -> bool:
     for call in a.calls:
         if call_name(call) == "double" and not call.args:
             return True
-    return bool(re.search(r"\btorch\.(float64|double)\b|set_default_dtype", a.source))
+    return bool(_FP64_TEXT.search(a.source))
+
+
+_FP64_TEXT = re.compile(r"\btorch\.(float64|double)\b|set_default_dtype")
 
 
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",

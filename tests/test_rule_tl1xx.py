@@ -87,7 +87,10 @@ def test_tl102_and_tl103_silent_in_tests(path):
 def test_tl102_ast_stage_needs_a_factory_chained_into_a_move():
     rule = get_rule("TL102")
     assert rule.may_fire_in_ast(ast.parse("x = torch.zeros(3)\ny = x.to(device)\n"), "", Settings()) is False
-    assert rule.may_fire_in_ast(ast.parse("y = torch.zeros(3).to(device)\n"), "", Settings()) is True
+    assert rule.may_fire_in_ast(ast.parse("import torch\ny = torch.zeros(3).to(device)\n"), "", Settings()) is True
+    # as `check`: the factory's name through the import table, a move that may go to CUDA
+    assert rule.may_fire_in_ast(ast.parse("y = torch.zeros(3).to(device)\n"), "", Settings()) is False
+    assert rule.may_fire_in_ast(ast.parse("import torch\ny = torch.zeros(3).to('cpu')\n"), "", Settings()) is False
 
 
 # --- TL103 ---------------------------------------------------------------------------------------

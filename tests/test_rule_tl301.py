@@ -80,3 +80,15 @@ def test_conv_output_reused_after_bn_is_silent():
         "        return self.bn(x) + x\n"
     )
     assert _codes(source) == []
+
+
+def test_the_first_unguarded_bias_use_in_source_order_is_named():
+    source = HEADER + (
+        "def init(m):\n"
+        "    nn.init.zeros_(m.bias) if m.bias is not None else None\n"  # guarded: not named
+        "    nn.init.constant_(m.bias, 0.0)\n"
+        "    m.bias.data.zero_()\n"
+        "b = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))\n"
+    )
+    [finding] = lint(source, "TL301")
+    assert "`nn.init.constant_(m.bias, 0.0)` reads a `.bias`" in finding.message and finding.fix is None

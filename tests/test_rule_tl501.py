@@ -171,3 +171,22 @@ def test_a_filter_after_an_update_keeps_the_loop():
     )
     [(_, applicability, message)] = _lint(source)
     assert applicability is None and "skips parameters after some of their updates" in message
+
+
+def test_ast_stage_reads_loops_inside_match_cases():
+    """A `case` has no position of its own: the foreach-branch test must still find the loop under it."""
+    import ast
+
+    from torchlint.config import Settings
+    from torchlint.registry import rules_by_code
+
+    source = (
+        "import torch\n"
+        "def step(params, mode, foreach=False):\n"
+        "    match mode:\n"
+        "        case 'sgd':\n"
+        "            for p in params:\n"
+        "                p.add_(p.grad, alpha=-0.1)\n"
+    )
+    rule = rules_by_code()["TL501"]
+    assert rule.may_fire_in_ast(ast.parse(source), source, Settings()) is True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+import typing
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
@@ -132,16 +133,30 @@ _CHILD_FIELDS: Dict[type, Tuple[str, ...]] = {}
 
 
 def _child_fields(node_type: type) -> Tuple[str, ...]:
+    """The fields of ``node_type`` that can hold a child node, in source order."""
     names = _CHILD_FIELDS.get(node_type)
     if names is None:
+        annotations = {f.name: f.type for f in dataclasses.fields(node_type)}
         names = _source_order().get(node_type) or tuple(
-            f.name for f in dataclasses.fields(node_type)
-            if f.name not in _SKIPPED_FIELDS and not f.name.startswith("whitespace")
+            name for name in annotations
+            if name not in _SKIPPED_FIELDS and not name.startswith("whitespace")
         )
-        _CHILD_FIELDS[node_type] = names
+        # `Name.value: str`, `Arg.star: Literal["", "*", "**"]`: reading them finds no node, so skip them
+        names = _CHILD_FIELDS[node_type] = tuple(name for name in names if _may_hold_node(annotations[name]))
     return names
 
 
+def _may_hold_node(annotation: object) -> bool:
+    """False only where a field's annotation rules out a node (``str``, ``bool``, a ``Literal``...)."""
+    if isinstance(annotation, type):
+        return issubclass(annotation, cst.CSTNode)
+    if typing.get_origin(annotation) is typing.Literal:
+        return False
+    arguments = typing.get_args(annotation)
+    return not arguments or any(_may_hold_node(argument) for argument in arguments)
+
+
+_CHILD_FIELDS_LAST_FIRST: Dict[type, Tuple[str, ...]] = {}  # the walk's order of reading them
 _IS_NODE: Dict[type, bool] = {}
 
 
@@ -154,8 +169,11 @@ def _is_node_type(value_type: type) -> bool:
 
 def iter_children(node: cst.CSTNode) -> List[cst.CSTNode]:
     """The child nodes that matter to rules, in source order (no whitespace or punctuation)."""
+    names = _CHILD_FIELDS.get(type(node))
+    if names is None:
+        names = _child_fields(type(node))
     children = []
-    for name in _child_fields(type(node)):
+    for name in names:
         value = getattr(node, name, None)
         value_type = type(value)
         if value_type is list or value_type is tuple:
@@ -187,13 +205,15 @@ class _Indexer:
         """
         parents, order = self.a.parents, self.a.order
         visit_table, leave_table = _handlers()
+        last_first, is_node = _CHILD_FIELDS_LAST_FIRST, _IS_NODE
         parents[module] = None
         counter = 0
         stack: List[object] = [module]
+        pop, push = stack.pop, stack.append
         while stack:
-            node = stack.pop()
+            node = pop()
             if node is _LEAVING:
-                node = stack.pop()
+                node = pop()
                 leave_table[type(node)](self, node)
                 continue
             order[node] = counter
@@ -203,13 +223,28 @@ class _Indexer:
             if visit is not None:
                 visit(self, node)
                 if node_type in leave_table:
-                    stack.append(node)
-                    stack.append(_LEAVING)
-            children = iter_children(node)
-            for child in children:
-                parents[child] = node
-            children.reverse()
-            stack.extend(children)
+                    push(node)
+                    push(_LEAVING)
+            names = last_first.get(node_type)
+            if names is None:
+                names = last_first[node_type] = _child_fields(node_type)[::-1]
+            # iter_children, inlined (this loop runs for every node of the file): the children go on the
+            # stack last first, so that they come off it in source order
+            for name in names:
+                value = getattr(node, name, None)
+                value_type = type(value)
+                if value_type is tuple or value_type is list:
+                    for item in reversed(value):
+                        item_type = type(item)
+                        known = is_node.get(item_type)
+                        if known or (known is None and _is_node_type(item_type)):
+                            parents[item] = node
+                            push(item)
+                else:
+                    known = is_node.get(value_type)
+                    if known or (known is None and _is_node_type(value_type)):
+                        parents[value] = node
+                        push(value)
 
     # --- per-type handlers ---------------------------------------------------------------
     def visit_call(self, node: cst.Call) -> None:

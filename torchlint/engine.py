@@ -122,7 +122,7 @@ def _run_rules(
         from torchlint.positions import node_spans
 
         wanted = [r.node for r in found] + [n for r in found if r.fix for n in r.fix.replacements]
-        positions = node_spans(module, wanted)
+        positions = node_spans(module, wanted, analysis.parents, source)
         for report in found:
             line, column, end_line, end_column = positions[report.node]
             key = (report.rule.code, line, column, report.message)

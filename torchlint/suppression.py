@@ -1,7 +1,7 @@
 """``# noqa`` comments: per line, and ``# torchlint: noqa`` on a line of its own for a whole file.
 
 Only real comments count (found with ``tokenize``), never text inside strings or docstrings. This runs only
-for files that have findings.
+for files that have findings, and tokenizes only those whose text holds "noqa" somewhere.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Dict, FrozenSet, Set, Tuple
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
 _FILE_NOQA = re.compile(r"^#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE)
+
+_ANY_NOQA = re.compile(r"noqa", re.IGNORECASE)  # in every comment either pattern matches
 
 ALL = frozenset({"*"})
 
@@ -49,6 +51,8 @@ class Suppressions:
     def parse(cls, source: str) -> "Suppressions":
         file_codes: FrozenSet[str] = frozenset()
         line_codes: Dict[int, FrozenSet[str]] = {}
+        if not _ANY_NOQA.search(source):  # no comment can suppress: skip tokenizing
+            return cls(file_codes, line_codes)
         for line, (comment, alone) in _comments(source).items():
             whole_file = _FILE_NOQA.match(comment) if alone else None
             if whole_file:
