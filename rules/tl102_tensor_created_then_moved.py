@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import libcst as cst
 
@@ -13,7 +13,7 @@ from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
 from torchlint.loader_prefilter import may_chain_factory_into_move
-from torchlint.device_facts import _DEVICE_NAME, CPU, CUDA, device_kind, is_test_path, to_destination
+from torchlint.device_facts import _DEVICE_NAME, CPU, CUDA, device_kind, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Factories that fill their result the same way on every device.
@@ -111,6 +111,7 @@ class TensorCreatedThenMoved(Rule):
     """
 
     code = "TL102"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "tensor-created-then-moved"
     message = "the tensor is made on the CPU and then copied to the GPU; pass `device=` to the factory instead"
     summary = "Tensor created on the CPU and immediately moved to the GPU"
@@ -131,8 +132,6 @@ class TensorCreatedThenMoved(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         for name in ("cuda", "to"):
             for move in a.calls_by_name.get(name, ()):
                 factory = receiver(move)

@@ -10,7 +10,6 @@ import libcst as cst
 from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch, may_move_to_device, may_name_a_loader
 from torchlint.loaders import LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
@@ -79,6 +78,7 @@ class BlockingHostToDeviceCopy(Rule):
     """
 
     code = "TL103"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "blocking-host-to-device-copy"
     message = ("blocking copy of a loader batch to the GPU; pass `non_blocking=True` (with `pin_memory=True` on "
                "the DataLoader) so the copy overlaps with compute")
@@ -97,8 +97,6 @@ class BlockingHostToDeviceCopy(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         facts = loader_facts(a)
         built_here = {id(loop.node) for site in facts.sites for loop in site.loops}
         seen: Set[int] = set()

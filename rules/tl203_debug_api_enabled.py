@@ -11,7 +11,6 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import any_of, ast_facts, condition_around, may_train, runs_on_every_run
 
@@ -88,6 +87,7 @@ class DebugApiEnabled(Rule):
     """
 
     code = "TL203"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "debug-api-enabled"
     message = "debugging API left on for the whole training run"
     summary = "Anomaly detection, profilers or gradcheck left on around training"
@@ -106,7 +106,7 @@ class DebugApiEnabled(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _DEBUG_PURPOSE.search(PurePath(a.path).stem) or not a.training_loops():
+        if _DEBUG_PURPOSE.search(PurePath(a.path).stem) or not a.training_loops():
             return
         for name in sorted(_CALL_NAMES):
             for call in a.calls_by_name.get(name, ()):

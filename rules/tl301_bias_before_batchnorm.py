@@ -10,7 +10,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, names_in, receiver, walk
-from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 

@@ -6,7 +6,6 @@ import ast
 import re
 
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import any_of, ast_facts, may_train
 
@@ -85,6 +84,7 @@ class DataParallel(Rule):
     """
 
     code = "TL302"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "data-parallel"
     message = (
         "`DataParallel` drives all GPUs from one process: it replicates the model and scatters each batch every "
@@ -109,7 +109,7 @@ class DataParallel(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _DISTRIBUTED_TEXT.search(a.source) or not a.training_loops():
+        if _DISTRIBUTED_TEXT.search(a.source) or not a.training_loops():
             return
         for name in ("DataParallel", "data_parallel"):
             for call in a.calls_by_name.get(name, ()):

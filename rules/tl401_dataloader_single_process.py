@@ -7,7 +7,6 @@ import ast
 import libcst as cst
 
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import loader_argument as ast_argument
 from torchlint.loader_prefilter import loader_may_fire, may_step
 from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
@@ -93,6 +92,7 @@ class DataloaderSingleProcess(Rule):
     """
 
     code = "TL401"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "dataloader-single-process"
     message = ("this DataLoader loads every batch in the training process (`num_workers` is 0), so the "
                "training loop waits for data; set `num_workers`, e.g. `min(8, os.cpu_count())`")
@@ -110,8 +110,6 @@ class DataloaderSingleProcess(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         facts = loader_facts(a)
         for site in facts.sites:
             workers = loader_argument(site.call, "num_workers")

@@ -9,7 +9,6 @@ import libcst as cst
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
 from torchlint.loader_prefilter import loader_may_fire, may_move_to_device, may_step
@@ -78,6 +77,7 @@ class DataloaderUnpinned(Rule):
     """
 
     code = "TL402"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "dataloader-unpinned"
     message = ("this DataLoader's batches are copied to the GPU from pageable memory; pass `pin_memory=True` "
                "so each copy is one DMA transfer that can overlap with compute")
@@ -96,8 +96,6 @@ class DataloaderUnpinned(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         facts = loader_facts(a)
         for site in facts.sites:
             pinned = loader_argument(site.call, "pin_memory")

@@ -10,7 +10,6 @@ import libcst as cst
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
 from torchlint.loader_prefilter import loader_may_fire, may_step
@@ -85,6 +84,7 @@ class DataloaderWorkersRestart(Rule):
     """
 
     code = "TL403"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "dataloader-workers-restart"
     message = ("this DataLoader starts its worker processes again for every epoch; pass "
                "`persistent_workers=True` to keep them")
@@ -105,8 +105,6 @@ class DataloaderWorkersRestart(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         facts = loader_facts(a)
         for site in facts.sites:
             workers = loader_argument(site.call, "num_workers")

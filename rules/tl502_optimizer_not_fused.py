@@ -10,7 +10,7 @@ import libcst as cst
 
 from torchlint.analysis import _OPTIMIZER_NAME, FileAnalysis, dotted_name
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence, is_test_path
+from torchlint.device_facts import cuda_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 from torchlint.script_facts import any_of, ast_facts, may_train, may_use_cuda
 
@@ -106,6 +106,7 @@ class OptimizerNotFused(Rule):
     """
 
     code = "TL502"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "optimizer-not-fused"
     message = (
         "optimizer on CUDA without `fused=True`: the fused kernel does the whole update in one launch per "
@@ -137,7 +138,7 @@ class OptimizerNotFused(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _unsupported(a.source):
+        if _unsupported(a.source):
             return
         if not a.training_loops() or cuda_evidence(a) is None:
             return

@@ -9,7 +9,6 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import ast_facts
 
@@ -61,6 +60,7 @@ class AdamWithWeightDecay(Rule):
     """
 
     code = "TL503"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "adam-with-weight-decay"
     message = (
         "`Adam(weight_decay=...)` is L2 regularisation scaled by Adam's adaptive denominator, not decoupled "
@@ -85,8 +85,6 @@ class AdamWithWeightDecay(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         for call in a.calls_by_name.get("Adam", ()):
             if not a.is_qualified(call.func, *_ADAM):
                 continue

@@ -10,7 +10,7 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence, is_test_path
+from torchlint.device_facts import cuda_evidence
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
 
@@ -98,6 +98,7 @@ class CudnnBenchmarkOff(Rule):
     """
 
     code = "TL601"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "cudnn-benchmark-off"
     message = (
         "convolutions train on CUDA without `torch.backends.cudnn.benchmark = True`: cuDNN uses heuristics "
@@ -123,7 +124,7 @@ class CudnnBenchmarkOff(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or _decided(a.source):
+        if _decided(a.source):
             return
         if any(target.split(".")[0] in _FRAMEWORKS for target in a.imports.values()):
             return

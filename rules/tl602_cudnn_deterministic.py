@@ -9,7 +9,6 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
 
@@ -76,6 +75,7 @@ class CudnnDeterministic(Rule):
     """
 
     code = "TL602"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "cudnn-deterministic"
     message = (
         "deterministic algorithms are forced on every run: cuDNN and CUDA may only use their (often slower) "
@@ -97,7 +97,7 @@ class CudnnDeterministic(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or not a.training_loops():
+        if not a.training_loops():
             return
         for node in _deterministic_settings(a):
             if runs_on_every_run(a, node):

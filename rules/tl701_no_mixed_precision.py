@@ -6,7 +6,7 @@ import ast
 import re
 
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence, is_test_path, mixed_precision_evidence, mixed_precision_in_ast
+from torchlint.device_facts import cuda_evidence, mixed_precision_evidence, mixed_precision_in_ast
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
 
@@ -135,6 +135,7 @@ class NoMixedPrecision(Rule):
     """
 
     code = "TL701"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "no-mixed-precision"
     message = (
         "this CUDA training loop runs entirely in float32; mixed precision (`torch.autocast(\"cuda\", "
@@ -160,7 +161,7 @@ class NoMixedPrecision(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if ctx.torch_version < (1, 6) or is_test_path(a.path):
+        if ctx.torch_version < (1, 6):
             return
         if _requires_double(a.source) or decided_elsewhere(a.source) or mentions_reduced_precision(a.source):
             return

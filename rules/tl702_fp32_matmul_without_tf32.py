@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
-from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, is_test_path, mixed_precision_evidence
+from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
@@ -104,6 +104,7 @@ class Fp32MatmulWithoutTf32(Rule):
     """
 
     code = "TL702"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "fp32-matmul-without-tf32"
     message = (
         "this script trains on CUDA in fp32 and never enables TF32: `torch.set_float32_matmul_precision(\"high\")` "
@@ -148,7 +149,7 @@ class Fp32MatmulWithoutTf32(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if ctx.torch_version < (1, 12) or is_test_path(a.path) or _TF32_SETTING_TEXT.search(a.source):
+        if ctx.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(a.source):
             return
         training = a.training_loops()
         if not training:

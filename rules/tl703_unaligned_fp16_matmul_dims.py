@@ -10,7 +10,7 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, dotted_name, keyword_arg, walk
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path, reduced_precision_evidence
+from torchlint.device_facts import reduced_precision_evidence
 from torchlint.rule import FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import search_word
 
@@ -97,6 +97,7 @@ class UnalignedFp16MatmulDims(Rule):
     """
 
     code = "TL703"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "unaligned-fp16-matmul-dims"
     message = "fp16/bf16 layer size is not a multiple of 8: tensor-core matmuls run slower kernels"
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
@@ -121,8 +122,6 @@ class UnalignedFp16MatmulDims(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path):
-            return
         layers = [call for name in ("Linear", "Embedding") for call in a.calls_by_name.get(name, ())
                   if a.qualified_name(call.func) in ("torch.nn.Linear", "torch.nn.Embedding")]
         if not layers or reduced_precision_evidence(a) is None:

@@ -12,7 +12,6 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, receiver, target_names, walk
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
 from torchlint.rule import FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import finditer_word, search_word
 
@@ -119,6 +118,7 @@ class PythonLoopOverTensorElements(Rule):
     """
 
     code = "TL704"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "python-loop-over-tensor-elements"
     message = "Python loop over a tensor's elements: one kernel launch per op and element; vectorize it"
     summary = "Python loop over tensor indices doing elementwise tensor arithmetic"
@@ -156,7 +156,7 @@ class PythonLoopOverTensorElements(Rule):
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
-        if is_test_path(a.path) or "range" not in a.calls_by_name:
+        if "range" not in a.calls_by_name:
             return
         for loop in a.loops:
             node = loop.node

@@ -27,7 +27,7 @@ import os
 import tempfile
 import types
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 import torch
 

@@ -14,6 +14,7 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
+from torchlint.device_facts import is_test_path
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
@@ -47,15 +48,23 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
     return Diagnostic(ERROR_CODE, "error", message, path, line, column, line, column)
 
 
-def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings) -> List[Rule]:
-    """The rules that could report something in ``source``: a text stage, then, where every remaining rule
-    has one, an ``ast`` stage (cheaper than the LibCST parse it can save)."""
-    candidates = [rule for rule in rules if rule.may_fire(source, settings)]
+def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, path: str = "") -> List[Rule]:
+    """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
+    for its kind of file, then a text stage, then, where every remaining rule has one, an ``ast`` stage
+    (cheaper than the LibCST parse it can save)."""
+    candidates = [rule for rule in rules_for_path(rules, path) if rule.may_fire(source, settings)]
     if candidates and all(rule.has_ast_prefilter for rule in candidates):
         tree = _stdlib_ast(source)
         if tree is not None:
             candidates = [rule for rule in candidates if rule.may_fire_in_ast(tree, source, settings)]
     return candidates
+
+
+def rules_for_path(rules: Sequence[Rule], path: str) -> Sequence[Rule]:
+    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``)."""
+    if path and is_test_path(path):
+        return [rule for rule in rules if not rule.silent_in_test_files]
+    return rules
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
@@ -197,7 +206,7 @@ def lint_source(
     source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
 ) -> LintOutcome:
     """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output)."""
-    candidates = rules_that_may_fire(rules, source, settings)
+    candidates = rules_that_may_fire(rules, source, settings, path)
     if not candidates:
         return LintOutcome([], parsed=False)
     try:
@@ -216,7 +225,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     broken: Set[Tuple[str, str]] = set()  # (rule code, node code) of fixes that broke the file
     current = source
     for _ in range(MAX_FIX_PASSES):
-        candidates = rules_that_may_fire(rules, current, settings)
+        candidates = rules_that_may_fire(rules, current, settings, path)
         if not candidates:
             break
         try:

@@ -9,7 +9,6 @@ to the loop that trains on it (``train.py``): the rules stay silent there rather
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
