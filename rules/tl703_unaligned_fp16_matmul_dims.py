@@ -10,7 +10,8 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, dotted_name, keyword_arg, walk
 from torchlint.config import Settings
-from torchlint.device_facts import reduced_precision_evidence
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.device_facts import may_compute_in_reduced_precision_in_ast, reduced_precision_evidence
 from torchlint.rule import FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import search_word
 
@@ -116,9 +117,20 @@ class UnalignedFp16MatmulDims(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """Some integer literal in the file that would be a reportable size."""
-        return any(isinstance(n, ast.Constant) and type(n.value) is int and _unaligned(n.value)
-                   for n in ast.walk(tree))
+        """``check``'s gates: a ``torch.nn.Linear``/``Embedding`` call with a size that is an unaligned
+        integer, or a name or attribute (whose value ``check`` reads from some integer in the file), and a
+        sign of fp16/bf16 compute."""
+        index = index_of(tree)
+        sizes = []
+        for info in (*index.calls_by_name.get("Linear", ()), *index.calls_by_name.get("Embedding", ())):
+            qualified = index.qualified_name(info.node.func)
+            if qualified in ("torch.nn.Linear", "torch.nn.Embedding"):
+                dims = _LINEAR_DIMS if qualified == "torch.nn.Linear" else _EMBEDDING_DIMS
+                sizes += [(arg, info.function) for position, keyword in dims
+                          for arg in [_ast_argument(info.node, position, keyword)] if arg is not None]
+        if not any(_ast_may_be_unaligned(index, size, scope) for size, scope in sizes):
+            return False
+        return may_compute_in_reduced_precision_in_ast(tree)
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -173,6 +185,35 @@ def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.Arg]:
         return found
     positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
     return positional[position] if position < len(positional) else None
+
+
+def _ast_argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:
+    """As ``_argument``: the keyword, else the position-th positional argument that is not ``*args``."""
+    for given in call.keywords:
+        if given.arg == keyword:
+            return given.value
+    positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
+    return positional[position] if position < len(positional) else None
+
+
+def _ast_may_be_unaligned(index: AstIndex, size: ast.expr, scope: Optional[ast.AST]) -> bool:
+    """False only where ``_int_value`` certainly reads no unaligned size: a literal is read as it is, a name
+    through its single binding (as ``check``), anything it reads further (a name's name, a config field)
+    is some unaligned integer literal of the file."""
+    if type(size) is ast.Constant:
+        return type(size.value) is int and _unaligned(size.value)
+    if isinstance(size, ast.Name):
+        value = index.single_value(size.id, scope)
+        if type(value) is ast.Constant:
+            return type(value.value) is int and _unaligned(value.value)
+        return isinstance(value, (ast.Name, ast.Attribute)) and _ast_has_unaligned_int(index.tree)
+    return isinstance(size, ast.Attribute) and isinstance(size.value, (ast.Name, ast.Attribute)) \
+        and _ast_has_unaligned_int(index.tree)
+
+
+def _ast_has_unaligned_int(tree: ast.Module) -> bool:
+    return any(type(node) is ast.Constant and type(node.value) is int and _unaligned(node.value)
+               for node in ast.walk(tree))
 
 
 def _int_value(a: FileAnalysis, expr: cst.BaseExpression, fields: Dict[str, int], depth: int = 0) -> Optional[int]:

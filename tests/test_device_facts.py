@@ -131,3 +131,27 @@ def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_
     assert (reduced_precision_evidence(analyse(source)) is not None) is expected
     if expected:
         assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\nwith torch.autocast('cuda'):\n    pass\n",
+        "from torch import autocast as ac\nwith ac('cuda'):\n    pass\n",
+        "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
+        "import torch\nmodel = model.bfloat16()\n",
+        "import torch\nx = torch.zeros(3, dtype=torch.half)\n",
+        "from torch import float16\nx = y.to(float16)\n",
+        "import torch\nx = y.to(*[torch.bfloat16])\n",
+        "import torch\nx = torch.zeros(3)\n",
+        "import torch\nx = y.half(0)\n",
+        "from accelerate import Accelerator\n",
+    ],
+)
+def test_reduced_precision_in_ast_says_no_only_where_the_analysis_finds_nothing(source):
+    import ast
+
+    from torchlint.device_facts import may_compute_in_reduced_precision_in_ast
+
+    if reduced_precision_evidence(analyse(source)) is not None:
+        assert may_compute_in_reduced_precision_in_ast(ast.parse(source))

@@ -169,6 +169,34 @@ def mixed_precision_in_ast(tree: ast.Module) -> bool:
     return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
 
 
+def may_compute_in_reduced_precision_in_ast(tree: ast.Module) -> bool:
+    """False only where ``reduced_precision_evidence`` certainly finds nothing: no autocast or GradScaler
+    call, no argument-less ``.half()`` / ``.bfloat16()``, no ``dtype=`` or ``.to(...)`` naming a reduced
+    dtype (by its last name: the check's qualified-name test can only say no more often)."""
+    from torchlint.ast_index import call_name as ast_call_name, dotted_name as ast_dotted_name
+
+    def names_reduced_dtype(node: ast.AST) -> bool:
+        name = ast_dotted_name(node)
+        return name is not None and name.rsplit(".", 1)[-1] in _REDUCED_DTYPES
+
+    index = index_of(tree)
+    if "autocast" in index.calls_by_name or "GradScaler" in index.calls_by_name:
+        return True
+    for info in index.calls:
+        call = info.node
+        name = ast_call_name(call)
+        if (index.qualified_name(call.func) or "") in _AUTOCAST_NAMES:  # `from torch import autocast as ac`
+            return True
+        if name in {"half", "bfloat16"} and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
+            return True
+        if any(keyword.arg == "dtype" and names_reduced_dtype(keyword.value) for keyword in call.keywords):
+            return True
+        if name == "to" and any(names_reduced_dtype(arg.value if isinstance(arg, ast.Starred) else arg)
+                                for arg in call.args):
+            return True
+    return False
+
+
 def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:
     """The first place the file itself certainly computes in fp16/bf16: autocast or a GradScaler, a
     `.half()` / `.bfloat16()` call, a reduced `dtype=`, or `.to(torch.float16)`. Unlike
