@@ -234,9 +234,18 @@ def _loop_may_zero(index: AstIndex, loop) -> bool:
         if name == "zero_" and not call.args and not call.keywords and isinstance(call.func, ast.Attribute):
             if _ast_grad_of(call.func.value, param):
                 return True
-        elif name == "zeros_like" and index.qualified_name(call.func) == "torch.zeros_like":
-            return True  # `p.grad = torch.zeros_like(p)`: the statement's shape is left to `check`
+        elif (name == "zeros_like" and index.qualified_name(call.func) == "torch.zeros_like"
+              and len(call.args) + len(call.keywords) == 1 and _ast_rebinds_grad(node, call, param)):
+            return True
     return False
+
+
+def _ast_rebinds_grad(loop: ast.AST, call: ast.Call, param: str) -> bool:
+    """``p.grad = torch.zeros_like(...)``, the one statement around ``zeros_like`` that ``_zeroing_statements``
+    takes (``p.grad.data = ...`` and a comparison with zeros are not rebindings)."""
+    return any(isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1
+               and _ast_grad_of(node.targets[0], param) and node.targets[0].attr == "grad"
+               for node in ast.walk(loop))
 
 
 def _ast_parameter_target(loop) -> Optional[str]:
