@@ -49,6 +49,15 @@ _EVAL_DEF_TEXT = re.compile(r"def\s+_*(?:(?i:" + _EVAL_WORD_TEXT + r"|test)(?:_\
 _LOADER_HINTS = ("loader", "dataset", "batches", "dl", "ds")
 _EVAL_LOADER_TEXT = re.compile(r"(?:val|valid|validation|test|testing|eval|evaluation|dev|holdout)\w*"
                                r"(?:loader|dl|ds|dataset|batches)")
+# The same search, one literal-led pattern per word part: every word above holds `val`, `test`, `dev` or
+# `holdout`, and a pattern that starts with a literal is found several times faster by `re` than an alternation.
+_EVAL_LOADER_SEARCHES = tuple(re.compile(word + r"\w*(?:loader|dl|ds|dataset|batches)")
+                              for word in ("val", "test", "dev", "holdout"))
+
+
+def _may_name_eval_loader(lower: str) -> bool:
+    """``_EVAL_LOADER_TEXT.search(lower)``, faster (``tests/test_rule_tl202.py`` holds them equal)."""
+    return any(search.search(lower) for search in _EVAL_LOADER_SEARCHES)
 # Names of things that are models: the last part of the called name.
 _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "classifier",
                 "generator", "discriminator", "policy", "critic", "actor", "teacher", "student", "autoencoder",
@@ -508,7 +517,7 @@ class EvalWithoutNoGrad(Rule):
         if ".eval(" in text or ".train(" in text:
             return True
         lower = text.lower()
-        if any(hint in lower for hint in _LOADER_HINTS) and _EVAL_LOADER_TEXT.search(lower):
+        if any(hint in lower for hint in _LOADER_HINTS) and _may_name_eval_loader(lower):
             return True
         return bool(_EVAL_DEF_TEXT.search(text))
 

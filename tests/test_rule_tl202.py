@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from fixture_support import fix, lint
 from torchlint.rule import Applicability
 
@@ -178,3 +180,14 @@ def test_pytest_functions_are_silent():
         """)
     assert lint(source, "TL202") == []
     assert lint(source.replace("def test_eval():", "def test_eval(model_fixture):"), "TL202", path="test_model.py") == []
+
+
+@pytest.mark.parametrize("text", [
+    "val_loader", "valid_dl", "validation_dataset", "test_batches", "testing_loader", "eval_ds", "evaluation_dl",
+    "dev_loader", "holdout_ds", "my_val_loader", "interval_loader", "train_loader", "values = ds", "val loader",
+    "evaldata_batches", "retest_dataset", "devices_ds", "", "holdou_loader",
+])
+def test_the_fast_eval_loader_search_equals_the_regex(text):
+    from torchlint.rules.tl202_eval_without_no_grad import _EVAL_LOADER_TEXT, _may_name_eval_loader
+
+    assert _may_name_eval_loader(text) == bool(_EVAL_LOADER_TEXT.search(text))
