@@ -259,3 +259,17 @@ def test_past_the_budget_the_rest_is_located_from_the_whole_module(monkeypatch):
     generated = _generated(monkeypatch)
     assert node_spans(module, nodes, analysis.parents, NESTED) == node_spans(module, nodes)
     assert generated[0] is module  # nothing was regenerated statement by statement
+
+
+def test_searching_the_source_counts_against_the_budget(monkeypatch):
+    """Thousands of one-line statements: each is tiny to regenerate, but finding each scans the source, so
+    the locator must give up on statements long before it has searched for all of them."""
+    source = "".join(f"y{i} = f(x{i})\n" for i in range(3000))
+    module = cst.parse_module(source)
+    analysis = FileAnalysis(module, source)
+    calls = [node for node in analysis.parents if isinstance(node, cst.Call)]
+    searches = []
+    real = positions._only_line_start
+    monkeypatch.setattr(positions, "_only_line_start", lambda *args: searches.append(1) or real(*args))
+    assert node_spans(module, calls, analysis.parents, source) == node_spans(module, calls)
+    assert 0 < len(searches) < len(calls) // 10

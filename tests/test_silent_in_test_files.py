@@ -34,3 +34,14 @@ def test_a_flagged_fixture_is_silent_as_a_test_file(code, fixture):
     source = fixture.read_text(encoding="utf-8")
     assert [d for d in lint(source, code) if d.code == code], "the fixture must be flagged where it is"
     assert not [d for d in lint(source, code, path=f"tests/{fixture.name}") if d.code == code]
+
+
+def test_a_folder_named_test_above_the_project_does_not_make_its_files_tests(tmp_path):
+    """An editor sends absolute paths: /home/u/test/proj/train.py is the project's train.py, not test code."""
+    root = tmp_path / "test" / "proj"
+    every_rule = [rule() for rule in all_rules()]
+    assert len(rules_for_path(every_rule, str(root / "train.py"), root)) == len(every_rule)
+    kept = {rule.code for rule in rules_for_path(every_rule, str(root / "tests" / "train.py"), root)}
+    assert kept == set(SPEAKS)
+    outside = {rule.code for rule in rules_for_path(every_rule, str(tmp_path / "test" / "other.py"), root)}
+    assert outside == set(SPEAKS)  # not below the project: judged as given

@@ -8,6 +8,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -52,7 +53,7 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
     for its kind of file, then a text stage, then, where every remaining rule has one, an ``ast`` stage
     (cheaper than the LibCST parse it can save)."""
-    candidates = [rule for rule in rules_for_path(rules, path) if rule.may_fire(source, settings)]
+    candidates = [rule for rule in rules_for_path(rules, path, settings.root) if rule.may_fire(source, settings)]
     if candidates and all(rule.has_ast_prefilter for rule in candidates):
         tree = _stdlib_ast(source)
         if tree is not None:
@@ -60,11 +61,22 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     return candidates
 
 
-def rules_for_path(rules: Sequence[Rule], path: str) -> Sequence[Rule]:
-    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``)."""
-    if path and is_test_path(path):
+def rules_for_path(rules: Sequence[Rule], path: str, root: Optional[Path] = None) -> Sequence[Rule]:
+    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``). A path below
+    ``root`` (the project's folder) is judged from there: a folder named ``test`` above the project, as in
+    the absolute path an editor sends, says nothing about the file."""
+    if path and is_test_path(_below(path, root)):
         return [rule for rule in rules if not rule.silent_in_test_files]
     return rules
+
+
+def _below(path: str, root: Optional[Path]) -> str:
+    if root is None:
+        return path
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
+    except ValueError:  # outside the project (or another drive): the path as given
+        return path
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:

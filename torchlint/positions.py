@@ -36,6 +36,10 @@ Span = Tuple[int, int, int, int]
 # Statements are regenerated until their text adds up to this many times the source's; the nodes left then
 # take one pass over the whole module, so locating never costs much more than that pass.
 _STATEMENT_BUDGET = 1.0
+# Finding a statement's text scans the source (``str.find``, in C), about this many times cheaper per
+# character than generating code: each search counts against the budget by the source's length over this,
+# so a file with thousands of reported statements falls back to the one pass too.
+_SEARCH_COST_RATIO = 50
 
 
 class _Stop(Exception):
@@ -215,7 +219,7 @@ class _StatementLocator:
             return cache[statement]
         state = _generate(self.module, statement, indents, stop_before)
         text = "".join(state.tokens)
-        self.generated += len(text)
+        self.generated += len(text) + len(self.haystack) // _SEARCH_COST_RATIO
         start = _only_line_start(self.haystack, text) if text else None
         located = None
         if start is not None:
