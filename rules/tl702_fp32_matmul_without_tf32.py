@@ -19,7 +19,9 @@ from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, R
 _TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
 _TRAINING_CALL_TEXT = re.compile(r"\.(?:backward|step)\s*\(")  # `required_patterns`, as `may_fire` runs them
-_TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while)\b)")
+# A statement at column 0 that is or can hold a module-level loop (`try:`/`if ...:`/`with` around the loop).
+_TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while|if|try|with|match)\b)")
+_TOP_STATEMENT_STARTS = ("for", "while", "if", "try", "with", "match")
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
                 "multiprocessing.get_context", "torch.multiprocessing.get_context"}
@@ -116,8 +118,9 @@ class Fp32MatmulWithoutTf32(Rule):
     # decision in sight (no wrong finding in 75 on the training scripts tried); the fix is unsafe (opt-in).
     default_enabled = True
     fix_applicabilities = (Applicability.UNSAFE,)
-    # A training call, an entry point (a `__main__` block or a loop at column 0), a device.
-    required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|(?m:^(?:for|while)\b)", r"cuda|device|\.to\(")
+    # A training call, an entry point (a `__main__` block or a module-level loop, maybe inside a module-level
+    # `try:`/`if`/`with`), a device.
+    required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|" + _TOP_LOOP_TEXT.pattern, r"cuda|device|\.to\(")
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
@@ -126,8 +129,9 @@ class Fp32MatmulWithoutTf32(Rule):
             return False
         if not (("cuda" in text or "device" in text or ".to(" in text)
                 and ((".backward" in text or ".step" in text) and _TRAINING_CALL_TEXT.search(text))
-                and ("__main__" in text or (("\nfor" in text or "\nwhile" in text or text.startswith(("for", "while")))
-                                            and _TOP_LOOP_TEXT.search(text)))):
+                and ("__main__" in text or (
+                    (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))
+                    and _TOP_LOOP_TEXT.search(text)))):
             return False
         return not ("32" in text and _TF32_SETTING_TEXT.search(text))
 
