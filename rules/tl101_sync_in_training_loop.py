@@ -68,6 +68,8 @@ class SyncInTrainingLoop(Rule):
     `F.cross_entropy(...)`), a `torch.*` result, or a tensor method of those (`out.argmax(1)`, `x.sum()`).
     `float(lr)` and `print(epoch)` are not flagged. NumPy arrays and raw batches straight from the
     `for x, y in loader` target (still on the CPU) are not flagged either.
+    Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: their speed does
+    not matter.
 
     It stays silent where the host value is load-bearing: a value that decides Python control flow (an `if` /
     `while` / `assert` test, `break` on `loss < 1e-3`, `if not math.isfinite(loss.item()): sys.exit(1)`), an
@@ -158,6 +160,7 @@ class SyncInTrainingLoop(Rule):
     """
 
     code = "TL101"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "sync-in-training-loop"
     message = ("Host-device sync in every training step; keep the value on the device "
                "(accumulate with `.detach()`) and convert once, or log every N steps")

@@ -34,7 +34,8 @@ class ZeroGradKeepsZeros(Rule):
     - manual zeroing loops over parameters: `for p in model.parameters(): p.grad.zero_()`, `p.grad.data.zero_()`,
       `p.grad.detach_(); p.grad.zero_()` and `p.grad = torch.zeros_like(p)`.
 
-    It stays silent where the zeros are load-bearing: when the same function reads or updates `.grad`
+    Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: their speed does
+    not matter. It stays silent where the zeros are load-bearing: when the same function reads or updates `.grad`
     (`p.grad += g`, `p.grad.add_(...)`, `p.grad.norm()`, `p.grad is None`...) after the reset and before the
     next `backward()`, counting the function's next call (a parameter server that resets at the end of a
     round and does `p.grad += g` at the top of the same function); when another method of the class reads
@@ -96,6 +97,7 @@ class ZeroGradKeepsZeros(Rule):
     """
 
     code = "TL201"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "zero-grad-keeps-zeros"
     message = "Gradients are reset to zero tensors; set them to `None` instead"
     summary = "zero_grad(set_to_none=False) or manual gradient zeroing keeps zero-filled gradients"

@@ -44,7 +44,6 @@ _AUG_OPS = {"AddAssign": "add_", "SubtractAssign": "sub_", "MultiplyAssign": "mu
 _INIT_FUNCTION = re.compile(r"init|reset_param", re.IGNORECASE)
 _SINGLE_TENSOR_FUNCTION = re.compile(r"single_tensor", re.IGNORECASE)
 _FOREACH_FLAG = re.compile(r"\b(foreach|fused|use_foreach|multi_tensor)\b|_foreach_", re.IGNORECASE)
-_TEST_PATH = re.compile(r"(^|[\\/])(tests?|testing)[\\/]|(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
 _PARAMS_NAME = re.compile(r"param", re.IGNORECASE)
 _NOT_PARAMS_NAME = re.compile(r"group|name|shape|size|count|num|key|spec|dict", re.IGNORECASE)
 _OPTIMIZER_SKIP = re.compile(r"^torch\.optim\.(lr_scheduler|swa_utils|_functional|_multi_tensor)\b")
@@ -76,7 +75,7 @@ class PerParameterOptimizerLoop(Rule):
     It stays silent on loops that only read the parameters (counting them, logging norms), on loops that
     only initialise, copy, freeze or reset them (`nn.init.*`, `p.data.normal_()`, `q.copy_(p)`,
     `p.requires_grad_(False)`, `p.grad.zero_()`), on loops in `__init__`/`init_weights`/`reset_parameters`
-    and in tests (they run once), on loops that collect tensors into lists for later `torch._foreach_*` calls,
+    and in test functions (they run once; test files are not checked at all), on loops that collect tensors into lists for later `torch._foreach_*` calls,
     and on the deliberate per-parameter path of code that also has a foreach or fused one (a `_single_tensor_*`
     function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
 
@@ -180,6 +179,7 @@ class PerParameterOptimizerLoop(Rule):
     """
 
     code = "TL501"
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     name = "per-parameter-optimizer-loop"
     message = (
         "per-parameter update loop: one kernel launch per op and parameter; batch the updates over all "
@@ -228,8 +228,6 @@ class PerParameterOptimizerLoop(Rule):
         params = _param_targets(a, node.iter, node.target)
         if not params:
             return
-        if _is_test_path(a.path):
-            return  # tests run a loop once, to check something
         function = loop.function
         while function is not None:
             if _INIT_FUNCTION.search(function.name) or function.name.startswith("test"):
@@ -341,10 +339,6 @@ def _has_param_loop_line(text: str) -> bool:
     return False
 
 
-def _is_test_path(path: str) -> bool:
-    return bool(_TEST_PATH.search(path.replace("\\", "/")))
-
-
 def _beside_foreach_branch(a: FileAnalysis, loop: cst.For) -> bool:
     """The loop sits in one branch of an ``if`` that picks a foreach or fused path (``if self.foreach: ...
     else: for p in ...``, ``if not foreach:``): the per-parameter branch is the deliberate fallback."""
@@ -381,8 +375,8 @@ def _collects_for_foreach(a: FileAnalysis, loop: cst.For) -> bool:
 # --- the ast pre-filter: a superset of what `check` reports ------------------------------------------
 # On the shared index, the gating tests of `_check_loop` (the loop's parameter targets, the functions around
 # it, the foreach branch and collecting pass, a candidate update in its body) and of `_check_foreach_false`.
-# Not mirrored: `_is_test_path` (the ast stage does not know the file's path) and the finer tests of the body
-# (`_LoopBody`'s state-initialisation branches and tensor tracking): those only add a "maybe".
+# Not mirrored: the finer tests of the body (`_LoopBody`'s state-initialisation branches and tensor tracking):
+# those only add a "maybe". (Test files never reach this stage: `silent_in_test_files`.)
 
 
 def _ast_may_report(tree: ast.Module, text: str) -> bool:
