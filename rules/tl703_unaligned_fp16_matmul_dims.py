@@ -128,7 +128,8 @@ class UnalignedFp16MatmulDims(Rule):
                 dims = _LINEAR_DIMS if qualified == "torch.nn.Linear" else _EMBEDDING_DIMS
                 sizes += [(arg, info.function) for position, keyword in dims
                           for arg in [_ast_argument(info.node, position, keyword)] if arg is not None]
-        if not any(_ast_may_be_unaligned(index, size, scope) for size, scope in sizes):
+        answers = {_ast_may_be_unaligned(index, size, scope) for size, scope in sizes}
+        if True not in answers and not (None in answers and _ast_has_unaligned_int(tree)):  # one walk at most
             return False
         return may_compute_in_reduced_precision_in_ast(tree)
 
@@ -196,19 +197,18 @@ def _ast_argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.e
     return positional[position] if position < len(positional) else None
 
 
-def _ast_may_be_unaligned(index: AstIndex, size: ast.expr, scope: Optional[ast.AST]) -> bool:
-    """False only where ``_int_value`` certainly reads no unaligned size: a literal is read as it is, a name
-    through its single binding (as ``check``), anything it reads further (a name's name, a config field)
-    is some unaligned integer literal of the file."""
+def _ast_may_be_unaligned(index: AstIndex, size: ast.expr, scope: Optional[ast.AST]) -> Optional[bool]:
+    """Whether ``_int_value`` may read an unaligned size: a literal is read as it is, a name through its
+    single binding (as ``check``); None where it reads further (a name's name, a config field), whose value
+    is then some integer literal of the file."""
     if type(size) is ast.Constant:
         return type(size.value) is int and _unaligned(size.value)
     if isinstance(size, ast.Name):
         value = index.single_value(size.id, scope)
         if type(value) is ast.Constant:
             return type(value.value) is int and _unaligned(value.value)
-        return isinstance(value, (ast.Name, ast.Attribute)) and _ast_has_unaligned_int(index.tree)
-    return isinstance(size, ast.Attribute) and isinstance(size.value, (ast.Name, ast.Attribute)) \
-        and _ast_has_unaligned_int(index.tree)
+        return None if isinstance(value, (ast.Name, ast.Attribute)) else False
+    return None if isinstance(size, ast.Attribute) and isinstance(size.value, (ast.Name, ast.Attribute)) else False
 
 
 def _ast_has_unaligned_int(tree: ast.Module) -> bool:

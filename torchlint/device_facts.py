@@ -17,7 +17,8 @@ from typing import Optional
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, receiver
-from torchlint.ast_index import index_of
+from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name, dotted_name as ast_dotted_name
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -158,36 +159,37 @@ def mixed_precision_in_ast(tree: ast.Module) -> bool:
         elif (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
                 and not any(alias.name == "*" for alias in node.names)):
             return True
+    if _ast_calls_autocast_or_half(index):
+        return True
+    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
+
+
+def _ast_calls_autocast_or_half(index: AstIndex) -> bool:
+    """An ``autocast``/``GradScaler`` call by name or an argument-less ``x.half()`` / ``x.bfloat16()``: the
+    signs both precision facts read the same way on the ast."""
     by_name = index.calls_by_name
     if "autocast" in by_name or "GradScaler" in by_name:
         return True
-    for name in ("half", "bfloat16"):
-        for info in by_name.get(name, ()):
-            call = info.node
-            if isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
-                return True
-    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
+    return any(isinstance(info.node.func, ast.Attribute) and not info.node.args and not info.node.keywords
+               for name in ("half", "bfloat16") for info in by_name.get(name, ()))
 
 
 def may_compute_in_reduced_precision_in_ast(tree: ast.Module) -> bool:
     """False only where ``reduced_precision_evidence`` certainly finds nothing: no autocast or GradScaler
     call, no argument-less ``.half()`` / ``.bfloat16()``, no ``dtype=`` or ``.to(...)`` naming a reduced
     dtype (by its last name: the check's qualified-name test can only say no more often)."""
-    from torchlint.ast_index import call_name as ast_call_name, dotted_name as ast_dotted_name
 
     def names_reduced_dtype(node: ast.AST) -> bool:
         name = ast_dotted_name(node)
         return name is not None and name.rsplit(".", 1)[-1] in _REDUCED_DTYPES
 
     index = index_of(tree)
-    if "autocast" in index.calls_by_name or "GradScaler" in index.calls_by_name:
+    if _ast_calls_autocast_or_half(index):
         return True
     for info in index.calls:
         call = info.node
         name = ast_call_name(call)
         if (index.qualified_name(call.func) or "") in _AUTOCAST_NAMES:  # `from torch import autocast as ac`
-            return True
-        if name in {"half", "bfloat16"} and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
             return True
         if any(keyword.arg == "dtype" and names_reduced_dtype(keyword.value) for keyword in call.keywords):
             return True
