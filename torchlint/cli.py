@@ -21,7 +21,7 @@ from torchlint.cache import CACHE_DIR_NAME
 from torchlint.config import ConfigError, Settings, parse_selectors, parse_size, parse_torch_version
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
 from torchlint.progress import Progress
-from torchlint.discovery import DEFAULT_EXCLUDE, discover
+from torchlint.discovery import cached_spec, discover, exclude_patterns
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
 from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
@@ -137,9 +137,7 @@ def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -
 
 
 def _excluded_by(settings: Settings, path: Path) -> bool:
-    import pathspec
-
-    spec = pathspec.GitIgnoreSpec.from_lines([*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude])
+    spec = cached_spec(exclude_patterns(settings))
     try:
         relative = path.resolve().relative_to(settings.root).as_posix()
     except ValueError:

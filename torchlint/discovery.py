@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -28,17 +29,24 @@ def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec":
     return pathspec.GitIgnoreSpec.from_lines(list(patterns))
 
 
+@lru_cache(maxsize=256)
+def cached_spec(patterns: Tuple[str, ...]) -> "pathspec.PathSpec":
+    """One compiled spec per pattern list: excludes, per-file-ignore globs."""
+    return _spec(patterns)
+
+
+def exclude_patterns(settings: Settings) -> Tuple[str, ...]:
+    return (*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude)
+
+
 class _LazySpec:
     """A gitignore-style spec compiled on its first match (a single named file never needs it)."""
 
-    def __init__(self, patterns: Iterable[str]) -> None:
-        self._patterns = list(patterns)
-        self._spec: Optional["pathspec.PathSpec"] = None
+    def __init__(self, patterns: Tuple[str, ...]) -> None:
+        self._patterns = patterns
 
     def match_file(self, path: str) -> bool:
-        if self._spec is None:
-            self._spec = _spec(self._patterns)
-        return self._spec.match_file(path)
+        return cached_spec(self._patterns).match_file(path)
 
 
 @dataclass
@@ -90,7 +98,7 @@ def _git_top(start: Path) -> Path:
 
 
 def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
-    exclude = _LazySpec((*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude))
+    exclude = _LazySpec(exclude_patterns(settings))
     root = settings.root.resolve()
 
     def excluder(top: Path):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
-from torchlint.discovery import display_path
+from torchlint.discovery import cached_spec, display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
@@ -22,8 +22,6 @@ from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability, Diagnostic, Rule
 
 if TYPE_CHECKING:
-    import pathspec
-
     from torchlint.progress import Progress
 
 
@@ -67,13 +65,6 @@ def _rule_instances(codes: Tuple[str, ...]) -> Tuple[Rule, ...]:
     return tuple(table[code]() for code in codes)
 
 
-@lru_cache(maxsize=256)
-def _glob(pattern: str) -> "pathspec.PathSpec":
-    import pathspec
-
-    return pathspec.GitIgnoreSpec.from_lines([pattern])
-
-
 def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
     extra: List[str] = []
     if path is not None and settings.per_file_ignores:
@@ -86,7 +77,7 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
         except ValueError:
             relative = absolute.as_posix()
         for pattern, codes in settings.per_file_ignores:
-            if _glob(pattern).match_file(relative) or _glob(pattern).match_file(absolute.name):
+            if cached_spec((pattern,)).match_file(relative) or cached_spec((pattern,)).match_file(absolute.name):
                 extra.extend(codes)
     rules = all_rules()
     codes = selected_codes(settings, [r.code for r in rules], extra, [r.code for r in rules if r.default_enabled])
