@@ -145,7 +145,8 @@ def stage_costs(tree: Path) -> Dict[str, float]:
 
     def one_file(text: str, path: Path) -> None:
         shown = os.path.relpath(path)  # as the command line names it (test files leave some rules out)
-        candidates = clock("text s", lambda: [r for r in rules_for_path(rules, shown) if r.may_fire(text, settings)])
+        kept = rules_for_path(rules, shown, settings.root)  # as the engine judges test files
+        candidates = clock("text s", lambda: [r for r in kept if r.may_fire(text, settings)])
         if not candidates:
             return
         out["text stage"] += 1
