@@ -15,6 +15,8 @@ from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.script_facts import may_train
+from torchlint.text_prefilter import call_text, search_method, search_word
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 _CONVERSIONS = ("float", "int", "bool")
@@ -55,6 +57,24 @@ _DISPLAY_HELPER = re.compile(
     r"^_*(progress|print|show|display|report|plot|pbar|log$|logger|log_(?!softmax|prob|sigmoid|sum|det|normal|lik))",
     re.IGNORECASE,
 )
+
+
+_CONVERSION_CALL_TEXTS = tuple(call_text(name) for name in (*_CONVERSIONS, "print"))
+# f-string prefixes, any case, raw or not (`f"`, `F'`, `rf"`, `fR'`): each searched with `search_word`.
+_FSTRING_TEXTS = tuple(re.compile(first + r"[\"']") for first in (
+    "f", "F", "fr", "fR", "Fr", "FR", "rf", "rF", "Rf", "RF"))
+
+
+def _may_sync_or_format(text: str) -> bool:
+    """``.item()``/``.tolist()``/``.cpu()``/``.numpy()``, ``float(``/``int(``/``bool(``/``print(``, ``%``,
+    ``.format(`` or an f-string: the plain spellings first (nearly every file that has one has those)."""
+    if "%" in text or "print(" in text or any("." + name + "(" in text for name in _SYNC_METHODS):
+        return True
+    if any(search_method(call_text(name), text) for name in (*_SYNC_METHODS, "format") if name in text):
+        return True
+    if any(search_word(pattern, text) for pattern in _CONVERSION_CALL_TEXTS):
+        return True
+    return any(search_word(pattern, text) for pattern in _FSTRING_TEXTS if pattern.pattern[:-5] in text)
 
 
 class SyncInTrainingLoop(Rule):
@@ -167,11 +187,11 @@ class SyncInTrainingLoop(Rule):
     summary = "`.item()`, `.cpu()`, `float(tensor)`, `print(tensor)` in every step of a training loop"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
-    required_patterns = (
-        r"\.(?:backward|step)\(",  # the rarer one first: most files stop here
-        # syncs, and formatting (a tensor formatted for a progress bar: `%`, `.format(`, f-strings)
-        r"\.(?:item|tolist|cpu|numpy)\(\)|\b(?:float|int|bool|print)\(|%|\.format\(|\bf[\"']",
-    )
+    # The text stage: a training step (`may_train`: the rarer test first, most files stop there), then a
+    # sync, conversion or print call, or formatting (`%`, `.format(`, an f-string), spaced as Python allows.
+    @classmethod
+    def may_fire(cls, text: str, settings) -> bool:
+        return may_train(text) and _may_sync_or_format(text)
 
     has_ast_prefilter = True
 

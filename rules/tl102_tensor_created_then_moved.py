@@ -12,7 +12,7 @@ from torchlint.ast_index import AstCallInfo, AstIndex, index_of
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
-from torchlint.loader_prefilter import may_chain_factory_into_move
+from torchlint.loader_prefilter import may_chain_factory_into_move, may_move_to_device
 from torchlint.device_facts import _DEVICE_NAME, CPU, CUDA, device_kind, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
@@ -117,11 +117,10 @@ class TensorCreatedThenMoved(Rule):
     summary = "Tensor created on the CPU and immediately moved to the GPU"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (r"\.(?:cuda|to)\s*\(",)
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return super().may_fire(text, settings) and may_chain_factory_into_move(text)
+        """A ``.cuda(``/``.to(`` call (the cheap gate), then a factory call chained into one."""
+        return may_move_to_device(text) and may_chain_factory_into_move(text)
 
     has_ast_prefilter = True
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 from dataclasses import dataclass
 from typing import List, Optional, Set
 
@@ -12,9 +11,9 @@ import libcst as cst
 from torchlint.analysis import _NDARRAY_METHODS, _NUMPY_ARRAY_FUNCS, FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
 from torchlint.ast_index import AstIndex, AstScope, index_of
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.text_prefilter import search_word
+from torchlint.text_prefilter import call_text, search_word
 
-_TENSOR_CALL_TEXT = re.compile(r"tensor\s*\(")
+_TENSOR_CALL_TEXT = call_text("tensor")  # `tensor (x)`, `(torch.tensor)(x)`, a comment before `(`
 
 # numpy functions whose result is a new, writable, positively strided array nobody else holds
 # (unless ``out=`` says otherwise).

@@ -14,14 +14,18 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.text_prefilter import CALL_GAP, GAP, call_text, call_with_text, search_method
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
 _ZEROING_FUNCTION = re.compile(r"^_*zero_grad$")
 # Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or
-# `.grad.zero_()`, `.grad.data.zero_()`, `.grad = torch.zeros_like(`.
-_ZERO_GRAD_TEXT = re.compile(r"zero_grad\s*\(")
-_ZERO_GRAD_FALSE_TEXT = re.compile(r"zero_grad\s*\([^)]*False")
-_MANUAL_RESET_TEXT = re.compile(r"\.grad(?:(?:\.data)?\.zero_\(|\s*=\s*[\w.]*zeros_like\()")
+# `.grad.zero_()`, `.grad.data.zero_()`, or an assignment to a `.grad` in a file that names `zeros_like`,
+# however spaced (see text_prefilter): `p . grad . zero_ ()`, `(p.grad).zero_()`,
+# `p.grad = (torch.zeros_like(p))`, `p.grad = zl(p)` after `from torch import zeros_like as zl`.
+_ZERO_GRAD_TEXT = call_text("zero_grad")
+_ZERO_GRAD_FALSE_TEXT = call_with_text("zero_grad", "False")
+_GRAD_ZERO_TEXT = re.compile(r"grad" + CALL_GAP + r"(?:\." + GAP + r"data" + CALL_GAP + r")?\." + GAP + r"zero_" + CALL_GAP + r"\(")
+_GRAD_ASSIGN_TEXT = re.compile(r"grad" + CALL_GAP + r"=(?!=)")  # searched with `search_method`: `.grad =`
 
 
 class ZeroGradKeepsZeros(Rule):
@@ -111,7 +115,11 @@ class ZeroGradKeepsZeros(Rule):
         if "grad" not in text or "zero" not in text:
             return False
         zero_grad = _ZERO_GRAD_TEXT if settings.torch_version < (2, 0) else _ZERO_GRAD_FALSE_TEXT
-        return bool(zero_grad.search(text) or _MANUAL_RESET_TEXT.search(text))
+        if "zero_grad" in text and zero_grad.search(text):
+            return True
+        if "zero_" in text and search_method(_GRAD_ZERO_TEXT, text):
+            return True
+        return "zeros_like" in text and search_method(_GRAD_ASSIGN_TEXT, text) is not None
 
     has_ast_prefilter = True
 

@@ -14,6 +14,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.text_prefilter import has_method_call
 
 # Grad-mode context managers that switch recording off.
 _NO_GRAD = {
@@ -44,8 +45,9 @@ _LOADER = re.compile(r"loader|(^|_)dl($|_)|dataloader|(^|_)ds($|_)|dataset|batch
 # Pre-filter texts (supersets of what the checker accepts; see `may_fire`).
 _EVAL_WORD_TEXT = (r"(?:validate|validation|evaluate|evaluation|eval|val|predict|prediction|predictions|infer"
                    r"|inference)")
-_EVAL_DEF_TEXT = re.compile(r"def\s+_*(?:(?i:" + _EVAL_WORD_TEXT + r"|test)(?:_\w*)?|\w+_(?i:" + _EVAL_WORD_TEXT
-                            + r"))\s*\(")
+# (`\` continuations may stand between `def`, the name and its `(`.)
+_EVAL_DEF_TEXT = re.compile(r"def[\s\\]+_*(?:(?i:" + _EVAL_WORD_TEXT + r"|test)(?:_\w*)?|\w+_(?i:" + _EVAL_WORD_TEXT
+                            + r"))[\s\\]*\(")
 _LOADER_HINTS = ("loader", "dataset", "batches", "dl", "ds")
 _EVAL_LOADER_TEXT = re.compile(r"(?:val|valid|validation|test|testing|eval|evaluation|dev|holdout)\w*"
                                r"(?:loader|dl|ds|dataset|batches)")
@@ -505,16 +507,13 @@ class EvalWithoutNoGrad(Rule):
     fix_applicabilities = (Applicability.SAFE,)
     # What can make code an evaluation candidate: an eval switch, an evaluation-named function, or a loop
     # over an evaluation loader. Checked in `may_fire` from the cheapest test to the dearest.
-    required_patterns = (
-        r"torch",
-        r"\.eval\(|\.train\(|" + _EVAL_DEF_TEXT.pattern + "|" + _EVAL_LOADER_TEXT.pattern,
-    )
-
+    # `torch`, then a `.eval(`/`.train(` call (however spaced: see text_prefilter), `_EVAL_DEF_TEXT` or
+    # `_EVAL_LOADER_TEXT`.
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "torch" not in text:
             return False
-        if ".eval(" in text or ".train(" in text:
+        if has_method_call(text, "eval") or has_method_call(text, "train"):
             return True
         lower = text.lower()
         if any(hint in lower for hint in _LOADER_HINTS) and _may_name_eval_loader(lower):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 import libcst as cst
 
@@ -12,11 +11,10 @@ from torchlint.arguments import with_keyword
 from torchlint.config import Settings
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire, may_step
+from torchlint.loader_prefilter import loader_may_fire, may_pass_positionally, may_step
 from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
-_POSITIONAL_WORKERS_TEXT = re.compile(r"DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,")
 
 
 def _restarts_in_ast(call: ast.Call) -> bool:
@@ -93,8 +91,8 @@ class DataloaderWorkersRestart(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        """A loader whose worker count is set: by keyword, or as the fifth positional argument."""
-        return ("DataLoader" in text and ("num_workers" in text or bool(_POSITIONAL_WORKERS_TEXT.search(text)))
+        """A loader whose worker count is set: by keyword, or as the sixth positional argument."""
+        return ("DataLoader" in text and ("num_workers" in text or may_pass_positionally(text, 5))
                 and may_step(text))
 
     has_ast_prefilter = True

@@ -15,6 +15,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.text_prefilter import CALL_GAP, GAP, is_word_char, search_method, statement_start
 
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
@@ -188,23 +189,17 @@ class PerParameterOptimizerLoop(Rule):
     summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
-    required_patterns = (
-        r"param|state_dict|foreach",  # a cheap literal gate first: most files stop here
-        r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",
-        r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
-    )
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        """``required_patterns``, each behind a literal that its matches must hold: the same answer, without
-        running the patterns over most texts."""
+        """An optimizer built with ``foreach=False``, or a loop over parameters (``_has_param_loop``); then an
+        update (``_may_update``). A cheap literal gate first: most files stop there."""
         foreach = "foreach" in text
-        if not (foreach or "param" in text or "state_dict" in text):
+        if foreach and _FOREACH_FALSE_TEXT.search(text):
+            return _may_update(text)
+        low = text.lower()  # `for p in PARAMS:`: `_PARAMS_NAME` ignores case
+        if "param" not in low and "state_dict" not in low:
             return False
-        if not ((foreach and _FOREACH_FALSE_TEXT.search(text)) or _has_param_loop_line(text)):
-            return False
-        return foreach or any(op in text for op in _AUG_OP_TEXTS) or (".data" in text and bool(_DATA_SET_TEXT.search(text))) \
-            or ("_(" in text and bool(_INPLACE_CALL_TEXT.search(text)))
+        return _has_param_loop(low) and _may_update(text)
 
     has_ast_prefilter = True
 
@@ -314,28 +309,59 @@ class PerParameterOptimizerLoop(Rule):
             ctx.report(arg, message=message, fix=Fix.replace(call, new_call, Applicability.SAFE))
 
 
-# The text stage's patterns (`required_patterns`), split so that `may_fire` runs each only where it can match.
-_FOREACH_FALSE_TEXT = re.compile(r"foreach\s*=\s*False")
-_PARAM_LOOP_TEXT = re.compile(r"\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)")
-_AUG_OP_TEXTS = ("-=", "+=", "*=", "/=")
-_DATA_SET_TEXT = re.compile(r"\.data\s*=")
-_INPLACE_CALL_TEXT = re.compile(r"[a-z0-9]_\(")
+# The text stage (see `may_fire`), however the code is spaced (see text_prefilter).
+_FOREACH_FALSE_TEXT = re.compile(r"foreach" + GAP + r"=(?:[\s\\(]|#[^\r\n]*[\r\n])*False")
+_LOOP_HEADER_TEXT = re.compile(r"\bfor\b[\s\S]*\bin\b")  # in a statement's text before a word
+_BOUND_NAME_TEXT = re.compile(r"[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")  # `ps = ...` at a statement's start
+_AUG_OP_TEXTS = ("-=", "+=", "*=", "/=", "%=", "@=", "&=", "|=", "^=", ">>=", "<<=")  # `//=`, `**=` hold one
+_DATA_SET_TEXT = re.compile(r"data" + CALL_GAP + r"=(?!=)")  # with search_method: `p.data = `, `(p . data) =`
+_INPLACE_CALL_TEXT = re.compile(r"_" + CALL_GAP + r"\(")  # after a word character: `p.add_(`, `p.mul_ (`
 
 
-def _has_param_loop_line(text: str) -> bool:
-    """``_PARAM_LOOP_TEXT.search(text)``: its matches lie on one line ending in `param`/`state_dict`, so only
-    the lines that hold one of those words need the search."""
-    seen = set()
-    for word in ("param", "state_dict"):
-        at = text.find(word)
-        while at != -1:
-            start = text.rfind("\n", 0, at) + 1
-            if start not in seen:
-                seen.add(start)
-                end = text.find("\n", at)
-                if _PARAM_LOOP_TEXT.search(text, start, end if end != -1 else len(text)):
-                    return True
-            at = text.find(word, at + len(word))
+def _has_param_loop(low: str) -> bool:
+    """A ``for`` statement whose header, up to a word ``check`` takes for parameters (``_PARAMS_NAME``, any
+    case: ``low`` is the lowered text; ``state_dict``), holds ``for ... in``, its lines joined
+    (``statement_start``); or one that iterates a name bound to such a value (``ps = list(model.parameters())``
+    then ``for p in ps:``), through up to three bindings as ``_is_params_expr`` follows them."""
+    words = ["param", "state_dict"]
+    seen_names = set()
+    for _ in range(4):
+        bound = []
+        for word in words:
+            at = low.find(word)
+            while at != -1:
+                if word in ("param", "state_dict") or _is_word_at(low, at, word):
+                    start = statement_start(low, at)
+                    if _LOOP_HEADER_TEXT.search(low, start, at):
+                        return True
+                    match = _BOUND_NAME_TEXT.match(low, start)
+                    if match is not None and match.end() <= at and match.group(1) not in seen_names:
+                        seen_names.add(match.group(1))
+                        bound.append(match.group(1))
+                at = low.find(word, at + len(word))
+        if not bound:
+            return False
+        words = bound
+    return False
+
+
+def _is_word_at(text: str, at: int, word: str) -> bool:
+    end = at + len(word)
+    return (at == 0 or not is_word_char(text[at - 1])) and (end == len(text) or not is_word_char(text[end]))
+
+
+def _may_update(text: str) -> bool:
+    """Something ``_LoopBody`` counts as an update: an augmented assignment, ``p.data = ...`` or an in-place
+    method call (``foreach`` stands for ``_check_foreach_false``)."""
+    if "foreach" in text or any(op in text for op in _AUG_OP_TEXTS):
+        return True
+    if "data" in text and search_method(_DATA_SET_TEXT, text):
+        return True
+    match = _INPLACE_CALL_TEXT.search(text)
+    while match is not None:
+        if match.start() > 0 and is_word_char(text[match.start() - 1]):
+            return True
+        match = _INPLACE_CALL_TEXT.search(text, match.start() + 1)
     return False
 
 

@@ -11,10 +11,13 @@ from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
+from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method
 
-_DETERMINISTIC_TEXT = re.compile(
-    r"\.deterministic\s*=\s*True|use_deterministic_algorithms\(\s*(?:mode\s*=\s*)?True"
-)
+# The text stage: `use_deterministic_algorithms(` with a `True` in its arguments, or an assignment to a
+# `.deterministic` in a file that says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however
+# spaced (see text_prefilter).
+_USE_DETERMINISTIC_TEXT = call_with_text("use_deterministic_algorithms", "True")
+_DETERMINISTIC_ASSIGN_TEXT = re.compile(r"deterministic" + CALL_GAP + r"=(?!=)")  # with search_method
 _CUDNN = "torch.backends.cudnn"
 
 
@@ -83,13 +86,13 @@ class CudnnDeterministic(Rule):
     )
     summary = "cudnn.deterministic / use_deterministic_algorithms(True) set unconditionally"
     default_enabled = False
-    required_patterns = (r"deterministic", _DETERMINISTIC_TEXT.pattern)  # and a training loop: may_fire
-
     has_ast_prefilter = True
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return super().may_fire(text, settings) and may_train(text)
+        if "deterministic" not in text or "True" not in text:
+            return False
+        return bool(_USE_DETERMINISTIC_TEXT.search(text) or search_method(_DETERMINISTIC_ASSIGN_TEXT, text)) and may_train(text)
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:

@@ -13,15 +13,16 @@ from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.script_facts import may_train, may_use_cuda
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
 _TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
-_TRAINING_CALL_TEXT = re.compile(r"\.(?:backward|step)\s*\(")  # `required_patterns`, as `may_fire` runs them
-# A statement at column 0 that is or can hold a module-level loop (`try:`/`if ...:`/`with` around the loop).
-_TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while|if|try|with|match)\b)")
-_TOP_STATEMENT_STARTS = ("for", "while", "if", "try", "with", "match")
+# A statement at column 0 that is or can hold a loop outside any def (`try:`/`if ...:`/`with` around the
+# loop, or a class body, which runs at import too).
+_TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while|if|try|with|match|class)\b)")
+_TOP_STATEMENT_STARTS = ("for", "while", "if", "try", "with", "match", "class")
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
                 "multiprocessing.get_context", "torch.multiprocessing.get_context"}
@@ -118,17 +119,16 @@ class Fp32MatmulWithoutTf32(Rule):
     # decision in sight (no wrong finding in 75 on the training scripts tried); the fix is unsafe (opt-in).
     default_enabled = True
     fix_applicabilities = (Applicability.UNSAFE,)
-    # A training call, an entry point (a `__main__` block or a module-level loop, maybe inside a module-level
-    # `try:`/`if`/`with`), a device.
-    required_patterns = (r"\.(?:backward|step)\s*\(", r"__main__|" + _TOP_LOOP_TEXT.pattern, r"cuda|device|\.to\(")
-
+    # The text stage: a device (`may_use_cuda`), a training call (`may_train`), an entry point (a `__main__`
+    # block or a module-level loop, maybe inside a module-level `try:`/`if`/`with`), no TF32 setting.
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        """``required_patterns`` and no TF32 setting, each regex behind a literal its matches must hold."""
+        """Each regex behind a literal its matches must hold."""
         if settings.torch_version < (1, 12):
             return False
-        if not (("cuda" in text or "device" in text or ".to(" in text)
-                and ((".backward" in text or ".step" in text) and _TRAINING_CALL_TEXT.search(text))
+        if "\r" in text and "\n" not in text:  # old Mac line ends: `^` only follows a `\n`
+            text = text.replace("\r", "\n")
+        if not (may_use_cuda(text) and may_train(text)
                 and ("__main__" in text or (
                     (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))
                     and _TOP_LOOP_TEXT.search(text)))):

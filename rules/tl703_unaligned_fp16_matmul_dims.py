@@ -13,7 +13,7 @@ from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.device_facts import may_compute_in_reduced_precision_in_ast, reduced_precision_evidence
 from torchlint.rule import FixAvailability, Rule, RuleContext
-from torchlint.text_prefilter import search_word
+from torchlint.text_prefilter import GAP, search_method, search_word
 
 # Sizes below this are cheap layers (a 10-class head, a 3-channel input): padding them gains nothing worth
 # the change, so they are never reported.
@@ -24,10 +24,11 @@ _LINEAR_DIMS = ((0, "in_features"), (1, "out_features"))
 _EMBEDDING_DIMS = ((0, "num_embeddings"), (1, "embedding_dim"))
 # The layers, as words: `\b(?:Linear|Embedding)\b`, searched with `search_word` (a literal prefix is fast).
 _LAYER_TEXTS = (re.compile(r"Linear\b"), re.compile(r"Embedding\b"))
-# `.half()`, `torch.half`, `from torch import half`: with autocast, GradScaler and the dtypes, the text of
-# `autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b` (see `_may_be_reduced`).
-_HALF_ATTRIBUTE_TEXT = re.compile(r"\.half\b")
-_HALF_IMPORT_TEXT = re.compile(r"import\b[^\n]*\bhalf\b")  # with search_word: `\bimport...`
+# `.half()`, `torch.half` (however spaced: `x . half()`), or the name `half` in a file that imports from
+# torch (`from torch import (float32,\n    half)`): with autocast, GradScaler and the dtypes, the text of a
+# reduced precision (see `_may_be_reduced`).
+_HALF_TEXT = re.compile(r"half\b")  # with search_method (an attribute) or search_word (a name)
+_FROM_TORCH_IMPORT_TEXT = re.compile(r"from" + GAP + r"torch\b[\w.\s\\]*import\b")  # with search_word
 
 
 # Decimal integers (`_` separators allowed), or any hex/octal/binary literal (not worth decoding: "maybe").
@@ -38,7 +39,11 @@ def _may_be_reduced(text: str) -> bool:
     """The text may compute in fp16/bf16. Plain substring tests first: every match holds one of them."""
     if "autocast" in text or "GradScaler" in text or "float16" in text:  # `bfloat16` holds `float16`
         return True
-    return "half" in text and bool(_HALF_ATTRIBUTE_TEXT.search(text) or search_word(_HALF_IMPORT_TEXT, text))
+    if "half" not in text:
+        return False
+    if search_method(_HALF_TEXT, text):
+        return True
+    return search_word(_HALF_TEXT, text) is not None and search_word(_FROM_TORCH_IMPORT_TEXT, text) is not None
 
 
 def round_up(value: int, multiple: int) -> int:

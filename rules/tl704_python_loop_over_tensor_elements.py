@@ -13,7 +13,7 @@ from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, r
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.config import Settings
 from torchlint.rule import FixAvailability, Rule, RuleContext
-from torchlint.text_prefilter import finditer_word, search_word
+from torchlint.text_prefilter import CALL_GAP, GAP, call_text, finditer_word, has_method_call, search_method, search_word
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
 _TORCH_FUNCS = {
@@ -39,15 +39,18 @@ _ELEMENTWISE = {
 }
 _VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the body must show tensors
 _TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
-# `for i in range(` with a bound the rule accepts: `len(`, `x.shape[`, `x.size(`, or a name (`n)`).
+# `for i in range(` with a bound the rule accepts: `len(`, `x.shape[`, `x.size(`, or a name (`n)`), spaced
+# and parenthesised as Python allows (`for (i) in range (\n    x . shape[0])`: see text_prefilter).
 # Searched with `finditer_word` (a `\b` before `for`, tested by hand: the literal prefix is far faster).
-_FOR_RANGE_TEXT = re.compile(r"for\s+(\w+)\s+in\s+range\s*\(\s*(?:0\s*,\s*)?"
-                             r"(?:len\s*\(|[\w.\[\]()]+?\.(?:shape\s*\[|size\s*\()|\w+\s*\))")
-_SHAPE_TEXT = re.compile(r"\.shape\b")
-_SIZE_TEXT = re.compile(r"\.size\s*\(")
-_LEN_TEXT = re.compile(r"len\s*\(")  # with search_word: `\blen\s*\(`
-_STEP_TEXT = re.compile(r"\.step\s*\(")
-_CONTEXT_DEF_TEXT = re.compile(r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b")
+_OPEN = r"(?:\(" + GAP + r")*"
+_FOR_RANGE_TEXT = re.compile(
+    r"for" + GAP + _OPEN + r"(\w+)" + CALL_GAP + r"in\b" + GAP + _OPEN + r"range" + CALL_GAP + r"\(" + GAP + _OPEN
+    + r"(?:0" + GAP + r"," + GAP + _OPEN + r")?"
+    + r"(?:len" + CALL_GAP + r"\(|(?:[\w.\[\]()\s\\]|#[^\r\n]*[\r\n])+?\." + GAP + r"(?:shape" + GAP + r"\[|size" + CALL_GAP
+    + r"\()|\w+" + CALL_GAP + r"\))")
+_SHAPE_TEXT = re.compile(r"shape\b")  # with search_method: `.shape`
+_LEN_TEXT = call_text("len")  # with search_word: `\blen\s*\(`
+_CONTEXT_DEF_TEXT = re.compile(r"def[\s\\]+(?:forward|training_step|train_step|train_one_step|compute_loss)\b")
 _CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
 
 
@@ -132,12 +135,12 @@ class PythonLoopOverTensorElements(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "range" not in text:
             return False
-        if not (_SHAPE_TEXT.search(text) or _SIZE_TEXT.search(text) or search_word(_LEN_TEXT, text)):
+        if not (search_method(_SHAPE_TEXT, text) or has_method_call(text, "size") or search_word(_LEN_TEXT, text)):
             return False
-        if not ("backward" in text or _STEP_TEXT.search(text) or _CONTEXT_DEF_TEXT.search(text)):
+        if not ("backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text)):
             return False
         for match in finditer_word(_FOR_RANGE_TEXT, text):
-            index_use = re.compile(r"[\[,:]\s*" + re.escape(match.group(1)) + r"\s*[\],:]")
+            index_use = _index_use_text(match.group(1))
             loop = _loop_text(text, match)
             if index_use.search(loop) and _text_may_be_map(loop):
                 return True
@@ -261,28 +264,60 @@ _STRING_OR_COMMENT_TEXT = re.compile(r"#[^\n]*|'[^'\n]*'|\"[^\"\n]*\"")
 _KEYWORDS = {"and", "or", "not", "in", "is", "if", "else", "lambda", "for", "range", "await", "yield", "return"}
 
 
+def _index_use_text(index: str) -> "re.Pattern[str]":
+    """``index`` as a subscript or one of its parts: ``x[i]``, ``x[b, i]``, ``x[ (i) ]``."""
+    return re.compile(r"[\[,:]" + GAP + _OPEN + re.escape(index) + CALL_GAP + r"[\],:]")
+
+
+def _bracket_change(code: str) -> int:
+    return code.count("(") + code.count("[") + code.count("{") - code.count(")") - code.count("]") - code.count("}")
+
+
+def _statement_lines(body: str):
+    """The lines of ``body`` (comments and one-line strings left out) that start a statement: not inside
+    brackets opened on an earlier line, nor after a ``\\`` continuation."""
+    depth, continued = 0, False
+    for line in body.split("\n"):
+        code = _STRING_OR_COMMENT_TEXT.sub("", line)
+        if not code.strip():
+            continue
+        if depth <= 0 and not continued:
+            yield code
+        depth = max(0, depth + _bracket_change(code))
+        continued = code.rstrip().endswith("\\")
+
+
 def _text_may_be_map(loop: str) -> bool:
     """Text test for the checker's body rules: no statement but simple ones after the header, and no call
     except the known tensor ops and `append` (comments and one-line strings left out)."""
     body = _STRING_OR_COMMENT_TEXT.sub("", loop.split("\n", 1)[1] if "\n" in loop else loop)
-    if _STATEMENT_KEYWORD_TEXT.search("\n" + body):
+    if any(_STATEMENT_KEYWORD_TEXT.match("\n" + line) for line in _statement_lines(body)):
         return False
     allowed = _TENSOR_METHODS | _FUNCTIONAL | {"append"} | _KEYWORDS
     return all(name in allowed for name in _CALLED_NAME_TEXT.findall(body))
 
 
 def _loop_text(text: str, match: "re.Match[str]") -> str:
-    """The loop's text from its header to the first line indented no deeper than the `for` (a line starting
-    with a closing bracket is a continuation, not the end)."""
+    """The loop's text from its header to the first line indented no deeper than the `for` that starts a
+    statement (a line inside brackets, after a `\\` continuation or starting with a closing bracket
+    continues one, not the end)."""
     line_start = text.rfind("\n", 0, match.start()) + 1
     indent = len(text[line_start:match.start()]) - len(text[line_start:match.start()].lstrip())
     end = text.find("\n", match.end())
+    header = _STRING_OR_COMMENT_TEXT.sub("", text[match.start(): end if end != -1 else len(text)])
+    depth, continued = max(0, _bracket_change(header)), header.rstrip().endswith("\\")
     while end != -1:
         next_end = text.find("\n", end + 1)
         line = text[end + 1: next_end if next_end != -1 else len(text)]
         stripped = line.lstrip()
-        if stripped and not stripped.startswith("#") and len(line) - len(stripped) <= indent and stripped[0] not in ")]}":
+        if not stripped or stripped.startswith("#"):
+            end = next_end
+            continue
+        if depth <= 0 and not continued and len(line) - len(stripped) <= indent and stripped[0] not in ")]}":
             return text[match.end(): end]
+        code = _STRING_OR_COMMENT_TEXT.sub("", line)
+        depth = max(0, depth + _bracket_change(code))
+        continued = code.rstrip().endswith("\\")
         end = next_end
     return text[match.end():]
 

@@ -17,7 +17,7 @@ from torchlint.device_facts import _PRECISION_FRAMEWORKS, mixed_precision_in_ast
 from torchlint.loader_prefilter import _is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
 from torchlint.registry import get_rule
 from torchlint.script_facts import ast_facts
-from torchlint.text_prefilter import finditer_word, search_word
+from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, search_word
 
 FIXTURE_SOURCES = [path.read_text(encoding="utf-8") for path in sorted(FIXTURES.rglob("*.py"))]
 
@@ -393,15 +393,21 @@ def test_search_word_is_a_leading_word_boundary(pattern):
         assert [m.span() for m in finditer_word(compiled, text)] == expected
 
 
-# The text stages, rule by rule, in the plain form they had: all of the regexes must match (then the rule's
-# own extra tests, unchanged, which both forms share).
+# The text stages, rule by rule, in plain form: all of the regexes must match (then the rule's own extra
+# tests, unchanged, which both forms share). Tokens may stand apart as Python allows (see text_prefilter):
+# `DOT` is a `.` and what may follow it, `call(name)` a call's name up to its `(`.
+DOT = r"\." + GAP
+
+
+def call(name: str) -> str:
+    return name + CALL_GAP + r"\("
+
+
 PLAIN_TEXT_STAGES = {
-    "TL103": ([r"\.(?:to|cuda)\s*\("], "may_name_a_loader"),
-    "TL104": ([r"numpy", r"\btensor\s*\("], None),
-    "TL401": ([r"DataLoader", r"backward|\.step\s*\("], None),
-    "TL402": ([r"DataLoader", r"\.(?:to|cuda)\s*\(", r"backward|\.step\s*\("], None),
-    "TL403": ([r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,", r"backward|\.step\s*\("],
-              None),
+    "TL103": ([DOT + call("(?:to|cuda)")], "may_name_a_loader"),
+    "TL104": ([r"numpy", r"\b" + call("tensor")], None),
+    "TL401": ([r"DataLoader", r"backward|" + DOT + call("step")], None),
+    "TL402": ([r"DataLoader", DOT + call("(?:to|cuda)"), r"backward|" + DOT + call("step")], None),
 }
 
 TEXT_SNIPPETS = [
@@ -413,6 +419,13 @@ TEXT_SNIPPETS = [
     "opt.zero_grad()", "complex", "sparse = True", "x.cfloat()", "torch.cdouble", "cfloatx",
     "torch.backends.CUDNN", "Benchmark = True", "benchmark=1", "xbenchmark = 1",
     "float64", "x.double()", "torch.double", "torch.doubles", "FSDP", "DeviceMesh",
+    # tokens apart, as Python allows
+    "x . to (dev)\nfor b in train_dl: pass", "(x\n .cuda())", "(x.  # note\n cuda())", "x.cudax()",
+    "numpy\nt = torch.tensor (a)", "numpy\nt = (torch.tensor)(a)", "DataLoader(ds)\nopt \\\n .step ()\nx.to(d)",
+    "opt.zero_grad(  # see f()\n    set_to_none=False)", "opt.zero_grad (False)", "p . grad . zero_ ()",
+    "(p.grad).data.zero_()", "p.grad = (torch.zeros_like(p))", "p.grad == torch.zeros_like(p)",
+    "p.grads = torch.zeros_like(p)", "nn.Linear(100, 50257)\nx. half()",
+    "from torch import (\n    float32,\n    half)\nnn.Linear(100, 50257)", "half = 2\nnn.Linear(100, 50257)",
 ]
 
 
@@ -431,11 +444,29 @@ def test_literal_first_text_stages_answer_as_their_plain_regexes(code):
 @pytest.mark.parametrize("old_torch", [False, True])
 def test_tl201_text_stage_answers_as_its_plain_regexes(old_torch):
     settings = Settings(torch_version=(1, 13) if old_torch else (2, 5))
-    zero_grad = r"zero_grad\s*\(" if old_torch else r"zero_grad\s*\([^)]*False"
-    patterns = [r"grad", zero_grad + r"|\.grad(?:\.data)?\.zero_\(|\.grad\s*=\s*[\w.]*zeros_like\("]
+    zero_grad = call("zero_grad") + ("" if old_torch else r"(?:[^)#]|#[^\r\n]*)*False")
+    in_place = DOT + r"grad" + CALL_GAP + r"(?:" + DOT + r"data" + CALL_GAP + r")?" + DOT + call("zero_")
     for text in TEXT_SNIPPETS + FIXTURE_SOURCES:
-        expected = all(re.search(p, text) for p in patterns)
+        expected = re.search(zero_grad + "|" + in_place, text) or (
+            "zeros_like" in text and re.search(DOT + r"grad" + CALL_GAP + r"=(?!=)", text))
         assert get_rule("TL201").may_fire(text, settings) == bool(expected), text[:200]
+
+
+def test_tl403_text_stage_keeps_what_its_plain_regexes_matched():
+    """A loader's worker count as its sixth positional argument is found by following the call's brackets
+    (no regex can): it keeps every text the plain regexes matched, and adds nested calls and aliases."""
+    plain = [r"DataLoader", r"num_workers|DataLoader\([^)]*,[^)]*,[^)]*,[^)]*,[^)]*,", r"backward|\.step\s*\("]
+    rule = get_rule("TL403")
+    for text in TEXT_SNIPPETS + FIXTURE_SOURCES:
+        if all(re.search(p, text) for p in plain):
+            assert rule.may_fire(text, Settings()), text[:200]
+    step = "\nloss.backward()\n"
+    assert rule.may_fire("DataLoader(Subset(ds, idx), 64, True, None, None, 4)" + step, Settings())
+    assert rule.may_fire("DataLoader (ds, 64, True,  # sampler next\n None, None, 4)" + step, Settings())
+    assert rule.may_fire("from torch.utils.data import DataLoader as DL\nDL(ds, 64, True, None, None, 4)" + step,
+                         Settings())
+    assert not rule.may_fire("DataLoader(ds, collate(a, b, c, d, e), True)" + step, Settings())
+    assert not rule.may_fire("DataLoader(ds, '(,,,,,', True)" + step, Settings())
 
 
 def test_text_helpers_answer_as_their_plain_regexes():
@@ -448,7 +479,8 @@ def test_text_helpers_answer_as_their_plain_regexes():
         (_unsupported, r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b", 0),
         (_decided, r"cudnn|\bbenchmark\s*=", re.IGNORECASE),
         (_requires_double, r"float64|\.double\(\)|torch\.double\b|set_default_dtype|set_default_tensor_type", 0),
-        (_may_be_reduced, r"autocast|GradScaler|bfloat16|float16|\.half\b|\bimport\b[^\n]*\bhalf\b", 0),
+        (_may_be_reduced, r"autocast|GradScaler|bfloat16|float16|" + DOT + r"half\b|\bhalf\b(?=[\s\S]*\bfrom"
+         + GAP + r"torch\b[\w.\s\\]*import\b)|\bfrom" + GAP + r"torch\b[\w.\s\\]*import\b[\s\S]*\bhalf\b", 0),
         (lambda text: any(search_word(p, text) for p in _LAYER_TEXTS), r"\b(?:Linear|Embedding)\b", 0),
     ]
     for helper, pattern, flags in plain:
@@ -462,15 +494,17 @@ def test_text_helpers_answer_as_their_plain_regexes():
 def test_tl704_text_stage_answers_as_its_plain_regexes():
     from torchlint.rules.tl704_python_loop_over_tensor_elements import _FOR_RANGE_TEXT, _loop_text, _text_may_be_map
 
-    patterns = [r"\brange\s*\(", r"\.shape\b|\.size\s*\(|\blen\s*\(",
-                r"def\s+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|\.step\s*\("]
+    patterns = [r"range", DOT + r"shape\b|" + DOT + call("size") + r"|\b" + call("len"),
+                r"def[\s\\]+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|"
+                + DOT + call("step")]
     for_range = re.compile(r"\b" + _FOR_RANGE_TEXT.pattern)
 
     def plain(text):
         if not all(re.search(p, text) for p in patterns):
             return False
         for match in for_range.finditer(text):
-            index_use = re.compile(r"[\[,:]\s*" + re.escape(match.group(1)) + r"\s*[\],:]")
+            index_use = re.compile(r"[\[,:]" + GAP + r"(?:\(" + GAP + r")*" + re.escape(match.group(1)) + CALL_GAP
+                                   + r"[\],:]")
             loop = _loop_text(text, match)
             if index_use.search(loop) and _text_may_be_map(loop):
                 return True

@@ -1,5 +1,7 @@
-"""Rules whose `may_fire` puts literal tests before their `required_patterns` must answer exactly as the
-patterns do: the literals only save running the patterns where they cannot match."""
+"""The text stages of TL501 and TL702 began as regexes (`required_patterns`). They now search literals first
+and accept every spacing Python allows (`tests/test_text_stage_spacing.py`): wherever the plain patterns
+matched, they must still say "maybe" (they only add the spellings the patterns missed), and they still rule
+files out."""
 
 from __future__ import annotations
 
@@ -10,6 +12,16 @@ import pytest
 from fixture_support import FIXTURES
 from torchlint.config import Settings
 from torchlint.registry import rules_by_code
+
+# The former `required_patterns`, kept as the reference.
+PLAIN_PATTERNS = {
+    "TL501": (
+        r"param|state_dict|foreach",
+        r"foreach\s*=\s*False|\bfor\b[^\n]*\bin\b[^\n]*(?:param|state_dict)",
+        r"foreach|[a-z0-9]_\(|[-+*/]=|\.data\s*=",
+    ),
+    "TL702": (r"\.(?:backward|step)\s*\(", r"__main__|(?m:^(?:for|while|if|try|with|match)\b)", r"cuda|device|\.to\("),
+}
 
 TRICKY = [
     "import torch\nfor p in model.parameters(): p.add_(1)\n",
@@ -31,21 +43,19 @@ TRICKY = [
 ]
 
 
-def _by_patterns(rule, text: str, settings: Settings) -> bool:
-    if code_of(rule) == "TL702" and re.search(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b", text):
+def _by_patterns(code: str, text: str) -> bool:
+    if code == "TL702" and re.search(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b", text):
         return False
-    return all(re.search(p, text) for p in rule.patterns_for(settings))
-
-
-def code_of(rule) -> str:
-    return rule.code
+    return all(re.search(p, text) for p in PLAIN_PATTERNS[code])
 
 
 @pytest.mark.parametrize("code", ["TL501", "TL702"])
-def test_literal_gates_answer_as_the_patterns(code):
+def test_literal_gates_keep_what_the_patterns_matched(code):
     rule = rules_by_code()[code]
     settings = Settings()
     texts = TRICKY + [p.read_text(encoding="utf-8") for p in sorted(FIXTURES.rglob("*.py"))]
-    assert any(rule.may_fire(t, settings) for t in texts)
-    for text in texts:
-        assert rule.may_fire(text, settings) == _by_patterns(rule, text, settings), text[:200]
+    answers = [rule.may_fire(t, settings) for t in texts]
+    assert True in answers and False in answers
+    for text, answer in zip(texts, answers):
+        if _by_patterns(code, text):
+            assert answer, text[:200]

@@ -13,28 +13,29 @@ from typing import Callable, Dict, Iterator, List, Optional, Set
 
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import _children as ast_children
+from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, has_method_call, search_word
 
 # A name that says it holds a loader. Case-sensitive, so that the text stage can test it without lowering
 # the whole text: `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
 LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
 _DL_TEXT = re.compile(r"dl(?=\b|_)")  # starts with a literal: far faster than a leading \b or class
-# `\.(?:to|cuda)\s*\(` and `backward|\.step\s*\(`, as searches that start with a literal (fast in `re`).
-_TO_TEXT = re.compile(r"\.to\s*\(")
-_CUDA_TEXT = re.compile(r"\.cuda\s*\(")
-_STEP_TEXT = re.compile(r"\.step\s*\(")
-_FACTORY_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)\s*\(")
-_MOVE_AFTER = re.compile(r"[\s\\)]*\.\s*(?:cuda|to)\s*\(")  # `(torch.zeros(3)).cuda()`, line continuations
+# Searches that start with a literal (fast in `re`), spaced as Python allows (see text_prefilter):
+# `x .to (dev)`, `(torch.zeros(3)\n .cuda())`, `torch.zeros (3)`.
+_FACTORY_TEXT = re.compile(r"(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + CALL_GAP + r"\(")
+# A factory imported under another name (`from torch import zeros as z`): `z(3).cuda()` is one too.
+_FACTORY_ALIAS_TEXT = re.compile(r"(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
+_MOVE_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:cuda|to)" + CALL_GAP + r"\(")  # `(torch.zeros(3)).cuda()`
 _FACTORY_SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
 
 
 def may_move_to_device(text: str) -> bool:
     """Text stage: a ``.to(`` or ``.cuda(`` call."""
-    return bool(_TO_TEXT.search(text) or _CUDA_TEXT.search(text))
+    return has_method_call(text, "to") or has_method_call(text, "cuda")
 
 
 def may_step(text: str) -> bool:
     """Text stage of a training step: ``backward`` or a ``.step(`` call."""
-    return "backward" in text or bool(_STEP_TEXT.search(text))
+    return "backward" in text or has_method_call(text, "step")
 
 
 def may_name_a_loader(text: str) -> bool:
@@ -52,11 +53,57 @@ def may_chain_factory_into_move(text: str) -> bool:
     """Text stage of TL102: a factory call whose closing parenthesis is followed by ``.to(``/``.cuda(``.
     The arguments are scanned with their strings and comments skipped; anything the scan cannot follow (an
     unterminated string, a call longer than the limit) counts as a match, so the stage never misses one."""
-    for match in _FACTORY_TEXT.finditer(text):
+    for match in finditer_word(_FACTORY_TEXT, text):
         end = _closing_paren(text, match.end())
         if end is None or _MOVE_AFTER.match(text, end):
             return True
-    return False
+    return search_word(_FACTORY_ALIAS_TEXT, text) is not None
+
+
+# A `DataLoader(` call, however spaced, and the loader imported under another name (`DL(ds, 64, ...)`).
+_LOADER_CALL_TEXT = re.compile(r"DataLoader" + CALL_GAP + r"\(")
+_LOADER_ALIAS_TEXT = re.compile(r"DataLoader" + GAP + r"as\b")
+
+
+def may_pass_positionally(text: str, index: int) -> bool:
+    """Text stage: some ``DataLoader`` call may have an argument at position ``index`` (a top-level comma
+    after ``index`` arguments, brackets, strings and comments followed), or the loader has another name."""
+    for match in _LOADER_CALL_TEXT.finditer(text):
+        commas = _top_level_commas(text, match.end(), index)
+        if commas is None or commas >= index:
+            return True
+    return search_word(_LOADER_ALIAS_TEXT, text) is not None
+
+
+def _top_level_commas(text: str, i: int, enough: int) -> Optional[int]:
+    """The commas between the ``(`` before ``i`` and the bracket that closes it, outside inner brackets, up
+    to ``enough``; None when the scan gives up (an unterminated string, a call longer than the limit)."""
+    depth, commas, limit = 1, 0, min(len(text), i + _FACTORY_SCAN_LIMIT)
+    while i < limit:
+        char = text[i]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if not depth:
+                return commas
+        elif char == "," and depth == 1:
+            commas += 1
+            if commas >= enough:
+                return commas
+        elif char == "#":
+            newline = text.find("\n", i)
+            if newline < 0:
+                return None
+            i = newline
+        elif char in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            close = _string_end(text, i + len(quote), quote, limit)
+            if close is None:
+                return None
+            i = close - 1
+        i += 1
+    return None
 
 
 def _closing_paren(text: str, i: int) -> Optional[int]:

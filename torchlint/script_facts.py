@@ -13,7 +13,6 @@ answers False only where the LibCST form certainly does.
 from __future__ import annotations
 
 import ast
-import re
 from functools import cached_property
 from typing import Dict, List, Optional, Set
 
@@ -21,22 +20,23 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, LoopInfo
 from torchlint.ast_index import AstCallInfo, AstIndex, index_of
+from torchlint.text_prefilter import call_text, has_method_call, search_word
 
 _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
-# A training loop calls `backward(` or `.step(`. Two searches with a literal prefix are several times
-# faster than one alternation, whose first-character set matches nearly everywhere.
-_BACKWARD_TEXT = re.compile(r"backward\s*\(")
-_STEP_TEXT = re.compile(r"step\s*\(")
+# A training loop calls `backward(` (a method, or `torch.autograd.backward` imported by its name) or a
+# `.step(` method (`FileAnalysis.is_backward_call`, `is_optimizer_step`), spaced as Python allows:
+# `loss .backward ()`, `(optimizer\n .step())`. Searches with a literal prefix (see text_prefilter).
+_BACKWARD_CALL_TEXT = call_text("backward")
 
 
 def may_train(text: str) -> bool:
-    """The text stage of "this file has a training loop" (a superset: ``def step(`` passes too)."""
-    return bool(_BACKWARD_TEXT.search(text) or _STEP_TEXT.search(text))
+    """The text stage of "this file has a training loop"."""
+    return ("backward" in text and search_word(_BACKWARD_CALL_TEXT, text) is not None) or has_method_call(text, "step")
 
 
 def may_use_cuda(text: str) -> bool:
     """The text stage of ``cuda_evidence``: ``.cuda()``, ``.to(...)`` or a device."""
-    return "cuda" in text or "device" in text or ".to(" in text
+    return "cuda" in text or "device" in text or has_method_call(text, "to")
 
 
 def any_of(text: str, *words: str) -> bool:

@@ -10,6 +10,7 @@ before a regex whose matches are rare.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Iterator, Optional
 
 
@@ -37,3 +38,91 @@ def finditer_word(pattern: "re.Pattern[str]", text: str) -> Iterator["re.Match[s
     while match is not None:
         yield match
         match = search_word(pattern, text, match.end())
+
+
+# --- tokens apart ----------------------------------------------------------------------------------------
+# Python lets spaces, `\` continuations and, inside brackets, line breaks and comments stand between any two
+# tokens: `x .item()`, `torch. zeros_like`, `f (x)`, `(x\n .item())`, `x.  # note\n    item()`. A text
+# stage that looks for `.item(` as one string misses those files, and a stage may answer "maybe" too often
+# but never "nothing here" where the rule's check reports. These fragments stand for that gap in a regex;
+# each alternative starts with a different character and a comment must run to its line's end, so a failed
+# match does not backtrack.
+GAP = r"(?:[\s\\]|#[^\r\n]*[\r\n])*"
+# Before a call's `(`: also the closing parentheses of a parenthesised callee, `(optimizer.zero_grad)(False)`.
+CALL_GAP = r"(?:[\s\\)]|#[^\r\n]*[\r\n])*"
+
+
+@lru_cache(maxsize=None)
+def call_text(name: str) -> "re.Pattern[str]":
+    """A call of ``name`` (a regex that starts with a word character and ends the name: ``item`` does not
+    match ``items(``), however far its ``(`` stands from it. Search it with ``search_word`` for a function
+    (``float (x)``) or ``search_method`` for a method (``x. item ()``)."""
+    return re.compile(name + CALL_GAP + r"\(")
+
+
+@lru_cache(maxsize=None)
+def call_with_text(name: str, word: str) -> "re.Pattern[str]":
+    """A call of ``name`` whose arguments hold ``word`` before the first ``)``: comments, which may hold
+    one, are skipped whole (``zero_grad(  # see f()`` then ``set_to_none=False)``)."""
+    return re.compile(call_text(name).pattern + r"(?:[^)#]|#[^\r\n]*)*" + word)
+
+
+def after_dot(text: str, start: int) -> bool:
+    """The token that ends before ``start`` may be a ``.``: the first character before it that is not a
+    space, a line break or a ``\\`` is a dot, or the scan crossed a line break and the line it reached
+    holds a ``#`` (its comment may follow a dot: ``x.  # note`` then ``item()`` inside brackets). A word
+    character right before ``start`` answers False, so this also tests the word boundary."""
+    i = start - 1
+    crossed = False
+    while i >= 0:
+        char = text[i]
+        if char == ".":
+            return True
+        if char in "\r\n":
+            crossed = True
+        elif char not in " \t\f\v\\":
+            break
+        i -= 1
+    if not crossed or i < 0:
+        return False
+    line_start = max(text.rfind("\n", 0, i), text.rfind("\r", 0, i)) + 1
+    return "#" in text[line_start:i + 1]
+
+
+def search_method(pattern: "re.Pattern[str]", text: str, pos: int = 0) -> Optional["re.Match[str]"]:
+    """The first match of ``pattern`` (which starts with a word character) that follows a dot, spaces and
+    line breaks between them allowed: ``x.item(``, ``x . item (``, ``(x\\n .item())``."""
+    match = pattern.search(text, pos)
+    while match is not None:
+        if after_dot(text, match.start()):
+            return match
+        match = pattern.search(text, match.start() + 1)
+    return None
+
+
+def has_method_call(text: str, name: str) -> bool:
+    """``.name(`` in the text, however spaced: the plain substring first (nearly every file that has the
+    call spells it so), then the spaced forms."""
+    return "." + name + "(" in text or (name in text and search_method(call_text(name), text) is not None)
+
+
+def statement_start(text: str, pos: int, max_lines: int = 10) -> int:
+    """Where the statement holding ``pos`` may start: the start of ``pos``'s line, moved up over the lines
+    before it that continue into it, a ``\\`` at their end or a bracket still open at ``pos``
+    (``for p in (\\n    model.parameters()):``), at most ``max_lines`` up. Brackets in strings and comments
+    are counted too: at worst the answer is a line too early, so a text stage says "maybe"."""
+    start = scan = text.rfind("\n", 0, pos) + 1
+    balance = most = 0  # brackets opened and not closed from a line's start to `pos`; the most seen
+    for _ in range(max_lines):
+        if scan == 0:
+            break
+        previous = text.rfind("\n", 0, scan - 1) + 1
+        line = text[previous:scan]
+        balance += line.count("(") + line.count("[") + line.count("{") - line.count(")") - line.count("]") - line.count("}")
+        if balance > most:  # this line opens the outermost bracket seen around `pos` so far
+            most = balance
+            start = previous
+        elif scan == start and line.rstrip().endswith("\\"):
+            start = previous
+        scan = previous
+    return start
