@@ -5,7 +5,8 @@ from __future__ import annotations
 import ast
 import re
 from functools import lru_cache
-from typing import Iterable, List, Optional, Set, Tuple
+from keyword import kwlist
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
@@ -15,7 +16,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.text_prefilter import CALL_GAP, GAP, is_word_char, search_method, statement_start
+from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, is_word_char, search_method, statement_end
 
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
@@ -196,10 +197,10 @@ class PerParameterOptimizerLoop(Rule):
         foreach = "foreach" in text
         if foreach and _FOREACH_FALSE_TEXT.search(text):
             return _may_update(text)
-        low = text.lower()  # `for p in PARAMS:`: `_PARAMS_NAME` ignores case
-        if "param" not in low and "state_dict" not in low:
+        # `_PARAMS_NAME` ignores case: `param`, `Params`, `PARAMS`, `modelParams` all hold `aram` or `ARAM`.
+        if "aram" not in text and "ARAM" not in text and "state_dict" not in text:
             return False
-        return _has_param_loop(low) and _may_update(text)
+        return _has_param_loop(text) and _may_update(text)
 
     has_ast_prefilter = True
 
@@ -311,43 +312,156 @@ class PerParameterOptimizerLoop(Rule):
 
 # The text stage (see `may_fire`), however the code is spaced (see text_prefilter).
 _FOREACH_FALSE_TEXT = re.compile(r"foreach" + GAP + r"=(?:[\s\\(]|#[^\r\n]*[\r\n])*False")
-_LOOP_HEADER_TEXT = re.compile(r"\bfor\b[\s\S]*\bin\b")  # in a statement's text before a word
-_BOUND_NAME_TEXT = re.compile(r"[ \t]*(\w+)[ \t]*(?::[^=\n]*)?=(?!=)")  # `ps = ...` at a statement's start
+# A `for` statement: its keyword starts a line (a comprehension's `for` is no loop `check` reads).
+_FOR_TEXT = re.compile(r"for\b")  # with finditer_word, then only spaces before it on its line
+_IN_TEXT = re.compile(r"\bin\b")
+# What `_param_targets`/`_is_params_expr` look through to a name: `enumerate(ps)`, `zip(ps, qs)`, `list(ps)`.
+_WRAPPER_TEXT = re.compile(r"[\s(]*(?:enumerate|zip|list|tuple|filter|reversed)" + CALL_GAP + r"\(")
+_BARE_NAME_TEXT = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?=[\s),:\\]|$)")  # not a callee, receiver or attribute
+_NOT_NAMES = frozenset(kwlist)
+_ASSIGNED_TEXT = re.compile(CALL_GAP + r"(?::[^=\n]*)?=(?!=)")  # after a name: `ps = `, `(ps) = `, `ps: list = `
+_ONE_NAME_TEXT = re.compile(r"[\s(\\]*([A-Za-z_]\w*)[\s)\\]*(?::|#|$)")  # `for p in ps:`, `= ps  # note`
 _AUG_OP_TEXTS = ("-=", "+=", "*=", "/=", "%=", "@=", "&=", "|=", "^=", ">>=", "<<=")  # `//=`, `**=` hold one
 _DATA_SET_TEXT = re.compile(r"data" + CALL_GAP + r"=(?!=)")  # with search_method: `p.data = `, `(p . data) =`
-_INPLACE_CALL_TEXT = re.compile(r"_" + CALL_GAP + r"\(")  # after a word character: `p.add_(`, `p.mul_ (`
+_INPLACE_CALL_TEXT = re.compile(r"_(?<=\w_)" + CALL_GAP + r"\(")  # after a word character: `p.add_(`, `p.mul_ (`
 
 
-def _has_param_loop(low: str) -> bool:
-    """A ``for`` statement whose header, up to a word ``check`` takes for parameters (``_PARAMS_NAME``, any
-    case: ``low`` is the lowered text; ``state_dict``), holds ``for ... in``, its lines joined
-    (``statement_start``); or one that iterates a name bound to such a value (``ps = list(model.parameters())``
-    then ``for p in ps:``), through up to three bindings as ``_is_params_expr`` follows them."""
-    words = ["param", "state_dict"]
-    seen_names = set()
-    for _ in range(4):
-        bound = []
-        for word in words:
-            at = low.find(word)
-            while at != -1:
-                if word in ("param", "state_dict") or _is_word_at(low, at, word):
-                    start = statement_start(low, at)
-                    if _LOOP_HEADER_TEXT.search(low, start, at):
-                        return True
-                    match = _BOUND_NAME_TEXT.match(low, start)
-                    if match is not None and match.end() <= at and match.group(1) not in seen_names:
-                        seen_names.add(match.group(1))
-                        bound.append(match.group(1))
-                at = low.find(word, at + len(word))
-        if not bound:
-            return False
-        words = bound
+def _has_param_loop(text: str) -> bool:
+    """A ``for`` statement whose iterable (its lines joined: ``statement_end``) may be parameters: it holds a
+    word ``check`` takes for them (``_PARAMS_NAME``, any case; ``state_dict``), or names a variable bound to
+    such a value (``ps = list(model.parameters())`` then ``for p in ps:``), through up to three bindings as
+    ``_is_params_expr`` follows them."""
+    if "\n" not in text:
+        text = text.replace("\r", "\n")  # old Mac line ends
+    loops = []
+    for match in finditer_word(_FOR_TEXT, text):
+        start = match.start()
+        line_start = text.rfind("\n", 0, start) + 1
+        if text[line_start:start].strip(" \t\f"):
+            continue  # a comprehension's `for`, or the word in prose
+        end = statement_end(text, start)
+        found = _IN_TEXT.search(text, start + 3, end)
+        if found is not None:
+            iterable = text[found.end():end]
+            if _names_params(iterable):
+                return True
+            loops.append((start, start - line_start, end, iterable))
+    # Then the loops over names whose body may update something: `_is_params_expr` reads a name's bindings
+    # in the loop's own scope.
+    for start, indent, end, iterable in loops:
+        if _may_update(_loop_text(text, start, indent, end)) and _may_be_params(text, iterable, 0, {}, start, None):
+            return True
     return False
 
 
-def _is_word_at(text: str, at: int, word: str) -> bool:
-    end = at + len(word)
-    return (at == 0 or not is_word_char(text[at - 1])) and (end == len(text) or not is_word_char(text[end]))
+def _loop_text(text: str, start: int, indent: int, header_end: int) -> str:
+    """The loop's text: its header, then the lines up to the next one indented ``indent`` or less."""
+    end = _dedent_text(indent).search(text, header_end)
+    return text[start:end.start() if end is not None else len(text)]
+
+
+def _names_params(code: str) -> bool:
+    return "state_dict" in code or "param" in code.lower()
+
+
+def _may_be_params(text: str, code: str, depth: int, seen: Dict[str, int], at: int,
+                   scope: Optional[Tuple[int, int]]) -> bool:
+    """The text ``code`` of an iterable or a bound value may be parameters for ``_is_params_expr``: it holds
+    a word taken for them, or names (directly, or in ``enumerate``/``zip``/``list``... as `_param_targets`
+    and `_is_params_expr` look through them) a variable whose value in the scope of the statement at ``at``
+    (``scope``, found on the first name) may be."""
+    if _names_params(code):
+        return True
+    if depth > 3:
+        return False
+    wrapper = _WRAPPER_TEXT.match(code)
+    if wrapper is not None:
+        names = _BARE_NAME_TEXT.findall(code, wrapper.end())
+    else:
+        one = _ONE_NAME_TEXT.match(code)
+        names = [one.group(1)] if one is not None else []
+    for name in names:
+        if name in _NOT_NAMES or seen.get(name, 99) <= depth:
+            continue  # its bindings were read from as high up already
+        seen[name] = depth
+        if scope is None:
+            scope = _scope_of(text, at)
+        values = list(_bound_values(text, name, scope))
+        if not values and scope[0] > 0 and not _in_def_line(text, name, scope[0]):
+            # Neither assigned in its def nor one of the def's parameters: `single_value` reads the module's
+            # bindings (searched in the whole text: a superset).
+            scope = (0, len(text))
+            values = list(_bound_values(text, name, scope))
+        for value in values:
+            if _may_be_params(text, text[value:statement_end(text, value)], depth + 1, seen, at, scope):
+                return True
+    return False
+
+
+def _in_def_line(text: str, name: str, def_line: int) -> bool:
+    """``name`` is in the ``def`` statement (its parameters) that starts at ``def_line``."""
+    end = statement_end(text, def_line)
+    at = text.find(name, def_line, end)
+    while at != -1:
+        if not is_word_char(text[at - 1]) and not is_word_char(text[at + len(name)]):
+            return True
+        at = text.find(name, at + len(name), end)
+    return False
+
+
+def _bound_values(text: str, name: str, scope: Tuple[int, int]) -> Iterator[int]:
+    """Where the value of each ``name = value`` in ``scope`` starts (``(name) =``, ``name: T =``,
+    ``a = name = value``). In a def, each place of the name is read by hand; in the whole text, one regex
+    search finds them."""
+    start, end = scope
+    if start == 0:
+        pattern = _binding_text(name)
+        match = pattern.search(text, start, end)
+        while match is not None:
+            if not is_word_char(text[match.start() - 1]):
+                yield match.end()
+            match = pattern.search(text, match.start() + 1, end)
+        return
+    at = text.find(name, start, end)
+    while at != -1:
+        after = at + len(name)
+        binding = _ASSIGNED_TEXT.match(text, after) if not is_word_char(text[at - 1]) else None
+        if binding is not None:
+            yield binding.end()
+        at = text.find(name, after, end)
+
+
+@lru_cache(maxsize=1024)
+def _binding_text(name: str) -> "re.Pattern[str]":
+    return re.compile(re.escape(name) + _ASSIGNED_TEXT.pattern)
+
+
+def _scope_of(text: str, pos: int) -> Tuple[int, int]:
+    """The text of the ``def`` around the statement at ``pos`` (the whole text at module level): from its
+    ``def`` line to the next line indented no deeper than it (blank and comment lines, and lines that start
+    with a closing bracket, do not end it). Indentation is compared by length, which is exact for the
+    consistent indentation Python requires within one block and at worst widens the scope."""
+    line_start = text.rfind("\n", 0, pos) + 1
+    indent = pos - line_start
+    if indent == 0:
+        return 0, len(text)
+    at = pos
+    while True:
+        at = text.rfind("def", 0, at)
+        if at == -1:
+            return 0, len(text)
+        def_line = text.rfind("\n", 0, at) + 1
+        before = text[def_line:at]
+        depth = len(before) - len(before.lstrip(" \t\f"))
+        if before.strip() in ("", "async") and text[at + 3:at + 4] in (" ", "\t", "\\") and depth < indent:
+            end = _dedent_text(depth).search(text, at)
+            return def_line, end.start() if end is not None else len(text)
+
+
+@lru_cache(maxsize=None)
+def _dedent_text(depth: int) -> "re.Pattern[str]":
+    """A line indented ``depth`` or less that holds code (not a comment or a closing bracket)."""
+    return re.compile(r"\n[ \t\f]{0,%d}(?![ \t\f#)\]}\r\n])" % depth)
 
 
 def _may_update(text: str) -> bool:
@@ -357,12 +471,7 @@ def _may_update(text: str) -> bool:
         return True
     if "data" in text and search_method(_DATA_SET_TEXT, text):
         return True
-    match = _INPLACE_CALL_TEXT.search(text)
-    while match is not None:
-        if match.start() > 0 and is_word_char(text[match.start() - 1]):
-            return True
-        match = _INPLACE_CALL_TEXT.search(text, match.start() + 1)
-    return False
+    return _INPLACE_CALL_TEXT.search(text) is not None
 
 
 def _beside_foreach_branch(a: FileAnalysis, loop: cst.For) -> bool:

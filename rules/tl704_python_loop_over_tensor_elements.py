@@ -13,7 +13,9 @@ from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, r
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.config import Settings
 from torchlint.rule import FixAvailability, Rule, RuleContext
-from torchlint.text_prefilter import CALL_GAP, GAP, call_text, finditer_word, has_method_call, search_method, search_word
+from torchlint.text_prefilter import (
+    CALL_GAP, GAP, call_text, finditer_word, has_method_call, is_word_char, search_method, search_word,
+)
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
 _TORCH_FUNCS = {
@@ -44,7 +46,8 @@ _TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_lik
 # Searched with `finditer_word` (a `\b` before `for`, tested by hand: the literal prefix is far faster).
 _OPEN = r"(?:\(" + GAP + r")*"
 _FOR_RANGE_TEXT = re.compile(
-    r"for" + GAP + _OPEN + r"(\w+)" + CALL_GAP + r"in\b" + GAP + _OPEN + r"range" + CALL_GAP + r"\(" + GAP + _OPEN
+    r"for(?=[\s\\(])" + GAP + _OPEN + r"(\w+)(?=[\s\\)])" + CALL_GAP + r"in(?=[\s\\(])" + GAP + _OPEN + r"range"
+    + CALL_GAP + r"\(" + GAP + _OPEN
     + r"(?:0" + GAP + r"," + GAP + _OPEN + r")?"
     + r"(?:len" + CALL_GAP + r"\(|(?:[\w.\[\]()\s\\]|#[^\r\n]*[\r\n])+?\." + GAP + r"(?:shape" + GAP + r"\[|size" + CALL_GAP
     + r"\()|\w+" + CALL_GAP + r"\))")
@@ -135,14 +138,14 @@ class PythonLoopOverTensorElements(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "range" not in text:
             return False
-        if not (search_method(_SHAPE_TEXT, text) or has_method_call(text, "size") or search_word(_LEN_TEXT, text)):
+        if not (".shape" in text or "len(" in text or has_method_call(text, "size") or search_word(_LEN_TEXT, text)
+                or ("shape" in text and search_method(_SHAPE_TEXT, text))):
             return False
         if not ("backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text)):
             return False
         for match in finditer_word(_FOR_RANGE_TEXT, text):
-            index_use = _index_use_text(match.group(1))
             loop = _loop_text(text, match)
-            if index_use.search(loop) and _text_may_be_map(loop):
+            if _uses_index(loop, match.group(1)) and _text_may_be_map(loop):
                 return True
         return False
 
@@ -264,9 +267,32 @@ _STRING_OR_COMMENT_TEXT = re.compile(r"#[^\n]*|'[^'\n]*'|\"[^\"\n]*\"")
 _KEYWORDS = {"and", "or", "not", "in", "is", "if", "else", "lambda", "for", "range", "await", "yield", "return"}
 
 
-def _index_use_text(index: str) -> "re.Pattern[str]":
-    """``index`` as a subscript or one of its parts: ``x[i]``, ``x[b, i]``, ``x[ (i) ]``."""
-    return re.compile(r"[\[,:]" + GAP + _OPEN + re.escape(index) + CALL_GAP + r"[\],:]")
+_AFTER_INDEX_TEXT = re.compile(CALL_GAP + r"[\],:]")
+
+
+def _uses_index(loop: str, index: str) -> bool:
+    """``index`` as a subscript or one of its parts: ``x[i]``, ``x[b, i]``, ``x[ (i) ]`` (a comment line
+    between the bracket and the name counts as "maybe")."""
+    at = loop.find(index)
+    while at != -1:
+        end = at + len(index)
+        if (at == 0 or not is_word_char(loop[at - 1])) and _AFTER_INDEX_TEXT.match(loop, end) and _after_open(loop, at):
+            return True
+        at = loop.find(index, end)
+    return False
+
+
+def _after_open(text: str, start: int) -> bool:
+    """The token before ``start`` (spaces, line breaks, `\\` and opening parentheses skipped) may be
+    ``[``, ``,`` or ``:``."""
+    i = start - 1
+    crossed = False
+    while i >= 0 and text[i] in " \t\f\\(\r\n":
+        crossed = crossed or text[i] in "\r\n"
+        i -= 1
+    if i >= 0 and text[i] in "[,:":
+        return True
+    return crossed and "#" in text[text.rfind("\n", 0, i) + 1:i + 1]
 
 
 def _bracket_change(code: str) -> int:

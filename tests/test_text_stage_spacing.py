@@ -243,6 +243,24 @@ GAPS = [
         """),
     ("TL501", """\
         import torch
+        def sgd_step(model, lr):
+            ws = model.parameters()
+            chosen = list(ws)
+            with torch.no_grad():
+                for w in chosen:
+                    w.sub_(lr * w.grad)
+        """),
+    ("TL501", """\
+        import torch
+        ws = list(net.parameters())
+
+        def sgd_step(lr):
+            with torch.no_grad():
+                for w in ws:
+                    w.sub_(lr * w.grad)
+        """),
+    ("TL501", """\
+        import torch
         def sgd_step(PARAMS, lr):
             with torch.no_grad():
                 for p in PARAMS:

@@ -102,27 +102,43 @@ def search_method(pattern: "re.Pattern[str]", text: str, pos: int = 0) -> Option
 
 def has_method_call(text: str, name: str) -> bool:
     """``.name(`` in the text, however spaced: the plain substring first (nearly every file that has the
-    call spells it so), then the spaced forms."""
-    return "." + name + "(" in text or (name in text and search_method(call_text(name), text) is not None)
+    call spells it so), then the spaced forms. Several rules ask this of the same text (``.to(``,
+    ``.step(``): the answers for the last text are kept."""
+    memo = _last_answers
+    if memo[0] is not text:
+        memo = (text, {})
+        _remember(memo)
+    answer = memo[1].get(name)
+    if answer is None:
+        answer = "." + name + "(" in text or (name in text and search_method(call_text(name), text) is not None)
+        memo[1][name] = answer
+    return answer
 
 
-def statement_start(text: str, pos: int, max_lines: int = 10) -> int:
-    """Where the statement holding ``pos`` may start: the start of ``pos``'s line, moved up over the lines
-    before it that continue into it, a ``\\`` at their end or a bracket still open at ``pos``
-    (``for p in (\\n    model.parameters()):``), at most ``max_lines`` up. Brackets in strings and comments
-    are counted too: at worst the answer is a line too early, so a text stage says "maybe"."""
-    start = scan = text.rfind("\n", 0, pos) + 1
-    balance = most = 0  # brackets opened and not closed from a line's start to `pos`; the most seen
+# (text, {name: answer}) of the last text asked about. Replaced whole, never changed in place for another
+# text, so that threads sharing it at worst lose an answer, never read one given for another text.
+_last_answers: "tuple" = (None, {})
+
+
+def _remember(memo: "tuple") -> None:
+    global _last_answers
+    _last_answers = memo
+
+
+def statement_end(text: str, pos: int, max_lines: int = 10) -> int:
+    """Where the statement running through ``pos`` may end: the end of the first line from ``pos`` on
+    after which no bracket opened since ``pos`` is still open and no ``\\`` continues it, at most
+    ``max_lines`` lines on (``for p in (\\n    model.parameters()):``). Brackets in strings and comments
+    are counted too: at worst the statement's text runs a few lines long, so a text stage says "maybe"."""
+    balance = 0
+    end = pos
     for _ in range(max_lines):
-        if scan == 0:
-            break
-        previous = text.rfind("\n", 0, scan - 1) + 1
-        line = text[previous:scan]
+        end = text.find("\n", pos)
+        if end == -1:
+            return len(text)
+        line = text[pos:end]
         balance += line.count("(") + line.count("[") + line.count("{") - line.count(")") - line.count("]") - line.count("}")
-        if balance > most:  # this line opens the outermost bracket seen around `pos` so far
-            most = balance
-            start = previous
-        elif scan == start and line.rstrip().endswith("\\"):
-            start = previous
-        scan = previous
-    return start
+        if balance <= 0 and not line.rstrip().endswith("\\"):
+            return end
+        pos = end + 1
+    return end
