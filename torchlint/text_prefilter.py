@@ -125,11 +125,12 @@ def _remember(memo: "tuple") -> None:
     _last_answers = memo
 
 
-def statement_end(text: str, pos: int, max_lines: int = 10) -> int:
+def statement_end(text: str, pos: int, max_lines: int = 25) -> int:
     """Where the statement running through ``pos`` may end: the end of the first line from ``pos`` on
     after which no bracket opened since ``pos`` is still open and no ``\\`` continues it, at most
     ``max_lines`` lines on (``for p in (\\n    model.parameters()):``). Brackets in strings and comments
-    are counted too: at worst the statement's text runs a few lines long, so a text stage says "maybe"."""
+    are counted too: an opening one makes the text a few lines longer (a "maybe"); only a closing one in
+    a string, with the statement's next line needed, would cut it short."""
     balance = 0
     end = pos
     for _ in range(max_lines):
