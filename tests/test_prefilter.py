@@ -60,6 +60,7 @@ AST_STAGE_NEAR_MISSES = [
     ("TL301", "clean_counts_and_kwargs_differ.py"),
     ("TL301", "clean_norm_built_alone.py"),
     ("TL301", "clean_bias_not_right_before.py"),
+    ("TL301", "clean_pairs_in_other_places.py"),
     ("TL501", "clean_loops_the_stages_rule_out.py"),
     ("TL501", "clean_single_tensor_fallback.py"),
     ("TL702", "clean_cpu_script.py"),
