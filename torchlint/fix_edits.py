@@ -101,15 +101,15 @@ class FixEdits:
         for statement, indents in chains[0]:
             if id(statement) not in shared:
                 continue
-            new = self._rendered(statement, indents, replacements)
-            if new is None:
-                continue  # the statement is removed: its block's rendering may change (an empty one gets `pass`)
             old = "".join(_generate(self.module, statement, indents).tokens)
             start = _only_line_start(self._locator.haystack, old) if old else None
             if start is None:
                 continue  # not unique: an enclosing statement may be
             if start + len(old) > len(self.source):
                 return None  # the last statement of a file without a final newline: LibCST adds one
+            new = self._rendered(statement, indents, replacements)
+            if new is None:
+                continue  # the statement is removed: its block's rendering may change (an empty one gets `pass`)
             return start, old, new
         return None
 
