@@ -203,10 +203,15 @@ def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
 
 def _is_loader_valued(index: AstIndex, name: str) -> bool:
     """``name`` is a target of an assignment whose value names a loader (``pbar = tqdm(train_loader)``)."""
+    return any(_names_a_loader(value) for value in assigned_values(index).get(name, ()))
+
+
+def assigned_values(index: AstIndex) -> Dict[str, List[ast.expr]]:
+    """The values of the file's ``name = value`` assignments, by name (built once per file)."""
     assigned = getattr(index, "_assigned_values", None)
     if assigned is None:
         assigned = index._assigned_values = _assigned_values(index.tree)  # type: ignore[attr-defined]
-    return any(_names_a_loader(value) for value in assigned.get(name, ()))
+    return assigned
 
 
 _STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
