@@ -30,7 +30,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, call_name, dotted_name, walk
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, iter_children, walk
 
 
 class NoFix(Exception):
@@ -1565,11 +1565,27 @@ def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int
     for node in walk(scope):
         if isinstance(node, cst.Name):
             taken.add(node.value)
-    for node in walk(analysis.module):  # module-level names: globals the function may read
-        if isinstance(node, cst.Name) and analysis.function_of(node) is None:
-            taken.add(node.value)
+    taken |= _module_level_names(analysis)  # globals the function may read
     return LoopContext(analysis, torch_name, _in_no_grad(analysis, loop), taken, _read_after(analysis, loop, scope),
                        torch_version)
+
+
+def _module_level_names(analysis: FileAnalysis) -> Set[str]:
+    """Names written outside every def and lambda (their names, parameters and decorators are inside),
+    computed once per file: every loop of the file asks."""
+    names = getattr(analysis, "_module_level_names", None)
+    if names is None:
+        names = set()
+        stack: List[cst.CSTNode] = [analysis.module]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Name):
+                names.add(node.value)
+            elif node in analysis.function_info:
+                continue  # everything below a def or lambda is in that function
+            stack.extend(iter_children(node))
+        analysis._module_level_names = names  # type: ignore[attr-defined]
+    return names
 
 
 def _read_after(analysis: FileAnalysis, loop: cst.For, scope: cst.CSTNode) -> Set[str]:

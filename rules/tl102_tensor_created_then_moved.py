@@ -13,7 +13,7 @@ from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
 from torchlint.config import Settings
 from torchlint.loader_prefilter import may_chain_factory_into_move, may_move_to_device
-from torchlint.device_facts import _DEVICE_NAME, CPU, CUDA, device_kind, to_destination
+from torchlint.device_facts import CPU, CUDA, DEVICE_NAME, device_kind, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Factories that fill their result the same way on every device.
@@ -239,7 +239,7 @@ def _ast_may_move_to_cuda(index: AstIndex, move: ast.Call, scope) -> bool:
     if target is None:
         return False
     written = ast_dotted_name(target)
-    if written is not None and _DEVICE_NAME.search(written.split(".")[-1]):
+    if written is not None and DEVICE_NAME.search(written.split(".")[-1]):
         return True
     return _ast_may_be_cuda(index, target, scope, 0)
 

@@ -7,11 +7,17 @@ from typing import List, Optional, Set
 
 import libcst as cst
 
-from torchlint.arguments import with_keyword
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
+from torchlint.arguments import with_keyword
+from torchlint.ast_index import AstCallInfo, AstIndex, index_of
+from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.ast_index import target_names as ast_target_names
+from torchlint.ast_index import walk as ast_walk
 from torchlint.config import Settings
-from torchlint.loader_prefilter import LOADER_NAME, loop_may_move_batch, may_move_to_device, may_name_a_loader
-from torchlint.loaders import LoaderFacts, loader_facts
+from torchlint.device_facts import DEVICE_NAME
+from torchlint.loader_prefilter import LOADER_NAME, assigned_values, loop_may_move_batch, may_move_to_device, may_name_a_loader
+from torchlint.loader_prefilter import _is_move_without_non_blocking as is_move_without_non_blocking
+from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -93,7 +99,7 @@ class BlockingHostToDeviceCopy(Rule):
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return loop_may_move_batch(tree, text)
+        return loop_may_move_batch(tree, text) and _ast_may_report(index_of(tree))
 
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
@@ -188,3 +194,176 @@ def _root_is(expr: cst.BaseExpression, name: str) -> bool:
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
         expr = expr.value
     return isinstance(expr, cst.Name) and expr.value == name
+
+
+# --- the ast stage: check's gates, each read as a superset ---------------------------------------------
+
+
+def _ast_may_report(index: AstIndex) -> bool:
+    """A for loop tied to a DataLoader of the file or named like a loader (``check``'s two ways in) that
+    moves part of its batch with ``.to``/``.cuda`` to a device that may be CUDA, without ``non_blocking=``."""
+    sites = index.calls_by_name.get("DataLoader", ())
+    targets = _ast_loader_targets(index, sites)
+    moves = {id(info.node): info for name in ("to", "cuda") for info in index.calls_by_name.get(name, ())
+             if is_move_without_non_blocking(info.node)}
+    for loop in index.loops:
+        node = loop.node
+        if type(node) is not ast.For:
+            continue
+        iterated = list(_ast_iterated(index, node.iter, 0))
+        tied = sites and any(_ast_tied(index, expr, loop.function, targets) for expr in iterated)
+        if not tied and not any(_ast_named_like_a_loader(expr) for expr in iterated):
+            continue
+        if _ast_moves_batch(index, node, moves):
+            return True
+    return False
+
+
+def _ast_loader_targets(index: AstIndex, sites) -> Set[str]:
+    """How each ``DataLoader(...)`` is written where it is assigned (``_assigned_target``): ``loader``,
+    ``self.loader``; annotated assignments are found by a walk of the statements."""
+    targets: Set[str] = set()
+    unassigned = set()
+    for info in sites:
+        target = index.assigned_to.get(info.node)
+        written = ast_dotted_name(target) if target is not None else None
+        if written is not None:
+            targets.add(written)
+        elif target is None:
+            unassigned.add(id(info.node))
+    if unassigned:
+        for node in ast_walk(index.tree):
+            if type(node) is ast.AnnAssign and id(node.value) in unassigned:
+                written = ast_dotted_name(node.target)
+                if written is not None:
+                    targets.add(written)
+    return targets
+
+
+def _ast_iterated(index: AstIndex, expr: ast.expr, depth: int):
+    """``LoaderFacts._unwrap``, a superset: a name is kept as well as every wrapper it is assigned."""
+    if depth > 3:
+        return
+    if type(expr) is ast.Call and type(expr.func) in (ast.Name, ast.Attribute) and _ast_call_name(expr) in WRAPPERS:
+        for arg in expr.args:
+            if type(arg) is not ast.Starred:
+                yield from _ast_iterated(index, arg, depth + 1)
+        return
+    if type(expr) is ast.Name:
+        for value in assigned_values(index).get(expr.id, ()):
+            if type(value) is ast.Call and _ast_call_name(value) in WRAPPERS:
+                yield from _ast_iterated(index, value, depth + 1)
+    yield expr
+
+
+def _ast_call_name(call: ast.Call) -> Optional[str]:
+    func = call.func
+    return func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None  # type: ignore
+
+
+def _ast_tied(index: AstIndex, expr: ast.expr, function, targets: Set[str]) -> bool:
+    """``LoaderFacts._sites``' ties, a superset: a ``DataLoader(...)`` iterated directly, a name or
+    attribute spelled as a loader's target (scopes are not compared), or a parameter of the loop's def
+    (a same-file call may pass it a loader)."""
+    if type(expr) is ast.Call and _ast_call_name(expr) == "DataLoader":
+        return True
+    if ast_dotted_name(expr) in targets:
+        return True
+    if type(expr) is ast.Name and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        arguments = function.args
+        return any(arg.arg == expr.id for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+    return False
+
+
+def _ast_named_like_a_loader(expr: ast.expr) -> bool:
+    written = expr.attr if type(expr) is ast.Attribute else expr.id if type(expr) is ast.Name else None  # type: ignore
+    return written is not None and LOADER_NAME.search(written) is not None
+
+
+def _ast_moves_batch(index: AstIndex, loop: ast.For, moves) -> bool:
+    """``LoaderFacts.batch_moves`` is not empty, a superset: the batch names are closed under every
+    ``x = <part of the batch>`` of the body (check takes them in source order)."""
+    body = [node for statement in loop.body for node in ast_walk(statement)]
+    found = [node for node in body if id(node) in moves]
+    if not found:
+        return False
+    names = set(ast_target_names(loop.target))
+    assignments = [node for node in body if type(node) is ast.Assign and _ast_is_batch_part(node.value)]
+    grown = True
+    while grown:
+        grown = False
+        for assignment in assignments:
+            if _ast_root_name(assignment.value) in names:
+                new = {name for target in assignment.targets for name in ast_target_names(target)} - names
+                if new:
+                    names |= new
+                    grown = True
+    comprehension_names = {name for node in body if type(node) is ast.comprehension
+                           and _ast_root_name(node.iter) in names for name in ast_target_names(node.target)}
+    for call in found:
+        owner = call.func.value  # type: ignore[attr-defined]
+        if not _ast_is_batch_part(owner):
+            continue
+        root = _ast_root_name(owner)
+        if (root in names or root in comprehension_names) and _ast_may_go_to_cuda(index, moves[id(call)]):
+            return True
+    return False
+
+
+def _ast_root_name(expr: ast.AST) -> Optional[str]:
+    while True:
+        kind = type(expr)
+        if kind is ast.Name:
+            return expr.id  # type: ignore[attr-defined]
+        if kind is ast.Attribute or kind is ast.Subscript:
+            expr = expr.value  # type: ignore[attr-defined]
+        elif kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in ("items", "values"):  # type: ignore
+            expr = expr.func.value  # type: ignore[attr-defined]
+        else:
+            return None
+
+
+def _ast_is_batch_part(expr: ast.AST) -> bool:
+    while type(expr) in (ast.Attribute, ast.Subscript):
+        expr = expr.value  # type: ignore[attr-defined]
+    return type(expr) is ast.Name
+
+
+def _ast_may_go_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
+    """``to_destination(...) == CUDA``: ``.cuda()``, or ``.to(<device>)`` where the device may be CUDA or
+    is a name that says it is one (``device``, ``args.gpu``)."""
+    call = info.node
+    if _ast_call_name(call) == "cuda":
+        return True
+    device = next((k.value for k in call.keywords if k.arg == "device"), None)
+    target = device if device is not None else (call.args[0] if call.args else None)
+    if target is None:
+        return False
+    if _ast_may_be_cuda(index, target, info.function, 0):
+        return True
+    written = ast_dotted_name(target)
+    return written is not None and DEVICE_NAME.search(written.split(".")[-1]) is not None
+
+
+def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
+    """``device_kind(...) == CUDA``, on the ast."""
+    if depth > 4:
+        return False
+    kind = type(expr)
+    if kind is ast.Constant:
+        value = expr.value  # type: ignore[attr-defined]
+        if isinstance(value, str):
+            return value.strip().startswith("cuda")
+        return type(value) is int
+    if kind is ast.IfExp:
+        return (_ast_may_be_cuda(index, expr.body, scope, depth + 1)  # type: ignore[attr-defined]
+                or _ast_may_be_cuda(index, expr.orelse, scope, depth + 1))  # type: ignore[attr-defined]
+    if kind is ast.Call:
+        qualified = index.qualified_name(expr.func)  # type: ignore[attr-defined]
+        if qualified == "torch.device" and expr.args:  # type: ignore[attr-defined]
+            return _ast_may_be_cuda(index, expr.args[0], scope, depth + 1)  # type: ignore[attr-defined]
+        return qualified == "torch.cuda.current_device"
+    if kind is ast.Name:
+        value = index.single_value(expr.id, scope)  # type: ignore[attr-defined]
+        return value is not None and _ast_may_be_cuda(index, value, scope, depth + 1)
+    return False

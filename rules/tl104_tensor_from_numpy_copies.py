@@ -162,7 +162,7 @@ class TensorFromNumpyCopies(Rule):
             if len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
                 continue
             if any(k.arg not in _KNOWN_KEYWORDS or (k.arg == "pin_memory" and not _is_false(k.value))
-                   for k in call.keywords):
+                   or (k.arg == "device" and not _may_be_cpu(k.value)) for k in call.keywords):
                 continue
             if _may_be_array(index, call.args[0], info.function, 0):
                 return True
@@ -244,6 +244,16 @@ class TensorFromNumpyCopies(Rule):
 
 
 _KNOWN_KEYWORDS = {"device", "dtype", "pin_memory", "requires_grad"}
+
+
+def _may_be_cpu(node: ast.AST) -> bool:
+    """``_is_cpu`` on the ast, a superset (a string written in parts is one constant here)."""
+    if isinstance(node, ast.Constant):
+        return node.value == "cpu"
+    if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 1:
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else None
+        return name == "device" and _may_be_cpu(node.args[0] if node.args else node.keywords[0].value)
+    return False
 
 
 def _is_false(node: ast.AST) -> bool:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 import libcst.matchers as m
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, names_in, receiver, walk
-from torchlint.ast_index import index_of
+from torchlint.ast_index import AstCallInfo, index_of
+from torchlint.ast_index import walk as ast_walk
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -341,32 +342,44 @@ class BiasBeforeBatchNorm(Rule):
 
 def _ast_may_report(index) -> bool:
     producers: List[Tuple[_Layer, ast.Call]] = []
-    norms: List[Tuple[_Layer, ast.Call]] = []
+    norms: List[Tuple[_Layer, AstCallInfo]] = []
     for info in index.calls:
         qualified = index.qualified_name(info.node.func)
         layer = _LAYERS.get(qualified) if qualified is not None else None
         if layer is None:
             continue
         if layer.kind == "bn":
-            norms.append((layer, info.node))
+            norms.append((layer, info))
         elif _may_have_bias(index, info, layer):
             producers.append((layer, info.node))
     if not producers or not norms:
         return False
-    placed = _ast_norm_places(index, [norm for _, norm in norms])
+    placed = _ast_norm_places(index, [info.node for _, info in norms])
     passed: Optional[Set[int]] = None  # producers handed to a call: not the value of a `self.<name> = ...`
-    for norm_layer, norm in norms:
+    facts_of: Dict[int, _AstClassFacts] = {}
+    for norm_layer, norm_info in norms:
+        norm = norm_info.node
         if id(norm) not in placed:
             continue
         place = placed[id(norm)]
-        feeding = _ast_feeding_attrs(index, place) if isinstance(place, str) else None
+        klass = _ast_class_around(index, norm_info) if isinstance(place, str) else None
+        in_class: Optional[Set[int]] = None  # `self.P = producer` in the norm's class, P feeding the norm
+        if klass is not None:
+            if not any(_ast_within(producer, klass) for _, producer in producers):
+                continue
+            in_class = _ast_forward_producers(index, klass, place, facts_of)  # type: ignore[arg-type]
+            if not in_class:
+                continue
+        feeding = _ast_feeding_attrs(index, place) if isinstance(place, str) and klass is None else None
         features = None if _ast_has_star(norm) else _ast_arg_at(norm, norm_layer.count_index, norm_layer.count_keyword)
         for layer, producer in producers:
             if norm_layer.dim is not None and norm_layer.dim != layer.dim:
                 continue
             if isinstance(place, int) and place != id(producer):
                 continue  # the module right before the norm is another call
-            if feeding is not None:  # `_forward_findings`: the producer is what `self.<P>` is bound to
+            if in_class is not None and id(producer) not in in_class:
+                continue
+            if feeding is not None:  # `_forward_findings` where the class is unknown here (a lambda, say)
                 target = index.assigned_to.get(producer)
                 if target is not None and not (_ast_self_attr(target) and target.attr in feeding):  # type: ignore
                     continue
@@ -382,6 +395,91 @@ def _ast_may_report(index) -> bool:
     return False
 
 
+def _ast_class_around(index, info) -> Optional[ast.ClassDef]:
+    """The class of the def around a call: it holds ``_forward_findings``' ``klass`` (the innermost class
+    around the norm; a class statement inside the def would be smaller, which only makes the stage looser:
+    it reads a superset of that class's assignments and calls). None outside a def, or in a lambda."""
+    function = info.function
+    return index.class_of.get(function) if function is not None else None
+
+
+@dataclass
+class _AstClassFacts:
+    """What ``_forward_findings`` reads of one class, from its whole subtree (as ``_ClassCollector``)."""
+
+    klass: ast.ClassDef
+    assigned: Dict[str, List[ast.expr]] = field(default_factory=dict)  # self.<attr> -> the values given it
+    _handed_on: Optional[List[Tuple[str, str, List[ast.Call]]]] = None
+
+    def __post_init__(self) -> None:
+        for node in ast_walk(self.klass):
+            kind = type(node)
+            if kind is ast.Assign:
+                for target in node.targets:
+                    if _ast_self_attr(target):
+                        self.assigned.setdefault(target.attr, []).append(node.value)  # type: ignore[attr-defined]
+            elif kind is ast.AnnAssign and node.value is not None and _ast_self_attr(node.target):
+                self.assigned.setdefault(node.target.attr, []).append(node.value)  # type: ignore[attr-defined]
+
+    def handed_on(self) -> List[Tuple[str, str, List[ast.Call]]]:
+        """``x = self.P(...)`` right before an assignment or ``return``: (P, x, the calls of that statement)."""
+        if self._handed_on is None:
+            self._handed_on = []
+            for node in ast_walk(self.klass):
+                for block in (getattr(node, "body", None), getattr(node, "orelse", None),
+                              getattr(node, "finalbody", None)):
+                    if isinstance(block, list):
+                        self._handed_on.extend(_ast_handed_on(block))
+        return self._handed_on
+
+
+def _ast_handed_on(block: List[ast.stmt]) -> Iterator[Tuple[str, str, List[ast.Call]]]:
+    for previous, statement in zip(block, block[1:]):
+        if type(statement) not in (ast.Assign, ast.Return) or type(previous) is not ast.Assign:
+            continue
+        produced = previous.value
+        if (len(previous.targets) == 1 and type(previous.targets[0]) is ast.Name
+                and type(produced) is ast.Call and _ast_self_attr(produced.func)):
+            calls = [call for call in ast_walk(statement) if type(call) is ast.Call]
+            yield produced.func.attr, previous.targets[0].id, calls  # type: ignore[attr-defined]
+
+
+def _ast_forward_producers(index, klass: ast.ClassDef, norm_attr: str,
+                           facts_of: Dict[int, _AstClassFacts]) -> Set[int]:
+    """``_forward_findings`` on the class: ``id`` of each call that is the one value assigned to a
+    ``self.P`` whose output a ``self.<norm_attr>(...)`` of the class may normalise (``_producer_attr_of``:
+    ``self.bn(self.P(x))``, or ``x = self.P(...)`` right before an assignment or ``return`` that calls
+    ``self.bn(x)``). A superset: the target and the single use of ``x``, and that each attribute is assigned
+    once, are not checked. ``facts_of``: each class's facts, filled as needed."""
+    facts = facts_of.get(id(klass))
+    if facts is None:
+        facts = facts_of[id(klass)] = _AstClassFacts(klass)
+    feeding: Set[str] = set()
+    by_name: Dict[int, str] = {}  # `self.bn(x)` calls -> x
+    for info in index.calls_by_name.get(norm_attr, ()):
+        use = info.node
+        if (not _ast_self_attr(use.func) or len(use.args) != 1 or use.keywords or type(use.args[0]) is ast.Starred
+                or not _ast_within(use, klass)):
+            continue
+        value = use.args[0]
+        if type(value) is ast.Call and _ast_self_attr(value.func):
+            feeding.add(value.func.attr)  # type: ignore[attr-defined]
+        elif type(value) is ast.Name:
+            by_name[id(use)] = value.id
+    if by_name:
+        feeding.update(attr for attr, name, calls in facts.handed_on()
+                       if any(by_name.get(id(call)) == name for call in calls))
+    return {id(value) for attr in feeding for value in facts.assigned.get(attr, ()) if type(value) is ast.Call}
+
+
+def _ast_within(node: ast.AST, klass: ast.ClassDef) -> bool:
+    """Lexically inside the class (its decorators included, as a LibCST walk of the class visits them)."""
+    first = min([klass, *klass.decorator_list], key=lambda n: (n.lineno, n.col_offset))
+    start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
+    end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+    return (first.lineno, first.col_offset) <= start and end <= (klass.end_lineno, klass.end_col_offset)
+
+
 _ANY = None
 
 
@@ -394,8 +492,16 @@ def _ast_norm_places(index, norms: List[ast.Call]) -> Dict[int, Union[None, int,
     placed: Dict[int, Union[None, int, str]] = {}
     for info in index.calls:
         call = info.node
+        if ast_call_name(call) == "add_module" and len(call.args) + len(call.keywords) == 2:
+            module = [*call.args, *(k.value for k in call.keywords)][1]
+            if id(module) in wanted:  # `_previous_add_module`: the `add_module` statement right before
+                previous = _ast_statement_before(info.function or index.tree, call)
+                added = _ast_added_module(previous) if previous is not None else None
+                if added is not None:
+                    _place_after(placed, module, added, False)
+                continue
         if call.args and any(id(arg) in wanted for arg in call.args):
-            spliced = ast_call_name(call) in ("append", "add_module")  # the statement before decides
+            spliced = ast_call_name(call) == "append"  # the statement before decides
             for position, arg in enumerate(call.args):
                 if id(arg) in wanted:
                     _place_after(placed, arg, call.args[position - 1] if position else None, spliced)
@@ -409,13 +515,18 @@ def _ast_norm_places(index, norms: List[ast.Call]) -> Dict[int, Union[None, int,
         target = index.assigned_to.get(norm)
         if _ast_self_attr(target):
             placed[id(norm)] = target.attr  # type: ignore[union-attr]
-    for node in ast.walk(index.tree) if wanted - set(placed) else ():  # lists, tuples, other assignments
+    for node in ast_walk(index.tree) if wanted - set(placed) else ():  # lists, tuples, other assignments
         kind = type(node)
         if kind is ast.List or kind is ast.Tuple:
             for position, element in enumerate(node.elts):
                 if id(element) in wanted:
-                    pair = kind is ast.Tuple and len(node.elts) == 2  # `("bn", BatchNorm2d(n))` in an OrderedDict
-                    _place_after(placed, element, node.elts[position - 1] if position else None, pair)
+                    if kind is ast.Tuple and len(node.elts) == 2 and position == 1:
+                        continue  # `("bn", BatchNorm2d(n))`: the list around the pair decides, below
+                    _place_after(placed, element, node.elts[position - 1] if position else None, False)
+                elif type(element) is ast.Tuple and len(element.elts) == 2 and id(element.elts[1]) in wanted:
+                    previous = node.elts[position - 1] if position else None  # `_ordered_dict_pair_before`
+                    if type(previous) is ast.Tuple and len(previous.elts) == 2:  # type: ignore[attr-defined]
+                        _place_after(placed, element.elts[1], previous.elts[1], False)  # type: ignore[union-attr]
         elif kind is ast.Assign:
             if id(node.value) in wanted and any(_ast_self_attr(target) for target in node.targets):
                 placed.setdefault(id(node.value), _ANY)
@@ -423,6 +534,26 @@ def _ast_norm_places(index, norms: List[ast.Call]) -> Dict[int, Union[None, int,
             if node.value is not None and id(node.value) in wanted and _ast_self_attr(node.target):
                 placed.setdefault(id(node.value), _ANY)
     return placed
+
+
+def _ast_statement_before(scope: ast.AST, call: ast.Call) -> Optional[ast.stmt]:
+    """The statement right before the expression statement ``call`` in its block, else None."""
+    for node in ast_walk(scope):
+        for block in (getattr(node, "body", None), getattr(node, "orelse", None), getattr(node, "finalbody", None)):
+            if isinstance(block, list):
+                for previous, statement in zip(block, block[1:]):
+                    if type(statement) is ast.Expr and statement.value is call:
+                        return previous
+    return None
+
+
+def _ast_added_module(statement: ast.stmt) -> Optional[ast.expr]:
+    """The module of an ``x.add_module(name, module)`` statement (no stars), as ``_previous_add_module``."""
+    call = statement.value if type(statement) is ast.Expr else None  # type: ignore[attr-defined]
+    if type(call) is not ast.Call or ast_call_name(call) != "add_module" or _ast_has_star(call):
+        return None
+    arguments = [*call.args, *(k.value for k in call.keywords)]
+    return arguments[1] if len(arguments) == 2 else None
 
 
 def _place_after(placed: Dict[int, Union[None, int, str]], norm: ast.AST, before: Optional[ast.AST],

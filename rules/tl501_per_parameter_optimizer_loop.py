@@ -678,13 +678,22 @@ def _may_update_in(loop: ast.For, params: Set[str]) -> bool:
                 return True
         elif kind is ast.Call and type(node.func) is ast.Attribute:
             name = node.func.attr
-            if name.endswith("_") and not name.startswith("_") and (name not in _NOT_UPDATES or name == "copy_") \
-                    and _ast_root(node.func.value) in mutable:
+            if name.endswith("_") and not name.startswith("_") and _ast_root(node.func.value) in mutable and (
+                    name not in _NOT_UPDATES
+                    or (name == "copy_" and any(map(_ast_may_compute, [*node.args, *(k.value for k in node.keywords)])))):
                 return True
         elif kind is ast.Assign and type(node.value) is ast.BinOp:
             if any(type(t) is ast.Attribute and t.attr == "data" and _ast_root(t) in params for t in node.targets):
                 return True
     return False
+
+
+def _ast_may_compute(expr: ast.AST) -> bool:
+    """A superset of ``_LoopBody._computes``: arithmetic or a call (a plain name, attribute or subscript is a
+    copy, not an update: ``p._mp_param.copy_(p.data)``)."""
+    while type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in _PASS_THROUGH:
+        expr = expr.func.value
+    return type(expr) in (ast.BinOp, ast.UnaryOp, ast.Call)
 
 
 def _ast_in_run_once_function(index: AstIndex, loop: ast.For) -> bool:

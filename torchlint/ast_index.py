@@ -325,6 +325,15 @@ def _children(node: ast.AST) -> List[ast.AST]:
     return out
 
 
+def walk(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` without the leaves (contexts, operators), about twice as fast; any order."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(_children(current))
+
+
 def _all_args(args: ast.arguments) -> Iterator[ast.arg]:
     yield from args.posonlyargs
     yield from args.args

@@ -26,7 +26,7 @@ UNKNOWN = None
 
 # Names that, when nothing else is known, plausibly hold an accelerator device (a `.to(device)` on them is
 # how nearly every training script moves its batches).
-_DEVICE_NAME = re.compile(r"(^|_)(device|dev|gpu|cuda|rank|local_rank)s?($|_|\d)", re.IGNORECASE)
+DEVICE_NAME = re.compile(r"(^|_)(device|dev|gpu|cuda|rank|local_rank)s?($|_|\d)", re.IGNORECASE)
 _REDUCED_DTYPES = {"float16", "half", "bfloat16"}
 # Imports that hand precision to a framework the rules cannot read.
 _PRECISION_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "apex", "composer")
@@ -87,7 +87,7 @@ def to_destination(analysis: FileAnalysis, call: cst.Call) -> Optional[str]:
     if kind is not UNKNOWN:
         return kind
     written = dotted_name(target)
-    if written is not None and _DEVICE_NAME.search(written.split(".")[-1]):
+    if written is not None and DEVICE_NAME.search(written.split(".")[-1]):
         return CUDA
     return UNKNOWN
 

@@ -139,11 +139,12 @@ def _run_rules(
     seen: Set[Tuple[str, int, int, str]] = set()
 
     def keep(found: List[Report]) -> None:
-        from torchlint.fixer import FixApplier  # loads libcst.codemod: only where there is something to show
+        from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
         from torchlint.positions import node_spans
 
         wanted = [r.node for r in found] + [n for r in found if r.fix for n in r.fix.replacements]
         positions = node_spans(module, wanted, analysis.parents, source)
+        fix_edits = FixEdits(module, analysis, path, source) if with_edits else None
         for report in found:
             line, column, end_line, end_column = positions[report.node]
             key = (report.rule.code, line, column, report.message)
@@ -162,8 +163,7 @@ def _run_rules(
                 end_line=end_line,
                 end_column=end_column + 1,
                 fix=report.fix.applicability if report.fix else None,
-                edits=_text_edits(source, FixApplier(module, analysis, path).render([report]))
-                if report.fix and with_edits else (),
+                edits=fix_edits.edits(report) if report.fix and fix_edits is not None else (),
             )
             kept.append((diagnostic, report))
 

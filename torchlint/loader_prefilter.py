@@ -67,7 +67,7 @@ def may_chain_factory_into_move(text: str) -> bool:
 
 def _imports_a_factory_alias(text: str) -> bool:
     """A ``from torch... import`` statement that names a factory ``as`` something else."""
-    if "from" not in text or " as" not in text:
+    if "from" not in text:
         return False
     match = search_word(_FROM_TORCH_TEXT, text)
     while match is not None:
@@ -267,10 +267,15 @@ def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
 
 def _is_loader_valued(index: AstIndex, name: str) -> bool:
     """``name`` is a target of an assignment whose value names a loader (``pbar = tqdm(train_loader)``)."""
+    return any(_names_a_loader(value) for value in assigned_values(index).get(name, ()))
+
+
+def assigned_values(index: AstIndex) -> Dict[str, List[ast.expr]]:
+    """The values of the file's ``name = value`` assignments, by name (built once per file)."""
     assigned = getattr(index, "_assigned_values", None)
     if assigned is None:
         assigned = index._assigned_values = _assigned_values(index.tree)  # type: ignore[attr-defined]
-    return any(_names_a_loader(value) for value in assigned.get(name, ()))
+    return assigned
 
 
 _STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")

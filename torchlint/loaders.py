@@ -27,7 +27,7 @@ DATALOADER_POSITIONAL = (
 )
 _DATALOADER_NAMES = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"}
 # Calls that wrap an iterable and still yield its items (possibly with an index).
-_WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar", "Bar", "islice"}
+WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar", "Bar", "islice"}
 # In-memory datasets: indexing them is a tensor slice, which worker processes only slow down.
 _IN_MEMORY_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 _UNREADABLE = object()
@@ -100,14 +100,14 @@ class LoaderFacts:
     def _unwrap(self, expr: cst.BaseExpression, depth: int) -> Iterator[cst.BaseExpression]:
         if depth > 3:
             return
-        if isinstance(expr, cst.Call) and call_name(expr) in _WRAPPERS and isinstance(expr.func, (cst.Name, cst.Attribute)):
+        if isinstance(expr, cst.Call) and call_name(expr) in WRAPPERS and isinstance(expr.func, (cst.Name, cst.Attribute)):
             for arg in expr.args:
                 if arg.keyword is None and not arg.star:
                     yield from self._unwrap(arg.value, depth + 1)
             return
         if isinstance(expr, cst.Name):
             value = self.a.single_value(expr.value, self.a.scope_of(expr))
-            if isinstance(value, cst.Call) and call_name(value) in _WRAPPERS:
+            if isinstance(value, cst.Call) and call_name(value) in WRAPPERS:
                 yield from self._unwrap(value, depth + 1)
                 return
         yield expr

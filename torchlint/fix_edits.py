@@ -1,0 +1,113 @@
+"""The text edits of one report's fix, at the cost of the statement it changes rather than the file.
+
+JSON, SARIF and full output carry each fix as text edits. Rendering the whole module with the fix and
+diffing it against the source, once per report, cost a transform of the whole tree, code generation of
+every statement and a diff of every line. Here only the innermost statement that holds the fix's
+replacements is rendered, before and after (with the indentation of its block, as ``positions.py`` locates
+nodes); its old text is found at exactly one line start of the source, and the edits are the line diff of
+that statement's two texts (``engine._text_edits``), moved to where the statement starts. Applied to the
+source, they give exactly the module rendered with the fix. Where the statement cannot be rendered alone
+(the fix adds imports, removes a statement at module level, the text is not unique, LibCST does not
+reproduce the source byte for byte), the whole-module path runs as before.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.engine import _line_col, _text_edits
+from torchlint.fixer import FixApplier, _Replacer
+from torchlint.positions import _generate, _only_line_start, _reproduced_exactly, _StatementLocator
+from torchlint.rule import Edit, Report
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
+
+class FixEdits:
+    """Edits of the reports of one parsed module; build once per file, then ``edits(report)`` per report."""
+
+    def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
+        self.module, self.analysis, self.path, self.source = module, analysis, path, source
+        self.exact = _reproduced_exactly(module, source)
+        self._locator: Optional[_StatementLocator] = None
+
+    def edits(self, report: Report) -> Tuple[Edit, ...]:
+        assert report.fix is not None
+        local = self._local_edits(report)
+        if local is not None:
+            return local
+        return _text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
+
+    def _local_edits(self, report: Report) -> Optional[Tuple[Edit, ...]]:
+        fix = report.fix
+        assert fix is not None
+        if fix.imports or not self.exact or not fix.replacements:
+            return None  # added imports go to the module's head; an inexact round trip diffs more than the fix
+        region = self._changed_statement(fix.replacements)
+        if region is None:
+            return None
+        offset, old, new = region
+        if old == new:
+            return ()
+        return self._diff(offset, old, new)
+
+    # -- rendering one statement ---------------------------------------------------------------------------
+
+    def _changed_statement(self, replacements: Mapping[cst.CSTNode, object]) -> Optional[Tuple[int, str, str]]:
+        """(offset in the source, old text, new text) of the innermost statement that holds every replaced
+        node and whose code occurs once in the source; None where there is none."""
+        if self._locator is None:
+            self._locator = _StatementLocator(self.module, self.analysis.parents, self.source)
+        chains = []
+        for node in replacements:
+            chain = [(statement, indents) for statement, indents, _ in self._locator._enclosing_statements(node)]
+            if not chain:
+                return None  # a node outside the walked tree
+            chains.append(chain)
+        shared = set.intersection(*({id(statement) for statement, _ in chain} for chain in chains))
+        for statement, indents in chains[0]:
+            if id(statement) not in shared:
+                continue
+            old = "".join(_generate(self.module, statement, indents).tokens)
+            start = _only_line_start(self._locator.haystack, old) if old else None
+            if start is None:
+                continue  # not unique: an enclosing statement may be
+            if start + len(old) > len(self.source):
+                return None  # the last statement of a file without a final newline: LibCST adds one
+            new = self._rendered(statement, indents, replacements)
+            if new is None:
+                continue  # the statement is removed: its block's rendering may change (an empty one gets `pass`)
+            return start, old, new
+        return None
+
+    def _rendered(self, statement: cst.CSTNode, indents: Sequence[str],
+                  replacements: Mapping[cst.CSTNode, object]) -> Optional[str]:
+        """The code of ``statement`` with the replacements, as it stands in its block; None where it is
+        removed (then its block, in the enclosing statement, renders the change)."""
+        if statement in replacements:
+            replacement = replacements[statement]
+            if isinstance(replacement, cst.FlattenSentinel):
+                nodes = list(replacement.nodes)
+            elif isinstance(replacement, cst.CSTNode):
+                nodes = [replacement]
+            else:
+                return None
+            if not nodes:
+                return None
+        else:
+            result = statement.visit(_Replacer(dict(replacements)))
+            if not isinstance(result, cst.CSTNode):
+                return None
+            nodes = [result]
+        return "".join("".join(_generate(self.module, node, indents).tokens) for node in nodes)
+
+    # -- the diff ------------------------------------------------------------------------------------------
+
+    def _diff(self, offset: int, old: str, new: str) -> Tuple[Edit, ...]:
+        """The edits that turn ``old`` at ``offset`` (a line start) into ``new``, in the source's lines."""
+        line, column = _line_col(self.source, offset)
+        assert column == 1
+        return tuple(Edit(e.line + line - 1, e.column, e.end_line + line - 1, e.end_column, e.content)
+                     for e in _text_edits(old, new))
