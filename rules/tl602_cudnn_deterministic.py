@@ -11,13 +11,25 @@ from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Rule, RuleContext
 from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
-from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method
+from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method, statement_end
 
 # The text stage: `use_deterministic_algorithms(` with a `True` in its arguments, or an assignment to a
-# `.deterministic` in a file that says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however
+# `.deterministic` whose statement says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however
 # spaced (see text_prefilter).
 _USE_DETERMINISTIC_TEXT = call_with_text("use_deterministic_algorithms", "True")
 _DETERMINISTIC_ASSIGN_TEXT = re.compile(r"deterministic" + CALL_GAP + r"=(?!=)")  # with search_method
+
+
+def _sets_deterministic_true(text: str) -> bool:
+    """An assignment to a ``.deterministic`` whose statement says ``True``."""
+    match = search_method(_DETERMINISTIC_ASSIGN_TEXT, text)
+    while match is not None:
+        if "True" in text[match.end():statement_end(text, match.end())]:
+            return True
+        match = search_method(_DETERMINISTIC_ASSIGN_TEXT, text, match.end())
+    return False
+
+
 _CUDNN = "torch.backends.cudnn"
 
 
@@ -92,7 +104,7 @@ class CudnnDeterministic(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "deterministic" not in text or "True" not in text:
             return False
-        return bool(_USE_DETERMINISTIC_TEXT.search(text) or search_method(_DETERMINISTIC_ASSIGN_TEXT, text)) and may_train(text)
+        return (bool(_USE_DETERMINISTIC_TEXT.search(text)) or _sets_deterministic_true(text)) and may_train(text)
 
     @classmethod
     def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
