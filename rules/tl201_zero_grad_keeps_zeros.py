@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, names_in, receiver, walk
+from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, iter_children, names_in, receiver, walk
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
@@ -428,26 +428,21 @@ def _region(a: FileAnalysis, node: cst.CSTNode) -> cst.CSTNode:
 
 
 def _grad_uses(region: cst.CSTNode) -> List[cst.Attribute]:
-    """``x.grad`` attributes in ``region`` that read or update a gradient (not ``x.grad = ...``, not ``autograd.grad(...)``)."""
+    """``x.grad`` attributes in ``region`` that read or update a gradient (not ``x.grad = ...``, not
+    ``autograd.grad(...)``), in source order."""
     uses: List[cst.Attribute] = []
-
-    class Finder(cst.CSTVisitor):
-        def visit_Attribute(self, node: cst.Attribute) -> None:
-            if node.attr.value == "grad":
-                uses.append(node)
-
-        def visit_AssignTarget(self, node: cst.AssignTarget) -> bool:
-            if isinstance(node.target, cst.Attribute) and node.target.attr.value == "grad":
-                node.target.value.visit(self)
-                return False
-            return True
-
-        def visit_Call(self, node: cst.Call) -> None:
-            if isinstance(node.func, cst.Attribute) and node.func.attr.value == "grad":
-                skipped.add(node.func)
-
-    skipped: set = set()
-    region.visit(Finder())
+    skipped: Set[cst.CSTNode] = set()
+    stack: List[cst.CSTNode] = [region]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Attribute) and node.target.attr.value == "grad":
+            stack.append(node.target.value)  # `x.grad = ...` replaces the gradient: only `x` is read
+            continue
+        if isinstance(node, cst.Attribute) and node.attr.value == "grad":
+            uses.append(node)
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "grad":
+            skipped.add(node.func)
+        stack.extend(reversed(iter_children(node)))
     return [u for u in uses if u not in skipped]
 
 

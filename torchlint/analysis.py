@@ -465,6 +465,10 @@ class FileAnalysis:
         self.loop_info: Dict[cst.CSTNode, LoopInfo] = {}
         # scope -> name -> assigned values (None where the value is unknown: loop targets, +=, params...)
         self.bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
+        # Facts that rules compute once per file and share (``loaders.loader_facts``). They may refer back to
+        # this analysis: ``release`` drops them when the rules are done, so that no reference cycle keeps the
+        # file's tree alive (the runner pauses the cyclic collector while it checks a file).
+        self.shared: Dict[str, object] = {}
         _Indexer(self).walk(module)
         self._call_starts = [self.order[c] for c in self.calls]
 
@@ -502,6 +506,10 @@ class FileAnalysis:
                     return line if isinstance(line, cst.SimpleStatementLine) else candidate
                 return candidate
         return None
+
+    def release(self) -> None:
+        """Drop the facts rules shared through ``shared`` (called by the engine once every rule has run)."""
+        self.shared.clear()
 
     def function_of(self, node: cst.CSTNode) -> Optional[FunctionInfo]:
         """The innermost def or lambda around ``node`` (not ``node`` itself)."""

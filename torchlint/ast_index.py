@@ -344,10 +344,15 @@ def _all_args(args: ast.arguments) -> Iterator[ast.arg]:
         yield args.kwarg
 
 
+# The last tree's index, shared by every rule's stage for that file. Kept here, not on the tree: the index
+# refers to its tree, and a reference cycle would leave every file's tree to the cyclic garbage collector.
+_last_index: Optional[AstIndex] = None
+
+
 def index_of(tree: ast.Module) -> AstIndex:
-    """The index of ``tree``, built on first use and kept on the tree for the other rules."""
-    index = getattr(tree, "_torchlint_index", None)
-    if index is None:
-        index = AstIndex(tree)
-        tree._torchlint_index = index  # type: ignore[attr-defined]
+    """The index of ``tree``, built on first use and shared until another tree is indexed."""
+    global _last_index
+    index = _last_index
+    if index is None or index.tree is not tree:
+        index = _last_index = AstIndex(tree)
     return index

@@ -133,6 +133,7 @@ def _run_rules(
     after = [rule for rule in rules if rule.runs_after_suppression]
     reports = list(iter_reports([rule for rule in rules if not rule.runs_after_suppression], ctx, crashes))
     if not reports and not after:
+        analysis.release()
         return analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
@@ -181,6 +182,7 @@ def _run_rules(
                 crashes.append(RuleCrash(rule, error))
         keep(ctx.reports[start:])
     kept.sort(key=lambda pair: pair[0].sort_key)
+    analysis.release()  # every rule has run: what they shared may refer back to the analysis
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 

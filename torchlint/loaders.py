@@ -321,11 +321,10 @@ def _moves_to_cuda(a: FileAnalysis, call: cst.Call) -> bool:
 
 def loader_facts(a: FileAnalysis) -> LoaderFacts:
     """The file's loader facts, computed once and shared by every rule that asks."""
-    facts = getattr(a, "_loader_facts", None)
+    facts = a.shared.get("loader_facts")
     if facts is None:
-        facts = LoaderFacts(a)
-        a._loader_facts = facts  # type: ignore[attr-defined]
-    return facts
+        facts = a.shared["loader_facts"] = LoaderFacts(a)
+    return facts  # type: ignore[return-value]
 
 
 def _assigned_target(a: FileAnalysis, call: cst.Call) -> Optional[cst.BaseExpression]:

@@ -143,12 +143,16 @@ class AstFacts:
         return roots
 
 
+_last_facts: Optional[AstFacts] = None  # the last index's facts (not kept on the index: they refer to it)
+
+
 def ast_facts(tree: ast.Module) -> AstFacts:
-    """The facts of ``tree``, kept with its index so that every rule's stage shares them."""
+    """The facts of ``tree``, shared by every rule's stage for that file."""
+    global _last_facts
     index = index_of(tree)
-    facts = getattr(index, "_script_facts", None)
-    if facts is None:
-        facts = index._script_facts = AstFacts(index)  # type: ignore[attr-defined]
+    facts = _last_facts
+    if facts is None or facts.index is not index:
+        facts = _last_facts = AstFacts(index)
     return facts
 
 
