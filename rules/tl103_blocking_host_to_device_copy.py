@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set
+from typing import List, Optional, Set, Union
 
 import libcst as cst
 
@@ -208,7 +208,7 @@ def _ast_may_report(index: AstIndex) -> bool:
              if is_move_without_non_blocking(info.node)}
     for loop in index.loops:
         node = loop.node
-        if type(node) is not ast.For:
+        if type(node) not in (ast.For, ast.AsyncFor):  # LibCST's For is both
             continue
         iterated = list(_ast_iterated(index, node.iter, 0))
         tied = sites and any(_ast_tied(index, expr, loop.function, targets) for expr in iterated)
@@ -280,7 +280,7 @@ def _ast_named_like_a_loader(expr: ast.expr) -> bool:
     return written is not None and LOADER_NAME.search(written) is not None
 
 
-def _ast_moves_batch(index: AstIndex, loop: ast.For, moves) -> bool:
+def _ast_moves_batch(index: AstIndex, loop: Union[ast.For, ast.AsyncFor], moves) -> bool:
     """``LoaderFacts.batch_moves`` is not empty, a superset: the batch names are closed under every
     ``x = <part of the batch>`` of the body (check takes them in source order)."""
     body = [node for statement in loop.body for node in ast_walk(statement)]
@@ -339,14 +339,14 @@ def _ast_may_go_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
     target = device if device is not None else (call.args[0] if call.args else None)
     if target is None:
         return False
-    if _ast_may_be_cuda(index, target, info.function, 0):
+    if _ast_may_be_cuda(index, target, 0):
         return True
     written = ast_dotted_name(target)
     return written is not None and DEVICE_NAME.search(written.split(".")[-1]) is not None
 
 
-def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
-    """``device_kind(...) == CUDA``, on the ast."""
+def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, depth: int) -> bool:
+    """``device_kind(...) == CUDA``, on the ast (a superset)."""
     if depth > 4:
         return False
     kind = type(expr)
@@ -356,14 +356,15 @@ def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
             return value.strip().startswith("cuda")
         return type(value) is int
     if kind is ast.IfExp:
-        return (_ast_may_be_cuda(index, expr.body, scope, depth + 1)  # type: ignore[attr-defined]
-                or _ast_may_be_cuda(index, expr.orelse, scope, depth + 1))  # type: ignore[attr-defined]
+        return (_ast_may_be_cuda(index, expr.body, depth + 1)  # type: ignore[attr-defined]
+                or _ast_may_be_cuda(index, expr.orelse, depth + 1))  # type: ignore[attr-defined]
     if kind is ast.Call:
         qualified = index.qualified_name(expr.func)  # type: ignore[attr-defined]
-        if qualified == "torch.device" and expr.args:  # type: ignore[attr-defined]
-            return _ast_may_be_cuda(index, expr.args[0], scope, depth + 1)  # type: ignore[attr-defined]
+        arguments = [*expr.args, *(k.value for k in expr.keywords)]  # type: ignore[attr-defined]
+        if qualified == "torch.device" and arguments:  # LibCST's first argument may be a keyword one
+            return _ast_may_be_cuda(index, arguments[0], depth + 1)
         return qualified == "torch.cuda.current_device"
-    if kind is ast.Name:
-        value = index.single_value(expr.id, scope)  # type: ignore[attr-defined]
-        return value is not None and _ast_may_be_cuda(index, value, scope, depth + 1)
+    if kind is ast.Name:  # any value the name is given anywhere (check reads the one of its scope)
+        return any(value is not None and _ast_may_be_cuda(index, value, depth + 1)
+                   for values in index.bindings.values() for value in values.get(expr.id, ()))  # type: ignore
     return False

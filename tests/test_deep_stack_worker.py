@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
+import time
 
 import pytest
 
@@ -70,3 +72,39 @@ def test_a_forked_child_starts_its_own_worker():
     os.close(write)
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 16) == b"42" and status == 0
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_kill"), reason="POSIX signals only")
+def test_ctrl_c_during_a_call_leaves_every_later_call_its_own_result(monkeypatch):
+    """Ctrl-C while the worker runs file A: A is abandoned, and a call that was waiting for the worker (another
+    thread: the language server) or that comes later gets its own result, never A's; no thread dies."""
+    started, finish_a = threading.Event(), threading.Event()
+    results = {}
+    thread_errors: list = []
+    monkeypatch.setattr(threading, "excepthook", lambda hook: thread_errors.append(hook.exc_value))
+
+    def slow_a() -> str:
+        started.set()
+        finish_a.wait(10)
+        return "A"
+
+    def second_caller() -> None:
+        started.wait(10)
+        results["B"] = call_with_deep_stack(lambda: "B")
+
+    def ctrl_c() -> None:
+        started.wait(10)
+        time.sleep(0.3)  # the second caller is waiting for the worker by now
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    waiting = threading.Thread(target=second_caller)
+    waiting.start()
+    threading.Thread(target=ctrl_c).start()
+    with pytest.raises(KeyboardInterrupt):
+        call_with_deep_stack(slow_a)
+    waiting.join(10)
+    finish_a.set()
+    time.sleep(0.3)  # the abandoned worker ends A
+    assert results == {"B": "B"}
+    assert call_with_deep_stack(lambda: "C") == "C"
+    assert thread_errors == []

@@ -85,3 +85,32 @@ def test_near_miss_stops_at_the_ast_stage(code, name):
     settings = fixture_settings(source, code)
     assert rule.may_fire(source, settings), "the near miss should pass the text stage"
     assert not rule.may_fire_in_ast(ast.parse(source), source, settings)
+
+
+# Spellings each ast stage must keep, one per snippet (a file with several passes if any one does). Each was
+# once ruled out while the rule's check reports it.
+_LOADER_HEAD = "import torch\nfrom torch.utils.data import DataLoader\nfrom tqdm import tqdm\n"
+_STEP = "        model(x).sum().backward()\n        optimizer.step()\n"
+AST_STAGE_KEEPS = [
+    ("TL103", "import torch\ndef train(model, optimizer, train_loader):\n    for x, y in train_loader:\n"
+              "        x = x.to(torch.device(type='cuda'))\n" + _STEP),
+    ("TL103", _LOADER_HEAD + "def train(model, optimizer, ds):\n    data = DataLoader(ds)\n    bar: tqdm = tqdm(data)\n"
+              "    for x, y in bar:\n        x = x.to('cuda')\n" + _STEP),
+    ("TL103", "import torch\nfrom tqdm import tqdm\ndef train(model, optimizer, train_loader):\n"
+              "    bar: tqdm = tqdm(train_loader)\n    for x, y in bar:\n        x = x.to('cuda')\n" + _STEP),
+    ("TL103", "import torch\ng = 'cuda'\nwhere = g\ndef train(model, optimizer, train_loader):\n    g = 'cpu'\n"
+              "    for x, y in train_loader:\n        x = x.to(where)\n" + _STEP),
+    ("TL103", "import torch\nasync def train(model, optimizer, train_loader):\n"
+              "    async for x, y in train_loader:\n        x = x.cuda()\n" + _STEP),
+]
+
+
+@pytest.mark.parametrize("code,source", AST_STAGE_KEEPS, ids=[f"{c}-{i}" for i, (c, _) in enumerate(AST_STAGE_KEEPS)])
+def test_the_stages_keep_a_spelling_the_check_reports(code, source):
+    from torchlint.registry import rules_by_code
+
+    rule = rules_by_code()[code]
+    settings = fixture_settings(source, code)
+    ctx = RuleContext(FileAnalysis(cst.parse_module(source), source), settings)
+    assert list(iter_reports([rule()], ctx, [])), "the check must report the snippet"
+    assert rules_that_may_fire([rule()], source, settings), f"{code}'s stages rule out a file it reports on"

@@ -261,10 +261,12 @@ def reference_facts(tree):
 def reference_loop_may_move_batch(tree, text):
     loops, loader_valued = [], set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.For):
+        if isinstance(node, (ast.For, ast.AsyncFor)):
             loops.append(node)
         elif isinstance(node, ast.Assign) and _names_a_loader(node.value):
             loader_valued.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None and _names_a_loader(node.value):
+            loader_valued.update(t.id for t in [node.target] if isinstance(t, ast.Name))
     for loop in loops:
         if not ("DataLoader" in text or _names_a_loader(loop.iter)
                 or (isinstance(loop.iter, ast.Name) and loop.iter.id in loader_valued)):

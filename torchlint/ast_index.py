@@ -356,3 +356,9 @@ def index_of(tree: ast.Module) -> AstIndex:
     if index is None or index.tree is not tree:
         index = _last_index = AstIndex(tree)
     return index
+
+
+def forget_last_index() -> None:
+    """Drop the last tree and its index: the stages are done with them, and LibCST is about to parse."""
+    global _last_index
+    _last_index = None

@@ -14,6 +14,7 @@ from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import forget_last_index
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.fast_parse import parse_module as trusted_parse
@@ -86,6 +87,7 @@ def _stdlib_ast(source: str) -> Optional[ast.Module]:
 def parse(source: str, path: str) -> cst.Module:
     """Parse or raise ``SyntaxProblem`` with a located message."""
     problem = parse_problem(source)  # code that would crash or stall LibCST's native parser, or is not Python
+    forget_last_index()  # the stdlib tree need not live beside LibCST's
     if problem is not None:
         raise SyntaxProblem(*problem)
     try:

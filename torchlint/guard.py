@@ -43,9 +43,13 @@ def call_with_deep_stack(func: Callable[..., Any], *args: Any) -> Any:
     old_limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
     try:
-        ok, value = worker.call(func, args)
+        outcome = worker.call(func, args)
+        while outcome is None:  # the worker was abandoned while this call waited for it: take a new one
+            worker = _deep_stack_worker()
+            outcome = worker.call(func, args) if worker is not None else (True, func(*args))
     finally:
         sys.setrecursionlimit(old_limit)
+    ok, value = outcome
     if ok:
         return value
     raise value
@@ -73,13 +77,16 @@ class _DeepStackWorker:
             threading.stack_size(previous)
         self.ident = thread.ident
 
-    def call(self, func: Callable[..., Any], args: Tuple[Any, ...]) -> Tuple[bool, Any]:
+    def call(self, func: Callable[..., Any], args: Tuple[Any, ...]) -> Optional[Tuple[bool, Any]]:
+        """(True, result) or (False, exception); None where the worker was abandoned before this call's turn."""
         with self._serial:
+            if self.abandoned:
+                return None
             self._task = (func, args)
-            self._has_task.release()
             try:
+                self._has_task.release()
                 self._done.acquire()
-            except BaseException:  # Ctrl-C while it runs: the thread is still busy, so the next call gets another
+            except BaseException:  # Ctrl-C once the task was handed over: the thread may still be busy with it
                 self.abandoned = True
                 raise
             outcome, self._outcome, self._task = self._outcome, (False, None), None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Set
+from typing import Callable, Dict, Iterator, List, Optional, Set, Union
 
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import _children as ast_children
@@ -240,7 +240,7 @@ def loop_may_move_batch(tree: ast.Module, text: str) -> bool:
     searched: Set[int] = set()  # for loops inside a body searched without finding a move
     for loop in index.loops:  # an enclosing loop comes before the loops in its body
         node = loop.node
-        if type(node) is not ast.For or id(node) in searched:
+        if type(node) not in (ast.For, ast.AsyncFor) or id(node) in searched:  # LibCST's For is both
             continue
         if not (loader_anywhere or _names_a_loader(node.iter)
                 or (isinstance(node.iter, ast.Name) and _is_loader_valued(index, node.iter.id))):
@@ -250,7 +250,7 @@ def loop_may_move_batch(tree: ast.Module, text: str) -> bool:
     return False
 
 
-def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
+def _body_moves(loop: Union[ast.For, ast.AsyncFor], moves: Set[int], searched: Set[int]) -> bool:
     """Some node of ``moves`` under a statement of the loop's body; else the for loops met go to ``searched``."""
     stack: List[ast.AST] = list(loop.body)
     while stack:
@@ -259,7 +259,7 @@ def _body_moves(loop: ast.For, moves: Set[int], searched: Set[int]) -> bool:
         if kind is ast.Call:
             if id(node) in moves:
                 return True
-        elif kind is ast.For:
+        elif kind is ast.For or kind is ast.AsyncFor:
             searched.add(id(node))
         stack.extend(ast_children(node))
     return False
@@ -282,8 +282,9 @@ _STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
 
 
 def _assigned_values(tree: ast.Module) -> Dict[str, List[ast.expr]]:
-    """The values of the ``name = value`` assignments, by name. Assignments are statements: the walk enters
-    only statement lists (and ``except`` and ``case`` clauses), never an expression."""
+    """The values of the ``name = value`` and ``name: T = value`` assignments, by name (LibCST's bindings count
+    both). Assignments are statements: the walk enters only statement lists (and ``except`` and ``case``
+    clauses), never an expression."""
     values: Dict[str, List[ast.expr]] = {}
     stack: List[ast.AST] = list(tree.body)
     while stack:
@@ -292,6 +293,10 @@ def _assigned_values(tree: ast.Module) -> Dict[str, List[ast.expr]]:
             for target in node.targets:
                 if type(target) is ast.Name:
                     values.setdefault(target.id, []).append(node.value)
+            continue
+        if type(node) is ast.AnnAssign:
+            if type(node.target) is ast.Name and node.value is not None:
+                values.setdefault(node.target.id, []).append(node.value)
             continue
         for field in _STATEMENT_LISTS:
             block = getattr(node, field, None)

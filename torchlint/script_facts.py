@@ -13,6 +13,7 @@ answers False only where the LibCST form certainly does.
 from __future__ import annotations
 
 import ast
+import weakref
 from functools import cached_property
 from typing import Dict, List, Optional, Set
 
@@ -111,9 +112,17 @@ class AstFacts:
     index (``torchlint.ast_index``: one walk per file for every rule) the first time a rule asks for it."""
 
     def __init__(self, index: AstIndex) -> None:
-        self.index = index
+        # Weak: the facts are kept on the index, and a strong reference back would be a cycle (no cycles per
+        # file: the runner pauses the cyclic collector while a file is checked).
+        self._index = weakref.ref(index)
         # Calls by the called name's last part (``AstCallInfo``s: ``.node`` is the call).
         self.calls_by_name: Dict[str, List[AstCallInfo]] = index.calls_by_name
+
+    @property
+    def index(self) -> AstIndex:
+        index = self._index()
+        assert index is not None, "the facts of an index outlived it"
+        return index
 
     @cached_property
     def has_training_loop(self) -> bool:
@@ -143,16 +152,12 @@ class AstFacts:
         return roots
 
 
-_last_facts: Optional[AstFacts] = None  # the last index's facts (not kept on the index: they refer to it)
-
-
 def ast_facts(tree: ast.Module) -> AstFacts:
-    """The facts of ``tree``, shared by every rule's stage for that file."""
-    global _last_facts
+    """The facts of ``tree``, kept with its index so that every rule's stage shares them."""
     index = index_of(tree)
-    facts = _last_facts
-    if facts is None or facts.index is not index:
-        facts = _last_facts = AstFacts(index)
+    facts = getattr(index, "_script_facts", None)
+    if facts is None:
+        facts = index._script_facts = AstFacts(index)  # type: ignore[attr-defined]
     return facts
 
 
