@@ -97,11 +97,15 @@ def test_ctrl_c_during_a_call_leaves_every_later_call_its_own_result(monkeypatch
         time.sleep(0.3)  # the second caller is waiting for the worker by now
         signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
 
-    waiting = threading.Thread(target=second_caller)
-    waiting.start()
-    threading.Thread(target=ctrl_c).start()
-    with pytest.raises(KeyboardInterrupt):
-        call_with_deep_stack(slow_a)
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever earlier tests set
+    try:
+        waiting = threading.Thread(target=second_caller)
+        waiting.start()
+        threading.Thread(target=ctrl_c).start()
+        with pytest.raises(KeyboardInterrupt):
+            call_with_deep_stack(slow_a)
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
     waiting.join(10)
     finish_a.set()
     time.sleep(0.3)  # the abandoned worker ends A
