@@ -10,12 +10,14 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
 from torchlint.arguments import with_keyword
 from torchlint.ast_index import AstCallInfo, AstIndex, index_of
+from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.ast_index import target_names as ast_target_names
 from torchlint.ast_index import walk as ast_walk
 from torchlint.config import Settings
 from torchlint.device_facts import DEVICE_NAME
-from torchlint.loader_prefilter import LOADER_NAME, assigned_values, loop_may_move_batch, may_move_to_device, may_name_a_loader
+from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, last_name, loop_may_move_batch, may_move_to_device,
+                                       may_name_a_loader)
 from torchlint.loader_prefilter import _is_move_without_non_blocking as is_move_without_non_blocking
 from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
@@ -244,28 +246,23 @@ def _ast_iterated(index: AstIndex, expr: ast.expr, depth: int):
     """``LoaderFacts._unwrap``, a superset: a name is kept as well as every wrapper it is assigned."""
     if depth > 3:
         return
-    if type(expr) is ast.Call and type(expr.func) in (ast.Name, ast.Attribute) and _ast_call_name(expr) in WRAPPERS:
+    if type(expr) is ast.Call and type(expr.func) in (ast.Name, ast.Attribute) and ast_call_name(expr) in WRAPPERS:
         for arg in expr.args:
             if type(arg) is not ast.Starred:
                 yield from _ast_iterated(index, arg, depth + 1)
         return
     if type(expr) is ast.Name:
         for value in assigned_values(index).get(expr.id, ()):
-            if type(value) is ast.Call and _ast_call_name(value) in WRAPPERS:
+            if type(value) is ast.Call and ast_call_name(value) in WRAPPERS:
                 yield from _ast_iterated(index, value, depth + 1)
     yield expr
-
-
-def _ast_call_name(call: ast.Call) -> Optional[str]:
-    func = call.func
-    return func.attr if type(func) is ast.Attribute else func.id if type(func) is ast.Name else None  # type: ignore
 
 
 def _ast_tied(index: AstIndex, expr: ast.expr, function, targets: Set[str]) -> bool:
     """``LoaderFacts._sites``' ties, a superset: a ``DataLoader(...)`` iterated directly, a name or
     attribute spelled as a loader's target (scopes are not compared), or a parameter of the loop's def
     (a same-file call may pass it a loader)."""
-    if type(expr) is ast.Call and _ast_call_name(expr) == "DataLoader":
+    if type(expr) is ast.Call and ast_call_name(expr) == "DataLoader":
         return True
     if ast_dotted_name(expr) in targets:
         return True
@@ -276,7 +273,7 @@ def _ast_tied(index: AstIndex, expr: ast.expr, function, targets: Set[str]) -> b
 
 
 def _ast_named_like_a_loader(expr: ast.expr) -> bool:
-    written = expr.attr if type(expr) is ast.Attribute else expr.id if type(expr) is ast.Name else None  # type: ignore
+    written = last_name(expr)
     return written is not None and LOADER_NAME.search(written) is not None
 
 
@@ -300,11 +297,8 @@ def _ast_moves_batch(index: AstIndex, loop: Union[ast.For, ast.AsyncFor], moves)
                     grown = True
     comprehension_names = {name for node in body if type(node) is ast.comprehension
                            and _ast_root_name(node.iter) in names for name in ast_target_names(node.target)}
-    for call in found:
-        owner = call.func.value  # type: ignore[attr-defined]
-        if not _ast_is_batch_part(owner):
-            continue
-        root = _ast_root_name(owner)
+    for call in found:  # moves of a name or a part of one (is_move_without_non_blocking)
+        root = _ast_root_name(call.func.value)  # type: ignore[attr-defined]
         if (root in names or root in comprehension_names) and _ast_may_go_to_cuda(index, moves[id(call)]):
             return True
     return False
@@ -333,7 +327,7 @@ def _ast_may_go_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
     """``to_destination(...) == CUDA``: ``.cuda()``, or ``.to(<device>)`` where the device may be CUDA or
     is a name that says it is one (``device``, ``args.gpu``)."""
     call = info.node
-    if _ast_call_name(call) == "cuda":
+    if ast_call_name(call) == "cuda":
         return True
     device = next((k.value for k in call.keywords if k.arg == "device"), None)
     target = device if device is not None else (call.args[0] if call.args else None)
@@ -365,6 +359,5 @@ def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, depth: int) -> bool:
             return _ast_may_be_cuda(index, arguments[0], depth + 1)
         return qualified == "torch.cuda.current_device"
     if kind is ast.Name:  # any value the name is given anywhere (check reads the one of its scope)
-        return any(value is not None and _ast_may_be_cuda(index, value, depth + 1)
-                   for values in index.bindings.values() for value in values.get(expr.id, ()))  # type: ignore
+        return any(_ast_may_be_cuda(index, value, depth + 1) for value in assigned_values(index).get(expr.id, ()))  # type: ignore
     return False

@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 from torchlint.config import Settings, parse_torch_version
 from torchlint.engine import fix_source, lint_source
 from torchlint.registry import get_rule
-from torchlint.rule import Diagnostic
+from torchlint.rule import Diagnostic, Edit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 _HEADER = re.compile(r"^#\s*torchlint-fixture:\s*(?P<options>.+)$", re.MULTILINE)
@@ -83,3 +83,17 @@ def fix(source: str, code: str, unsafe: bool = True, path: str = "fixture.py") -
 def expected_paths(fixture: Path) -> Tuple[Path, Path]:
     stem = fixture.name[: -len(".py")]
     return fixture.with_name(stem + ".expected"), fixture.with_name(stem + ".fixed.py")
+
+
+def apply_edits(source: str, edits: Sequence[Edit]) -> str:
+    """The text with the edits applied, as an editor applies JSON's edits: 1-based lines and columns, lines
+    ending at \\n, \\r\\n or \\r (a form feed is no line break)."""
+    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    for edit in sorted(edits, key=lambda e: (e.line, e.column), reverse=True):
+        start = starts[edit.line - 1] + edit.column - 1
+        end = starts[edit.end_line - 1] + edit.end_column - 1
+        source = source[:start] + edit.content + source[end:]
+    return source

@@ -3,20 +3,19 @@ module rendered with the fix; on every fixture they equal the edits of the whole
 
 from __future__ import annotations
 
-import re
 import textwrap
 from typing import List, Sequence, Tuple
 
 import libcst as cst
 import pytest
 
-from fixture_support import fixture_settings, flagged_fixtures
+from fixture_support import apply_edits, fixture_settings, flagged_fixtures
 from torchlint.config import Settings
 from torchlint.engine import _run_rules, _text_edits, lint_source, parse
 from torchlint.fix_edits import FixEdits
 from torchlint.fixer import FixApplier
 from torchlint.registry import get_rule
-from torchlint.rule import Applicability, Edit, Fix, FixAvailability, Report, Rule, RuleContext
+from torchlint.rule import Applicability, Fix, FixAvailability, Report, Rule, RuleContext
 
 
 def _fixable_reports(source: str, rules: Sequence[Rule], settings: Settings, path: str = "t.py"):
@@ -35,7 +34,7 @@ def _compare(source: str, rules: Sequence[Rule], settings: Settings) -> List[Tup
     for report in reports:
         fixed = FixApplier(module, analysis, "t.py").render([report])
         assert fixed != source, "a fix that changes nothing tests nothing"
-        assert _apply(source, maker.edits(report)) == fixed
+        assert apply_edits(source, maker.edits(report)) == fixed
         outcome.append((report, maker._local_edits(report) is not None))
     return outcome
 
@@ -43,20 +42,6 @@ def _compare(source: str, rules: Sequence[Rule], settings: Settings) -> List[Tup
 def _compare_code(source: str, code: str) -> List[Tuple[Report, bool]]:
     settings = Settings(select=(code,))
     return _compare(source, [get_rule(code)()], settings)
-
-
-def _apply(source: str, edits: Sequence[Edit]) -> str:
-    """The text with the edits applied (1-based lines and columns; lines end at \\n, \\r\\n or \\r, as an editor
-    counts them: a form feed is no line break)."""
-    lines = re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", source)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    for edit in sorted(edits, key=lambda e: (e.line, e.column), reverse=True):
-        start = starts[edit.line - 1] + edit.column - 1
-        end = starts[edit.end_line - 1] + edit.end_column - 1
-        source = source[:start] + edit.content + source[end:]
-    return source
 
 
 # -- every fixture -----------------------------------------------------------------------------------------
@@ -283,4 +268,4 @@ def test_edits_apply_to_the_fixed_text():
     settings = Settings(select=("TL201",))
     module, analysis, [report] = _fixable_reports(source, [get_rule("TL201")()], settings)
     edits = FixEdits(module, analysis, "t.py", source).edits(report)
-    assert _apply(source, edits) == FixApplier(module, analysis, "t.py").render([report])
+    assert apply_edits(source, edits) == FixApplier(module, analysis, "t.py").render([report])

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from fixture_support import (
-    clean_fixtures, expected_paths, fix, fixture_rules, fixture_settings, flagged_fixtures, lint, render_diagnostics,
+    apply_edits, clean_fixtures, expected_paths, fix, fixture_rules, fixture_settings, flagged_fixtures, lint,
+    render_diagnostics,
 )
 from torchlint.engine import lint_source
 
@@ -64,18 +65,6 @@ def test_clean_fixture_is_silent(item):
     code, path = item
     diagnostics = lint(path.read_text(encoding="utf-8"), code, path=path.name)
     assert render_diagnostics(diagnostics) == ""
-
-
-def apply_edits(source: str, edits) -> str:
-    lines = source.splitlines(keepends=True)
-    starts = [0]
-    for line in lines:
-        starts.append(starts[-1] + len(line))
-    for e in sorted(edits, key=lambda e: (e.line, e.column), reverse=True):
-        start = starts[e.line - 1] + e.column - 1
-        end = starts[e.end_line - 1] + e.end_column - 1
-        source = source[:start] + e.content + source[end:]
-    return source
 
 
 @pytest.mark.parametrize("item", flagged_fixtures(), ids=_id)

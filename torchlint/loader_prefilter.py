@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Set, Union
+from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import _children as ast_children
@@ -95,45 +95,35 @@ def may_pass_positionally(text: str, index: int) -> bool:
 def _top_level_commas(text: str, i: int, enough: int) -> Optional[int]:
     """The commas between the ``(`` before ``i`` and the bracket that closes it, outside inner brackets, up
     to ``enough``; None when the scan gives up (an unterminated string, a call longer than the limit)."""
-    depth, commas, limit = 1, 0, min(len(text), i + _FACTORY_SCAN_LIMIT)
-    while i < limit:
-        char = text[i]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if not depth:
-                return commas
-        elif char == "," and depth == 1:
-            commas += 1
-            if commas >= enough:
-                return commas
-        elif char == "#":
-            newline = text.find("\n", i)
-            if newline < 0:
-                return None
-            i = newline
-        elif char in "\"'":
-            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
-            close = _string_end(text, i + len(quote), quote, limit)
-            if close is None:
-                return None
-            i = close - 1
-        i += 1
-    return None
+    scanned = _scan_arguments(text, i, "([{", ")]}", enough)
+    return None if scanned is None else scanned[1]
 
 
 def _closing_paren(text: str, i: int) -> Optional[int]:
     """The index after the parenthesis that closes the one before ``i``; None when the scan gives up."""
-    depth, limit = 1, min(len(text), i + _FACTORY_SCAN_LIMIT)
+    scanned = _scan_arguments(text, i, "(", ")")
+    return None if scanned is None else scanned[0]
+
+
+def _scan_arguments(text: str, i: int, opening: str, closing: str,
+                    enough: Optional[int] = None) -> Optional[Tuple[int, int]]:
+    """Scan from ``i``, just past an opening bracket, with strings and comments skipped and ``opening`` /
+    ``closing`` brackets counted: (the index after the bracket that closes it, the commas met outside inner
+    brackets), or (where the scan stopped, ``enough``) once that many commas are met; None when the scan
+    gives up (an unterminated string, a call longer than the limit)."""
+    depth, commas, limit = 1, 0, min(len(text), i + _FACTORY_SCAN_LIMIT)
     while i < limit:
         char = text[i]
-        if char == "(":
+        if char in opening:
             depth += 1
-        elif char == ")":
+        elif char in closing:
             depth -= 1
             if not depth:
-                return i + 1
+                return i + 1, commas
+        elif char == "," and depth == 1:
+            commas += 1
+            if enough is not None and commas >= enough:
+                return i + 1, commas
         elif char == "#":
             newline = text.find("\n", i)
             if newline < 0:
@@ -163,7 +153,7 @@ def _string_end(text: str, i: int, quote: str, limit: int) -> Optional[int]:
     return None
 
 
-def _last_name(node: ast.AST) -> Optional[str]:
+def last_name(node: ast.AST) -> Optional[str]:
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
@@ -271,39 +261,18 @@ def _is_loader_valued(index: AstIndex, name: str) -> bool:
 
 
 def assigned_values(index: AstIndex) -> Dict[str, List[ast.expr]]:
-    """The values of the file's ``name = value`` assignments, by name (built once per file)."""
+    """The values given to each name anywhere in the file (``name = value``, ``name: T = value``), from the
+    index's bindings; built once per file."""
     assigned = getattr(index, "_assigned_values", None)
     if assigned is None:
-        assigned = index._assigned_values = _assigned_values(index.tree)  # type: ignore[attr-defined]
+        assigned = index._assigned_values = {}  # type: ignore[attr-defined]
+        for names in index.bindings.values():
+            for name, values in names.items():
+                known = [value for value in values if value is not None]  # None: a loop target, a parameter...
+                if known:
+                    assigned.setdefault(name, []).extend(known)
     return assigned
 
 
-_STATEMENT_LISTS = ("body", "orelse", "finalbody", "handlers", "cases")
-
-
-def _assigned_values(tree: ast.Module) -> Dict[str, List[ast.expr]]:
-    """The values of the ``name = value`` and ``name: T = value`` assignments, by name (LibCST's bindings count
-    both). Assignments are statements: the walk enters only statement lists (and ``except`` and ``case``
-    clauses), never an expression."""
-    values: Dict[str, List[ast.expr]] = {}
-    stack: List[ast.AST] = list(tree.body)
-    while stack:
-        node = stack.pop()
-        if type(node) is ast.Assign:
-            for target in node.targets:
-                if type(target) is ast.Name:
-                    values.setdefault(target.id, []).append(node.value)
-            continue
-        if type(node) is ast.AnnAssign:
-            if type(node.target) is ast.Name and node.value is not None:
-                values.setdefault(node.target.id, []).append(node.value)
-            continue
-        for field in _STATEMENT_LISTS:
-            block = getattr(node, field, None)
-            if type(block) is list:
-                stack.extend(block)
-    return values
-
-
 def _names_a_loader(expr: ast.AST) -> bool:
-    return any(name and LOADER_NAME.search(name) for name in (_last_name(x) for x in ast.walk(expr)))
+    return any(name and LOADER_NAME.search(name) for name in (last_name(x) for x in ast.walk(expr)))
