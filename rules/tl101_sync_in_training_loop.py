@@ -51,6 +51,8 @@ _SINK_METHODS = {
 _SINK_FUNCTIONS = {"print"}
 # Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
 _TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
+# Calls that end the program: a sync just before one runs once.
+_EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "builtins.exit", "builtins.quit"}
 _GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug", re.IGNORECASE)
 # Helpers that only show a value: `progress_bar(i, n, msg)`, `log_metrics(...)`, `show_stats(...)`.
 _DISPLAY_HELPER = re.compile(
@@ -99,6 +101,9 @@ class SyncInTrainingLoop(Rule):
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`) or names logging (`if should_log:`, `if args.verbose:`) runs every N steps, not
     every step; it is deliberately not reported. The `else` branch of such an `if` is checked as usual.
+    Nor is a sync on a path that leaves the loop, which runs once: inside a `raise` statement, or in a block
+    of an `if` / `else` that ends with `raise`, `return`, `sys.exit()` (`exit()`, `quit()`, `os._exit()`)
+    or a `break` out of the training loop (`if not torch.isfinite(loss): print(loss.item()); sys.exit(1)`).
 
     A host value that the next step computes with (`k = k + lam * diff.item()` where `k` later scales a loss
     tensor, a BEGAN-style balance term) is load-bearing too.
@@ -538,15 +543,43 @@ class _Checker:
         return not self._guarded(node, loop) and self._destination(node, loop, follow=True) == "sink"
 
     def _guarded(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
-        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop."""
+        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop, or on a
+        path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` that ends with
+        ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
         a = self.a
         child = node
         for ancestor in a.ancestors(node):
             if ancestor is loop.node:
                 return False
+            if isinstance(ancestor, cst.Raise):
+                return True
             if isinstance(ancestor, cst.If) and child is ancestor.body and _is_logging_guard(ancestor.test):
                 return True
+            if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)) and isinstance(
+                    a.parent(ancestor), (cst.If, cst.Else)) and self._leaves_loop(ancestor, loop):
+                return True
             child = ancestor
+        return False
+
+    def _leaves_loop(self, block: cst.BaseSuite, loop: LoopInfo) -> bool:
+        """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /
+        ``exit()`` / ``quit()`` / ``os._exit(...)``, or a ``break`` whose innermost loop is ``loop``."""
+        statements = list(block.body)
+        if not statements:
+            return False
+        last = statements[-1]
+        if isinstance(last, cst.SimpleStatementLine):
+            if not last.body:
+                return False
+            last = last.body[-1]
+        if isinstance(last, (cst.Raise, cst.Return)):
+            return True
+        if isinstance(last, cst.Break):
+            inner = next(self.a.enclosing_loops(last), None)
+            return inner is not None and inner.node is loop.node
+        if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+            called = self.a.qualified_name(last.value.func) or dotted_name(last.value.func) or ""
+            return called in _EXIT_CALLS
         return False
 
     def _destination(self, node: cst.CSTNode, loop: LoopInfo, follow: bool) -> str:
