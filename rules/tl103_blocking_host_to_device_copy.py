@@ -223,9 +223,16 @@ def _named_like_a_loader(facts: LoaderFacts, loop: LoopInfo) -> bool:
 
 
 def _moves_whole_batch(loop: LoopInfo, call: cst.Call) -> bool:
-    """``for batch in loader: batch.to(device)``: the copy's receiver is the loop's single target, which a
-    collate function may have made any object with a ``.to()`` of its own."""
-    target = loop.node.target if isinstance(loop.node, cst.For) else None
+    """``for batch in loader: batch.to(device)`` (or ``for step, batch in enumerate(loader)``): the copy's
+    receiver is the whole batch, which a collate function may have made any object with a ``.to()`` of its
+    own."""
+    if not isinstance(loop.node, cst.For):
+        return False
+    target = loop.node.target
+    iterable = loop.node.iter
+    if isinstance(target, cst.Tuple) and isinstance(iterable, cst.Call) and call_name(iterable) == "enumerate" \
+            and len(target.elements) == 2:
+        target = target.elements[1].value
     owner = receiver(call)
     return isinstance(target, cst.Name) and isinstance(owner, cst.Name) and owner.value == target.value
 
