@@ -310,7 +310,7 @@ class PerParameterOptimizerLoop(Rule):
                 f"`{optimizer}(..., foreach=False)` updates one parameter at a time (several kernel launches "
                 "per parameter); drop it so PyTorch uses the multi-tensor `torch._foreach_*` kernels on CUDA"
             )
-            new_call = remove_arg(a, call, arg)
+            new_call = remove_arg(call, arg)
             if new_call is None:
                 ctx.report(arg, message=f"{message} (not fixed automatically: it would drop a comment)")
                 continue
@@ -1087,10 +1087,15 @@ def _has_comment(ws: object) -> bool:
     return False
 
 
-def remove_arg(a: FileAnalysis, call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
+def remove_arg(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
     """``call`` without ``arg``; None where a comment would be lost."""
     if has_comment(arg):
         return None
+    new_call = _without_arg(call, arg)
+    return None if new_call is None or loses_comment({call: new_call}) else new_call
+
+
+def _without_arg(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
     args = list(call.args)
     index = args.index(arg)
     if index < len(args) - 1 or index == 0:  # the next argument takes its place (or there is none)
