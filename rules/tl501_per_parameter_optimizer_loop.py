@@ -160,10 +160,10 @@ class PerParameterOptimizerLoop(Rule):
     depends on tensor values or differs per parameter (`if p.dim() > 1:`), calls it does not know, state it
     does not see created (`self.state[p]["buf"]` without the loop's `if len(state) == 0:`), a first step that
     differs (`if "buf" not in state: ... else: ...`), `p.data = ...`, a `state_dict()` loop that does not skip
-    integer buffers, names read after the loop, nested loops, `break`/`return`. Comments are kept: the comment lines
-    above a lifted statement and a comment at the end of its line go, each on a line of its own, above its
-    batched form; a comment inside a lifted statement (within its brackets) means no fix, as the rewrite
-    would drop it.
+    integer buffers, names read after the loop, nested loops, `break`/`return`. Comments are kept: the
+    comment lines above a lifted statement and a comment at the end of its line go, each on a line of its
+    own, above its batched form; a comment inside a lifted statement (within its brackets) means no fix, as
+    the rewrite would drop it.
 
     Dropping `foreach=False` is a **safe** fix: `foreach=None` (the default) lets PyTorch pick the
     multi-tensor implementation where every parameter is a plain tensor on a device that supports it (CUDA
@@ -279,7 +279,7 @@ class PerParameterOptimizerLoop(Rule):
             return None, str(reason)
         replacements = {node: cst.FlattenSentinel(statements)}
         if loses_comment(replacements):
-            return None, "it would drop a comment"  # one beside a lifted statement, or inside it
+            return None, "it would drop a comment"  # one inside a lifted statement's brackets
         return Fix(replacements, Applicability.UNSAFE), ""
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
