@@ -19,7 +19,7 @@ import libcst as cst
 
 from torchlint.engine import _line_col, _text_edits
 from torchlint.fixer import FixApplier, _Replacer
-from torchlint.positions import _generate, _only_line_start, _reproduced_exactly, _StatementLocator
+from torchlint.positions import StatementLocator, generate_code, only_line_start, reproduced_exactly
 from torchlint.rule import Edit, Report
 
 if TYPE_CHECKING:
@@ -31,8 +31,8 @@ class FixEdits:
 
     def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
-        self.exact = _reproduced_exactly(module, source)
-        self._locator: Optional[_StatementLocator] = None
+        self.exact = reproduced_exactly(module, source)
+        self._locator: Optional[StatementLocator] = None
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
@@ -60,7 +60,7 @@ class FixEdits:
         """(offset in the source, old text, new text) of the innermost statement that holds every replaced
         node and whose code occurs once in the source; None where there is none."""
         if self._locator is None:
-            self._locator = _StatementLocator(self.module, self.analysis.parents, self.source)
+            self._locator = StatementLocator(self.module, self.analysis.parents, self.source)
         chains = []
         for node in replacements:
             chain = [(statement, indents) for statement, indents, _ in self._locator._enclosing_statements(node)]
@@ -71,8 +71,8 @@ class FixEdits:
         for statement, indents in chains[0]:
             if id(statement) not in shared:
                 continue
-            old = "".join(_generate(self.module, statement, indents).tokens)
-            start = _only_line_start(self._locator.haystack, old) if old else None
+            old = "".join(generate_code(self.module, statement, indents).tokens)
+            start = only_line_start(self._locator.haystack, old) if old else None
             if start is None:
                 continue  # not unique: an enclosing statement may be
             if start + len(old) > len(self.source):
@@ -102,7 +102,7 @@ class FixEdits:
             if not isinstance(result, cst.CSTNode):
                 return None
             nodes = [result]
-        return "".join("".join(_generate(self.module, node, indents).tokens) for node in nodes)
+        return "".join("".join(generate_code(self.module, node, indents).tokens) for node in nodes)
 
     # -- the diff ------------------------------------------------------------------------------------------
 
