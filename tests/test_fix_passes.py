@@ -18,7 +18,7 @@ from torchlint.config import Settings
 from torchlint.engine import _run_rules, fix_source, lint_source
 from torchlint.fixer import FixApplier
 from torchlint.registry import all_rules
-from torchlint.rule import Report
+from torchlint.rule import Applicability, Fix, Report, Rule
 
 FLAGGED = flagged_fixtures()
 FIXED = [(code, path) for code, path in FLAGGED if path.with_name(path.stem + ".fixed.py").exists()]
@@ -60,6 +60,46 @@ def test_entering_only_the_path_to_each_fix_renders_the_same_code(code, path):
     assert applier.render(chosen) == everywhere.render(chosen)
     for report in reports:
         assert applier.render([report]) == everywhere.render([report])
+
+
+@pytest.mark.parametrize("code,path", FIXED, ids=[f"{c}/{p.name}" for c, p in FIXED])
+def test_fixes_put_in_place_equal_the_whole_module_rendered(code, path):
+    source = path.read_text()
+    module, analysis, reports = _fixable_reports(source, code, path.name)
+    applier = FixApplier(module, analysis, path.name)
+    chosen = applier._non_overlapping(reports)
+    for group in [chosen, *([r] for r in reports)]:
+        text, whole = applier.fixed_text(group, source)
+        assert text == applier.render(group)
+        assert whole == any(r.fix.imports for r in group)  # only added imports need the whole module here
+
+
+def test_fixes_in_nested_statements_are_put_in_place_together():
+    source = (
+        "import torch\n\n\n"
+        "def step(opt, model):\n"
+        "    opt.zero_grad(set_to_none=False)\n"
+        "    for p in model.parameters():\n"
+        "        opt.zero_grad(set_to_none=False)\n"
+    )
+
+    class Both(Rule):
+        code, name, message = "TL998", "both", "m"
+
+        def check(self, ctx):
+            calls = ctx.analysis.calls_by_name["zero_grad"]
+            loop = ctx.analysis.loops[0].node
+            for call in calls:
+                ctx.report(call, fix=Fix.replace(call, call.with_changes(args=[]), Applicability.SAFE))
+            ctx.report(loop, fix=Fix.replace(loop.iter, cst.Name("params"), Applicability.SAFE))
+
+    module = cst.parse_module(source)
+    analysis, reports, _ = _run_rules(module, source, "m.py", [Both()], Settings(select=("TL998",)))
+    assert len(reports) == 3
+    applier = FixApplier(module, analysis, "m.py")
+    text, whole = applier.fixed_text(reports, source)
+    assert not whole and text == applier.render(reports)
+    assert text.count("zero_grad()") == 2 and "for p in params:" in text
 
 
 class _EveryNode(FixApplier):

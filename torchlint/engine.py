@@ -243,6 +243,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     current = source
     module: Optional[cst.Module] = None  # LibCST's tree of `current` where the fixer's check parsed it
     round_trip: Optional[str] = None  # LibCST's code for `source` (what fixes are carried back against)
+    rendered = False  # some pass rendered the whole module (else every fix was put in place in the text)
     remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
     for _ in range(MAX_FIX_PASSES):
         candidates = rules_that_may_fire(rules, current, settings, path)
@@ -269,9 +270,11 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             break
         from torchlint.fixer import FixApplier
 
-        if current == source:
-            round_trip = module.code
         result = FixApplier(module, analysis, path).apply(fixable, current)
+        if result.whole_module:
+            rendered = True
+            if current == source:  # this pass's tree is the source's
+                round_trip = module.code
         for report in result.broken:
             broken.add((report.rule.code, module.code_for_node(report.node)))
             outcome.errors.append(
@@ -289,7 +292,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         current = result.code
         remaining = None
         outcome.applied.update(r.rule.code for r in result.applied)
-    if current != source:
+    if current != source and rendered:
         carried = _carry_to_original(source, round_trip, current, path, outcome)
         if carried != current:
             current, remaining = carried, None

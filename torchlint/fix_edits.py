@@ -9,11 +9,15 @@ that statement's two texts (``engine._text_edits``), moved to where the statemen
 source, they give exactly the module rendered with the fix. Where the statement cannot be rendered alone
 (the fix adds imports, removes a statement at module level, the text is not unique, LibCST does not
 reproduce the source byte for byte), the whole-module path runs as before.
+
+``fix`` applies a pass's fixes the same way (``FixEdits.spliced``): each changed statement is rendered and put
+in place of its old text, and every other byte stays as it was, so neither the whole module nor LibCST's
+round trip of the original (``engine._carry_to_original``) has to be generated.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
@@ -53,6 +57,42 @@ class FixEdits:
         if old == new:
             return ()
         return self._diff(offset, old, new)
+
+    def spliced(self, reports: Sequence[Report]) -> Optional[str]:
+        """The source with the fixes of ``reports`` (which do not overlap) applied: each changed statement
+        rendered in place of its old text (fixes in one statement, or in statements nested in one another,
+        rendered together). None where some fix needs the whole module (see ``_local_edits``)."""
+        if not self.exact:
+            return None
+        pending: List[Dict[cst.CSTNode, object]] = []
+        for report in reports:
+            assert report.fix is not None
+            if report.fix.imports or not report.fix.replacements:
+                return None
+            pending.append(dict(report.fix.replacements))
+        while True:
+            regions: List[Tuple[int, int, str, Dict[cst.CSTNode, object]]] = []
+            for replacements in pending:
+                region = self._changed_statement(replacements)
+                if region is None:
+                    return None
+                start, old, new = region
+                regions.append((start, start + len(old), new, replacements))
+            regions.sort(key=lambda region: region[0])
+            merged = regions[:1]
+            for region in regions[1:]:
+                last = merged[-1]
+                if region[0] < last[1]:  # one statement holds the other: render both fixes in the outer one
+                    merged[-1] = (last[0], max(last[1], region[1]), last[2], {**last[3], **region[3]})
+                else:
+                    merged.append(region)
+            if len(merged) == len(regions):
+                break
+            pending = [replacements for _, _, _, replacements in merged]
+        text = self.source
+        for start, end, new, _ in reversed(regions):
+            text = text[:start] + new + text[end:]
+        return text
 
     # -- rendering one statement ---------------------------------------------------------------------------
 

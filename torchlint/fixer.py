@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -18,6 +18,7 @@ class PassResult:
     applied: List[Report] = field(default_factory=list)
     broken: List[Report] = field(default_factory=list)  # fixes whose output did not parse
     module: Optional[cst.Module] = None  # LibCST's tree of ``code`` where checking it parsed it (the next pass's)
+    whole_module: bool = False  # ``code`` is LibCST's rendering of the whole module (not the source spliced)
 
 
 class _Replacer(cst.CSTTransformer):
@@ -50,20 +51,30 @@ class FixApplier:
         """Apply every fix that does not overlap an earlier one; overlapping ones wait for the next pass.
         ``source``: the text the module was parsed from."""
         chosen = self._non_overlapping(reports)
-        code = self.render(chosen)
+        code, whole = self.fixed_text(chosen, source)
         module = _checked(code, source)
         if module is not None:
-            return PassResult(code, applied=list(chosen), module=module)
+            return PassResult(code, applied=list(chosen), module=module, whole_module=whole)
         # Something broke: try each fix alone to name the culprits, then apply the rest together.
-        good = [r for r in chosen if _checked(self.render([r]), source) is not None]
+        good = [r for r in chosen if _checked(self.fixed_text([r], source)[0], source) is not None]
         broken = [r for r in chosen if r not in good]
         if not good:
             return PassResult(source, broken=broken)
-        code = self.render(good)
+        code, whole = self.fixed_text(good, source)
         module = _checked(code, source)
         if module is None:  # fixes that break only together: apply none
             return PassResult(source, broken=list(chosen))
-        return PassResult(code, applied=good, broken=broken, module=module)
+        return PassResult(code, applied=good, broken=broken, module=module, whole_module=whole)
+
+    def fixed_text(self, reports: Sequence[Report], source: str) -> Tuple[str, bool]:
+        """``source`` with these (non-overlapping) fixes, and whether the whole module had to be rendered for it:
+        where it can, only the changed statements are rendered and put in place (``FixEdits.spliced``)."""
+        from torchlint.fix_edits import FixEdits  # imports this module
+
+        spliced = FixEdits(self.module, self.analysis, self.path, source).spliced(reports)
+        if spliced is not None:
+            return spliced, False
+        return self.render(reports), True
 
     def _non_overlapping(self, reports: Sequence[Report]) -> List[Report]:
         taken: List[cst.CSTNode] = []
