@@ -101,7 +101,6 @@ class FixApplier:
             module = _add_imports(module, imports)
         return module.code
 
-
     def _path_to(self, targets: Dict[cst.CSTNode, Replacement]) -> Optional[Set[cst.CSTNode]]:
         """Every node above a target, the module included; None (enter everything) where a target is not in
         the analysed tree."""
