@@ -17,9 +17,8 @@ from torchlint.ast_index import walk as ast_walk
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.device_facts import DEVICE_NAME
-from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, last_name, loop_may_move_batch, may_move_to_device,
-                                       may_name_a_loader)
-from torchlint.loader_prefilter import _is_move_without_non_blocking as is_move_without_non_blocking
+from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, is_move_without_non_blocking, last_name,
+                                       loop_may_move_batch, may_move_to_device, may_name_a_loader)
 from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
