@@ -9,6 +9,8 @@ own subprocess, median of ``--repeat`` runs:
 - the floor: reading and ``ast.parse`` of every file, one core (what any Python-based linter pays);
 - torchlint cold (``--no-cache``) with one job and with ``--jobs`` jobs; warm (a filled cache) with both;
 - ``--baseline``: the same cold one-job run of another torchlint checkout (e.g. the commit before a change);
+- ``torchlint fix --diff`` (every fix, unsafe ones included), cold, one job, and the baseline's: the diffs
+  must be identical;
 - Ruff ``--select ALL``, one thread, no cache, one line per finding (``--output-format concise``), honestly
   comparable: Ruff's default output prints code snippets;
 - TorchFix (``--torchfix``), on the ``--torchfix-subtree`` only (it checks about 2,000 lines/s).
@@ -122,6 +124,18 @@ def findings(output: bytes, tree: Path, cwd: Path) -> List[Tuple[str, str]]:
     return sorted(out)
 
 
+def diff_lines(output: bytes, tree: Path) -> List[str]:
+    """A ``fix --diff`` output with each file's header reduced to its path in the tree (runs from other
+    folders show other relative paths)."""
+    marker = f"/{tree.name}/"
+    lines = []
+    for line in output.decode(errors="replace").splitlines():
+        if line.startswith(("--- a/", "+++ b/")) and marker in line:
+            line = line[:6] + line.split(marker, 1)[1]
+        lines.append(line)
+    return lines
+
+
 def stage_costs(tree: Path) -> Dict[str, float]:
     """Where a cold, serial run spends its time, stage by stage, and how many files each stage lets through
     (in this process, every rule selected, no profiler: each stage timed around its own calls)."""
@@ -228,6 +242,13 @@ def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
                                    [sys.executable, "-m", "torchlint", *common, "--no-cache", "-j", "1", str(tree)],
                                    cwd=args.baseline, repeat=args.baseline_repeat)
             before = findings(baseline_out, tree, args.baseline)
+        fix_args = ["fix", "--select", "ALL", "--unsafe-fixes", "--diff", "--no-cache", "-j", "1", str(tree)]
+        fix_diff = measure("torchlint fix --diff, cold, 1 job", [*torchlint, *fix_args])
+        same_fixes = None
+        if args.baseline:
+            baseline_diff = measure(f"baseline ({args.baseline.name}) fix --diff", [sys.executable, "-m", "torchlint",
+                                    *fix_args], cwd=args.baseline, repeat=args.baseline_repeat)
+            same_fixes = diff_lines(fix_diff, tree) == diff_lines(baseline_diff, tree)
         if args.ruff:
             ruff_env = dict(env, RAYON_NUM_THREADS="1")
             wall, peak, _ = median_run([args.ruff, "check", "--select", "ALL", "--no-cache", "--exit-zero",
@@ -273,6 +294,9 @@ def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
                 print(f"  lost: {item}")
             for item in new[:10]:
                 print(f"  new:  {item}")
+    if same_fixes is not None:
+        print("Fixes (`fix --diff`) identical to the baseline's." if same_fixes
+              else "FIXES DIFFER from the baseline's (`fix --diff`).")
     if args.slowest:
         print("Slowest files (serial, in-process, cold):")
         for seconds, name in slowest_files(source_tree, args.slowest):

@@ -15,11 +15,11 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.ast_index import target_names as ast_target_names
 from torchlint.ast_index import walk as ast_walk
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.device_facts import DEVICE_NAME
-from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, last_name, loop_may_move_batch, may_move_to_device,
-                                       may_name_a_loader)
-from torchlint.loader_prefilter import _is_move_without_non_blocking as is_move_without_non_blocking
+from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, is_move_without_non_blocking, last_name,
+                                       loop_may_move_batch, may_move_to_device, may_name_a_loader)
 from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
@@ -142,12 +142,16 @@ class BlockingHostToDeviceCopy(Rule):
                 f" (not fixed automatically: `{batch}` may be a batch object whose own `.to()` takes no "
                 "`non_blocking`, such as a Hugging Face `BatchEncoding` before transformers 4.48)"))
             return
+        fixed = _with_non_blocking(call)
+        if loses_comment({call: fixed}):
+            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
+            return
         if written_after:
             message += " (unsafe fix: the loop writes to the source tensor after the copy)"
         elif not from_dataloader:
             message += " (unsafe fix: a loader only by its name, which may reuse its buffers)"
         ctx.report(call, message=message,
-                   fix=Fix.replace(call, _with_non_blocking(call), Applicability.SAFE if safe else Applicability.UNSAFE))
+                   fix=Fix.replace(call, fixed, Applicability.SAFE if safe else Applicability.UNSAFE))
 
 
 # Calls that wrap a loader so that it yields batches already on the device: Accelerate's

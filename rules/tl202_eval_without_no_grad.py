@@ -547,6 +547,7 @@ class _Checker:
         self._text_cache: Dict[cst.CSTNode, str] = {}
         self._under_no_grad: Dict[str, bool] = {}
         self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
+        self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument
         self.model_classes = self._model_classes()
 
     # --- driver ------------------------------------------------------------------------------
@@ -979,10 +980,10 @@ class _Checker:
         if info.parent is not None and any(isinstance(r, cst.Return) and isinstance(r.value, cst.Name)
                                            and r.value.value == name for r in _walk_nodes(info.parent.node)):
             return True  # a closure returned to the caller, who decides the grad mode it runs in
-        for call in self.a.calls:
-            if any(isinstance(arg.value, cst.Name) and arg.value.value == name for arg in call.args):
-                return True
-        return False
+        if self._passed_names is None:  # once per file: a file with many functions asks for each
+            self._passed_names = {arg.value.value for call in self.a.calls for arg in call.args
+                                  if isinstance(arg.value, cst.Name)}
+        return name in self._passed_names
 
     def _returns_nothing(self, name: str) -> bool:
         """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no

@@ -174,13 +174,13 @@ def test_sources_not_reproduced_exactly_fall_back(source):
 
 def _generated(monkeypatch):
     generated = []
-    original = positions._generate
+    original = positions.generate_code
 
     def spy(module, node, indents=(), stop_before=None):
         generated.append(node if stop_before is None else ("header", node))
         return original(module, node, indents, stop_before)
 
-    monkeypatch.setattr(positions, "_generate", spy)
+    monkeypatch.setattr(positions, "generate_code", spy)
     return generated
 
 
@@ -269,7 +269,7 @@ def test_searching_the_source_counts_against_the_budget(monkeypatch):
     analysis = FileAnalysis(module, source)
     calls = [node for node in analysis.parents if isinstance(node, cst.Call)]
     searches = []
-    real = positions._only_line_start
-    monkeypatch.setattr(positions, "_only_line_start", lambda *args: searches.append(1) or real(*args))
+    real = positions.only_line_start
+    monkeypatch.setattr(positions, "only_line_start", lambda *args: searches.append(1) or real(*args))
     assert node_spans(module, calls, analysis.parents, source) == node_spans(module, calls)
     assert 0 < len(searches) < len(calls) // 10

@@ -14,7 +14,7 @@ from fixture_support import FIXTURES
 from torchlint.ast_index import _LEAVES, _children, index_of
 from torchlint.config import Settings
 from torchlint.device_facts import _PRECISION_FRAMEWORKS, mixed_precision_in_ast
-from torchlint.loader_prefilter import _is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
+from torchlint.loader_prefilter import is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
 from torchlint.registry import get_rule
 from torchlint.script_facts import ast_facts
 from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, search_word
@@ -271,7 +271,7 @@ def reference_loop_may_move_batch(tree, text):
         if not ("DataLoader" in text or _names_a_loader(loop.iter)
                 or (isinstance(loop.iter, ast.Name) and loop.iter.id in loader_valued)):
             continue
-        if any(_is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
+        if any(is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
             return True
     return False
 

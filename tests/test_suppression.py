@@ -22,3 +22,32 @@ def test_a_text_without_noqa_is_not_tokenized(monkeypatch):
 def test_noqa_in_any_case_is_still_found(comment):
     s = Suppressions.parse(f"x = 1\n{'y = 2  ' if 'torchlint' not in comment else ''}{comment}\n")
     assert s.is_suppressed("TL101", 2, 2)
+
+
+def test_tokenizing_stops_after_the_last_noqa_line(monkeypatch):
+    source = "import os  # noqa: F401\n" + "x = 1\n" * 50 + "s = '''\n# noqa in a string\n'''\n"
+    seen = []
+    real = suppression.tokenize.generate_tokens
+
+    def counting(readline):
+        for token in real(readline):
+            seen.append(token.start[0])
+            yield token
+
+    monkeypatch.setattr(suppression.tokenize, "generate_tokens", counting)
+    s = Suppressions.parse(source)
+    assert s.line_codes == {1: frozenset({"F401"})}  # the one in the string is no comment
+    assert max(seen) == 54  # the tokenizer stopped at the token after the last "noqa" line (the string's)
+
+
+@pytest.mark.parametrize("source", [
+    "a = 1  # noqa\nb = '# noqa'\nc = 3  # NOQA: TL101\n",
+    "x = '''\n# noqa: TL101\n'''  # noqa: TL102\n# torchlint: noqa: TL103\n",
+    "a = 1\r\nb = 2  # noqa: TL104\r\nc = 3\r\n",
+    "def f():\n    return (1,  # noqa: TL105\n            2)\n",
+])
+def test_the_comments_found_equal_a_whole_tokenization(source):
+    last_line = suppression._last_noqa_line(source)
+    full = {line: c for line, c in suppression._comments(source).items() if line <= last_line}
+    assert suppression._comments(source, last_line) == full
+    assert all(line <= last_line for line in suppression._comments(source, last_line))

@@ -237,33 +237,44 @@ def lint_source(
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
     """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
+    selected = frozenset(rule.code for rule in rules)
     outcome = FixOutcome(source)
     broken: Set[Tuple[str, str]] = set()  # (rule code, node code) of fixes that broke the file
     current = source
+    module: Optional[cst.Module] = None  # LibCST's tree of `current` where the fixer's check parsed it
+    round_trip: Optional[str] = None  # LibCST's code for `source` (what fixes are carried back against)
+    rendered = False  # some pass rendered the whole module (else every fix was put in place in the text)
+    remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
     for _ in range(MAX_FIX_PASSES):
         candidates = rules_that_may_fire(rules, current, settings, path)
         if not candidates:
+            remaining = []
             break
-        try:
-            module = parse(current, path)
-        except SyntaxProblem as exc:
-            if current == source:
-                outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
-                return outcome
-            raise AssertionError("a verified fix produced unparsable code") from exc
-        analysis, reports, _ = _run_rules(module, current, path, candidates, settings,
-                                          selected=frozenset(rule.code for rule in rules))
+        if module is None:
+            try:
+                module = parse(current, path)
+            except SyntaxProblem as exc:
+                if current == source:
+                    outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
+                    return outcome
+                raise AssertionError("a verified fix produced unparsable code") from exc
+        else:
+            forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
+        analysis, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected)
         fixable = [
             r for r in reports
             if r.fix is not None and r.fix.applicability in allowed
-            and (r.rule.code, module.code_for_node(r.node)) not in broken
+            and not (broken and (r.rule.code, module.code_for_node(r.node)) in broken)
         ]
         if not fixable:
             break
         from torchlint.fixer import FixApplier
 
-        applier = FixApplier(module, analysis, path)
-        result = applier.apply(fixable)
+        result = FixApplier(module, analysis, path).apply(fixable, current)
+        if result.whole_module:
+            rendered = True
+            if current == source:  # this pass's tree is the source's
+                round_trip = module.code
         for report in result.broken:
             broken.add((report.rule.code, module.code_for_node(report.node)))
             outcome.errors.append(
@@ -273,25 +284,31 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                     "and was not applied; please report it",
                 )
             )
+        module = result.module
         if result.code == current:
             if not result.broken:
                 break
-            continue
+            continue  # the same text again, without the broken fixes
         current = result.code
+        remaining = None
         outcome.applied.update(r.rule.code for r in result.applied)
-    if current != source:
-        current = _carry_to_original(source, current, path, outcome)
+    if current != source and rendered:
+        carried = _carry_to_original(source, round_trip, current, path, outcome)
+        if carried != current:
+            current, remaining = carried, None
     outcome.source = current
-    outcome.remaining = lint_source(current, path, rules, settings).diagnostics
+    outcome.remaining = remaining if remaining is not None else lint_source(current, path, rules, settings).diagnostics
     return outcome
 
 
-def _carry_to_original(source: str, fixed: str, path: str, outcome: FixOutcome) -> str:
+def _carry_to_original(source: str, round_trip: Optional[str], fixed: str, path: str, outcome: FixOutcome) -> str:
     """The fixes applied to ``source`` itself, byte for byte outside the fixed lines (LibCST's round trip
-    is not exact for every file); where that cannot be done, no fix at all."""
+    ``round_trip`` is not exact for every file); where that cannot be done, no fix at all."""
     from torchlint.textmerge import carry_fixes
 
-    carried = carry_fixes(source, cst.parse_module(source).code, fixed)
+    if round_trip is None:  # not kept by the caller: LibCST's code for the source, again
+        round_trip = cst.parse_module(source).code
+    carried = carry_fixes(source, round_trip, fixed)
     if carried is not None and (carried == fixed or _still_valid(source, carried)):
         return carried
     outcome.applied.clear()

@@ -9,17 +9,21 @@ that statement's two texts (``engine._text_edits``), moved to where the statemen
 source, they give exactly the module rendered with the fix. Where the statement cannot be rendered alone
 (the fix adds imports, removes a statement at module level, the text is not unique, LibCST does not
 reproduce the source byte for byte), the whole-module path runs as before.
+
+``fix`` applies a pass's fixes the same way (``FixEdits.spliced``): each changed statement is rendered and put
+in place of its old text, and every other byte stays as it was, so neither the whole module nor LibCST's
+round trip of the original (``engine._carry_to_original``) has to be generated.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.engine import _line_col, _text_edits
 from torchlint.fixer import FixApplier, _Replacer
-from torchlint.positions import _generate, _only_line_start, _reproduced_exactly, _StatementLocator
+from torchlint.positions import StatementLocator, generate_code, only_line_start, reproduced_exactly
 from torchlint.rule import Edit, Report
 
 if TYPE_CHECKING:
@@ -31,8 +35,8 @@ class FixEdits:
 
     def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
-        self.exact = _reproduced_exactly(module, source)
-        self._locator: Optional[_StatementLocator] = None
+        self.exact = reproduced_exactly(module, source)
+        self._locator: Optional[StatementLocator] = None
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
@@ -54,13 +58,49 @@ class FixEdits:
             return ()
         return self._diff(offset, old, new)
 
+    def spliced(self, reports: Sequence[Report]) -> Optional[str]:
+        """The source with the fixes of ``reports`` (which do not overlap) applied: each changed statement
+        rendered in place of its old text (fixes in one statement, or in statements nested in one another,
+        rendered together). None where some fix needs the whole module (see ``_local_edits``)."""
+        if not self.exact:
+            return None
+        pending: List[Dict[cst.CSTNode, object]] = []
+        for report in reports:
+            assert report.fix is not None
+            if report.fix.imports or not report.fix.replacements:
+                return None
+            pending.append(dict(report.fix.replacements))
+        while True:
+            regions: List[Tuple[int, int, str, Dict[cst.CSTNode, object]]] = []
+            for replacements in pending:
+                region = self._changed_statement(replacements)
+                if region is None:
+                    return None
+                start, old, new = region
+                regions.append((start, start + len(old), new, replacements))
+            regions.sort(key=lambda region: region[0])
+            merged = regions[:1]
+            for region in regions[1:]:
+                last = merged[-1]
+                if region[0] < last[1]:  # one statement holds the other: render both fixes in the outer one
+                    merged[-1] = (last[0], max(last[1], region[1]), last[2], {**last[3], **region[3]})
+                else:
+                    merged.append(region)
+            if len(merged) == len(regions):
+                break
+            pending = [replacements for _, _, _, replacements in merged]
+        text = self.source
+        for start, end, new, _ in reversed(regions):
+            text = text[:start] + new + text[end:]
+        return text
+
     # -- rendering one statement ---------------------------------------------------------------------------
 
     def _changed_statement(self, replacements: Mapping[cst.CSTNode, object]) -> Optional[Tuple[int, str, str]]:
         """(offset in the source, old text, new text) of the innermost statement that holds every replaced
         node and whose code occurs once in the source; None where there is none."""
         if self._locator is None:
-            self._locator = _StatementLocator(self.module, self.analysis.parents, self.source)
+            self._locator = StatementLocator(self.module, self.analysis.parents, self.source)
         chains = []
         for node in replacements:
             chain = [(statement, indents) for statement, indents, _ in self._locator._enclosing_statements(node)]
@@ -71,8 +111,8 @@ class FixEdits:
         for statement, indents in chains[0]:
             if id(statement) not in shared:
                 continue
-            old = "".join(_generate(self.module, statement, indents).tokens)
-            start = _only_line_start(self._locator.haystack, old) if old else None
+            old = "".join(generate_code(self.module, statement, indents).tokens)
+            start = only_line_start(self._locator.haystack, old) if old else None
             if start is None:
                 continue  # not unique: an enclosing statement may be
             if start + len(old) > len(self.source):
@@ -102,7 +142,7 @@ class FixEdits:
             if not isinstance(result, cst.CSTNode):
                 return None
             nodes = [result]
-        return "".join("".join(_generate(self.module, node, indents).tokens) for node in nodes)
+        return "".join("".join(generate_code(self.module, node, indents).tokens) for node in nodes)
 
     # -- the diff ------------------------------------------------------------------------------------------
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis
+from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.rule import ImportRequest, Replacement, Report
 
 
@@ -16,15 +17,25 @@ class PassResult:
     code: str
     applied: List[Report] = field(default_factory=list)
     broken: List[Report] = field(default_factory=list)  # fixes whose output did not parse
+    module: Optional[cst.Module] = None  # LibCST's tree of ``code`` where checking it parsed it (the next pass's)
+    whole_module: bool = False  # ``code`` is LibCST's rendering of the whole module (not the source spliced)
 
 
 class _Replacer(cst.CSTTransformer):
-    def __init__(self, replacements: Dict[cst.CSTNode, Replacement]) -> None:
+    """Swaps the replaced nodes in. With ``on_path`` (every node above a replaced one), it enters only those
+    nodes: LibCST rebuilds each node a transformer enters, and rebuilding the whole module for a fix or two
+    was most of the time `fix` took."""
+
+    def __init__(self, replacements: Dict[cst.CSTNode, Replacement],
+                 on_path: Optional[Set[cst.CSTNode]] = None) -> None:
         super().__init__()
         self.replacements = replacements
+        self.on_path = on_path
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        return node not in self.replacements  # nothing inside a replaced node needs visiting
+        if node in self.replacements:
+            return False  # nothing inside a replaced node needs visiting
+        return self.on_path is None or node in self.on_path
 
     def on_leave(self, original_node, updated_node):  # type: ignore[override]
         return self.replacements.get(original_node, updated_node)
@@ -36,19 +47,34 @@ class FixApplier:
         self.analysis = analysis
         self.path = path
 
-    def apply(self, reports: Sequence[Report]) -> PassResult:
-        """Apply every fix that does not overlap an earlier one; overlapping ones wait for the next pass."""
+    def apply(self, reports: Sequence[Report], source: str) -> PassResult:
+        """Apply every fix that does not overlap an earlier one; overlapping ones wait for the next pass.
+        ``source``: the text the module was parsed from."""
         chosen = self._non_overlapping(reports)
-        code = self.render(chosen)
-        if _is_valid(code, self.module.code):
-            return PassResult(code, applied=list(chosen))
+        code, whole = self.fixed_text(chosen, source)
+        module = _checked(code, source)
+        if module is not None:
+            return PassResult(code, applied=list(chosen), module=module, whole_module=whole)
         # Something broke: try each fix alone to name the culprits, then apply the rest together.
-        good = [r for r in chosen if _is_valid(self.render([r]), self.module.code)]
+        good = [r for r in chosen if _checked(self.fixed_text([r], source)[0], source) is not None]
         broken = [r for r in chosen if r not in good]
-        code = self.render(good) if good else self.module.code
-        if good and not _is_valid(code, self.module.code):  # fixes that break only together: apply none
-            return PassResult(self.module.code, broken=list(chosen))
-        return PassResult(code, applied=good, broken=broken)
+        if not good:
+            return PassResult(source, broken=broken)
+        code, whole = self.fixed_text(good, source)
+        module = _checked(code, source)
+        if module is None:  # fixes that break only together: apply none
+            return PassResult(source, broken=list(chosen))
+        return PassResult(code, applied=good, broken=broken, module=module, whole_module=whole)
+
+    def fixed_text(self, reports: Sequence[Report], source: str) -> Tuple[str, bool]:
+        """``source`` with these (non-overlapping) fixes, and whether the whole module had to be rendered for it:
+        where it can, only the changed statements are rendered and put in place (``FixEdits.spliced``)."""
+        from torchlint.fix_edits import FixEdits  # imports this module
+
+        spliced = FixEdits(self.module, self.analysis, self.path, source).spliced(reports)
+        if spliced is not None:
+            return spliced, False
+        return self.render(reports), True
 
     def _non_overlapping(self, reports: Sequence[Report]) -> List[Report]:
         taken: List[cst.CSTNode] = []
@@ -70,10 +96,24 @@ class FixApplier:
             assert report.fix is not None
             replacements.update(report.fix.replacements)
             imports.extend(report.fix.imports)
-        module = self.module.visit(_Replacer(replacements))
+        module = self.module.visit(_Replacer(replacements, self._path_to(replacements)))
         if imports:
             module = _add_imports(module, imports)
         return module.code
+
+    def _path_to(self, targets: Dict[cst.CSTNode, Replacement]) -> Optional[Set[cst.CSTNode]]:
+        """Every node above a target, the module included; None (enter everything) where a target is not in
+        the analysed tree."""
+        parents = self.analysis.parents
+        path: Set[cst.CSTNode] = set()
+        for target in targets:
+            if target not in parents:
+                return None
+            node = parents[target]
+            while node is not None and node not in path:
+                path.add(node)
+                node = parents.get(node)
+        return path
 
 
 def _add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:
@@ -86,18 +126,19 @@ def _add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.M
     return AddImportsVisitor(context).transform_module(module)
 
 
-def _is_valid(code: str, original: str) -> bool:
-    """The output must parse with LibCST and compile; compile is skipped where the input did not compile."""
+def _checked(code: str, original: str) -> Optional[cst.Module]:
+    """LibCST's tree of the fixed ``code``, or None where the fix broke it: the output must parse with LibCST
+    and compile (compile is skipped where the ``original`` did not compile either)."""
     try:
-        cst.parse_module(code)
+        module = trusted_parse(code)  # nodes LibCST's parser builds from text are valid by construction
     except Exception:
-        return False
+        return None
     try:
         compile(code, "<torchlint-fix>", "exec", dont_inherit=True)
     except SyntaxError:
         try:
             compile(original, "<torchlint-input>", "exec", dont_inherit=True)
         except SyntaxError:
-            return True
-        return False
-    return True
+            return module
+        return None
+    return module

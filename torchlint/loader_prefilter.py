@@ -205,7 +205,7 @@ def loader_may_fire(tree: ast.AST, wants: Callable[[ast.Call], bool]) -> bool:
     return any(wants(call) for call in dataloader_calls(tree)) and may_train(tree)
 
 
-def _is_move_without_non_blocking(node: ast.AST) -> bool:
+def is_move_without_non_blocking(node: ast.AST) -> bool:
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
         return False
     if node.func.attr not in {"to", "cuda"} or has_star(node) or _keyword(node, "non_blocking") is not None:
@@ -223,7 +223,7 @@ def loop_may_move_batch(tree: ast.Module, text: str) -> bool:
     outer loops first, so that a loop inside a body already searched in vain is not searched again."""
     index = index_of(tree)
     moves = {id(info.node) for name in ("to", "cuda") for info in index.calls_by_name.get(name, ())
-             if _is_move_without_non_blocking(info.node)}
+             if is_move_without_non_blocking(info.node)}
     if not moves:
         return False
     loader_anywhere = "DataLoader" in text  # loaders built here are tied by binding, whatever their names

@@ -103,7 +103,7 @@ class _Located:
         return self.first_line + line - 1, offset - self.line_starts[line - 1]
 
 
-def _generate(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = (),
+def generate_code(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = (),
               stop_before: Optional[cst.CSTNode] = None) -> _TokenRangeState:
     """The code of ``node`` as token ranges; with ``stop_before``, only the code that comes before it."""
     state = _TokenRangeState(default_indent=module.default_indent, default_newline=module.default_newline,
@@ -124,8 +124,8 @@ def node_spans(
     ``source`` the module was parsed from, only the statements around the nodes are regenerated."""
     nodes = list(nodes)
     spans: Dict[cst.CSTNode, Span] = {}
-    if parents is not None and source is not None and _reproduced_exactly(module, source):
-        locator = _StatementLocator(module, parents, source)
+    if parents is not None and source is not None and reproduced_exactly(module, source):
+        locator = StatementLocator(module, parents, source)
         for node in nodes:
             if locator.generated >= len(source) * _STATEMENT_BUDGET:
                 break  # many nodes in many statements: one pass over the module is cheaper
@@ -134,7 +134,7 @@ def node_spans(
                 spans[node] = span
     rest = [node for node in nodes if node not in spans]
     if rest:
-        state = _generate(module, module)
+        state = generate_code(module, module)
         whole = _Located(state, "".join(state.tokens), first_line=1)
         for node in rest:
             span = whole.span(node)
@@ -144,7 +144,7 @@ def node_spans(
     return spans
 
 
-def _reproduced_exactly(module: cst.Module, source: str) -> bool:
+def reproduced_exactly(module: cst.Module, source: str) -> bool:
     """False for the sources LibCST's code generation is known not to reproduce byte for byte: a form feed
     is dropped, a lone carriage return may be, and a file without a final newline mixing line endings may
     not end with the newline it is given."""
@@ -162,7 +162,7 @@ def _headed_types() -> Tuple[type, ...]:
     return (cst.For, cst.While, cst.If, cst.With, cst.FunctionDef, cst.ClassDef)
 
 
-class _StatementLocator:
+class StatementLocator:
     def __init__(self, module: cst.Module, parents: Mapping[cst.CSTNode, Optional[cst.CSTNode]], source: str):
         self.module = module
         self.parents = parents
@@ -217,10 +217,10 @@ class _StatementLocator:
                  indents: List[str], stop_before: Optional[cst.CSTNode]) -> Optional[_Located]:
         if statement in cache:
             return cache[statement]
-        state = _generate(self.module, statement, indents, stop_before)
+        state = generate_code(self.module, statement, indents, stop_before)
         text = "".join(state.tokens)
         self.generated += len(text) + len(self.haystack) // _SEARCH_COST_RATIO
-        start = _only_line_start(self.haystack, text) if text else None
+        start = only_line_start(self.haystack, text) if text else None
         located = None
         if start is not None:
             located = _Located(state, text, self.haystack.count("\n", 0, start) + 1, start, len(self.source))
@@ -228,7 +228,7 @@ class _StatementLocator:
         return located
 
 
-def _only_line_start(source: str, text: str) -> Optional[int]:
+def only_line_start(source: str, text: str) -> Optional[int]:
     """Where ``text`` occurs in ``source`` at the start of a line, if it occurs at exactly one."""
     found = [0] if source.startswith(text) else []
     needle = "\n" + text

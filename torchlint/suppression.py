@@ -1,7 +1,7 @@
 """``# noqa`` comments: per line, and ``# torchlint: noqa`` on a line of its own for a whole file.
 
 Only real comments count (found with ``tokenize``), never text inside strings or docstrings. This runs only
-for files that have findings, and tokenizes only those whose text holds "noqa" somewhere.
+for files that have findings, and tokenizes only those whose text holds "noqa" somewhere, up to its last line.
 """
 
 from __future__ import annotations
@@ -10,13 +10,22 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Set, Tuple
+from typing import Dict, FrozenSet, Optional, Set, Tuple
 
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
 _FILE_NOQA = re.compile(r"^#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE)
 
 _ANY_NOQA = re.compile(r"noqa", re.IGNORECASE)  # in every comment either pattern matches
+
+
+def _last_noqa_line(source: str) -> int:
+    """The line of the last "noqa" in any case (as the tokenizer numbers lines), or 0 where there is none."""
+    last = None
+    for last in _ANY_NOQA.finditer(source):
+        pass
+    return 0 if last is None else source.count("\n", 0, last.start()) + 1
+
 
 ALL = frozenset({"*"})
 
@@ -26,12 +35,15 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
     return frozenset(re.split(r"[\s,]+", codes.strip().upper())) if codes else ALL
 
 
-def _comments(source: str) -> Dict[int, tuple]:
-    """line -> (comment text, whether the comment is alone on its line)."""
+def _comments(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
+    """line -> (comment text, whether the comment is alone on its line); with ``last_line``, up to that line
+    (the tokenizer stops there: most files have their `# noqa` comments at the top, on imports)."""
     comments: Dict[int, tuple] = {}
     lines = source.splitlines()
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if last_line is not None and token.start[0] > last_line:
+                break
             if token.type == tokenize.COMMENT:
                 line, column = token.start
                 alone = not lines[line - 1][:column].strip() if line <= len(lines) else True
@@ -51,9 +63,10 @@ class Suppressions:
     def parse(cls, source: str) -> "Suppressions":
         file_codes: FrozenSet[str] = frozenset()
         line_codes: Dict[int, FrozenSet[str]] = {}
-        if not _ANY_NOQA.search(source):  # no comment can suppress: skip tokenizing
+        last_line = _last_noqa_line(source)
+        if not last_line:  # no comment can suppress: skip tokenizing
             return cls(file_codes, line_codes)
-        for line, (comment, alone) in _comments(source).items():
+        for line, (comment, alone) in _comments(source, last_line).items():
             whole_file = _FILE_NOQA.match(comment) if alone else None
             if whole_file:
                 file_codes = file_codes | _codes(whole_file)
