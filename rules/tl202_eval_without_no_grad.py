@@ -455,7 +455,9 @@ class EvalWithoutNoGrad(Rule):
     A module counts as a model when its name looks like one (`model`, `netD`, `generator`), when the code
     calls it after its `.eval()` (`G_AB.eval(); G_AB(x)`, also `enc = Encoder(...).eval()`), when it is bound
     (also as a global) to a model-named class or an `nn.Module` subclass of the file, or when a function of
-    the file receives it and runs it (`greedy_decode(model, src)`). A helper called from the training loop
+    the file receives it and runs it (`greedy_decode(model, src)`). A method that prepares a module rather than
+    running it (`model.convert_to_fp16()`, `load_*`, `set_*`, `init_*`, `fuse_*`, `to_*`...) is not a
+    forward pass. A helper called from the training loop
     normally stays silent (its output may be differentiated), except one that returns nothing and stores
     nothing outside itself (a `sample_images()` that saves a grid).
 
@@ -824,7 +826,7 @@ class _Checker:
                 call.func.value in self.a.imports or call.func.value in self._top_level_classes()
                 or _CLASS_NAME.match(call.func.value)):
             return False  # `Encoder(...)` builds a module; running it is a call of what it returns
-        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and last not in _NOT_A_RUN:
+        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and _may_run(last):
             return True  # `agent.eval()` then `agent.get_action(obs)`
         if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
             return True
@@ -1020,6 +1022,11 @@ _NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_paramet
               "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type"}  # HF generate() is no-grad itself
 
 
+# First words of methods that change or prepare a module rather than run it.
+_SETUP_WORDS = {"convert", "to", "load", "save", "init", "initialize", "register", "set", "fuse", "compile", "export",
+                "prepare", "freeze", "unfreeze", "reset", "half", "float", "cuda", "cpu", "tie", "resize"}
+
+
 def _called_function_key(call: cst.Call, class_name: Optional[str]) -> Optional[Tuple[str, Optional[str]]]:
     """(name, class) of the file's function ``call`` may run: ``helper(...)``, or ``self.method(...)`` in a
     method of ``class_name``."""
@@ -1037,7 +1044,13 @@ def _runs(call: cst.Call, param: str) -> bool:
     if isinstance(func, cst.Name):
         return func.value == param
     return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == param
-            and func.attr.value not in _NOT_A_RUN)
+            and _may_run(func.attr.value))
+
+
+def _may_run(method: str) -> bool:
+    """A method of a module that may run its forward pass: not one of ``_NOT_A_RUN`` nor one named as a
+    conversion or set-up step (``convert_to_fp16``, ``load_weights``, ``set_mode``, ``init_cache``)."""
+    return method not in _NOT_A_RUN and method.lstrip("_").split("_")[0] not in _SETUP_WORDS
 
 
 def _has_params(node: cst.FunctionDef) -> bool:
