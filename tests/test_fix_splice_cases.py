@@ -12,8 +12,10 @@ from typing import Dict
 import libcst as cst
 import pytest
 
+from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.engine import fix_source
+from torchlint.fix_edits import FixEdits
 from torchlint.fixer import FixApplier
 from torchlint.positions import reproduced_exactly
 from torchlint.registry import get_rule
@@ -85,6 +87,17 @@ CASES: Dict[str, str] = {
         "def b(model):\n    for p in model.parameters():\n        p.grad.zero_()\n\n\n"
         "class C:\n"
         "    def a(model):\n        for p in model.parameters():\n            p.grad.zero_()\n"
+    ),
+    "repeated statements: the enclosing ones render the fixes together": (
+        "import torch\n\n\n"
+        "def f(k):\n"
+        "    if k:\n"
+        "        x = torch.zeros(3).cuda()\n"
+        "        y = torch.ones(3).cuda()\n"
+        "    x = torch.zeros(3).cuda()\n"
+        "    for _ in range(k):\n"
+        "        x = torch.zeros(3).cuda()\n"
+        "    return x\n"
     ),
     "a removed statement and two fixes in one statement": (
         "import torch\n\n\n"
@@ -218,6 +231,21 @@ def test_spliced_fixes_equal_the_whole_module_path(name, layout, monkeypatch):
     assert again.source == fixed.source and not again.applied
 
 
+WHOLE_MODULE = {"a fix that adds an import", "form feeds (LibCST drops them)",
+                "a continuation-only line, and the code it hides in a string"}
+
+
+@pytest.mark.parametrize("layout", ["lf", "crlf"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_only_imports_and_inexact_sources_render_the_whole_module(name, layout, monkeypatch):
+    """Else the comparison above would hold trivially: every other case is put in place statement by statement."""
+    rendered = []
+    render = FixApplier.render
+    monkeypatch.setattr(FixApplier, "render", lambda self, reports: rendered.append(reports) or render(self, reports))
+    fix_source(LAYOUTS[layout](CASES[name]), "m.py", RULES, SETTINGS, unsafe=True)
+    assert bool(rendered) == (name in WHOLE_MODULE)
+
+
 def test_the_string_that_looks_like_a_hidden_function_is_left_alone():
     source = CASES["a continuation-only line, and the code it hides in a string"]
     fixed = fix_source(source, "m.py", RULES, SETTINGS, unsafe=True).source
@@ -245,8 +273,9 @@ def test_a_comment_ending_in_a_backslash_on_the_last_line(monkeypatch):
     "def f():\n    x = 1\n    \\\n    y = 2\n",
     "x = 1\r\n\\\r\ny = 2\r\n",
 ], ids=["module level", "indented", "crlf"])
-def test_a_line_holding_only_a_continuation_is_not_reproduced(source):
+def test_a_line_holding_only_a_continuation_takes_the_whole_module_path(source):
     module = cst.parse_module(source)
     assert module.code != source  # LibCST keeps no trace of the line
-    assert not reproduced_exactly(module, source)
-    assert reproduced_exactly(module, module.code)
+    assert reproduced_exactly(module, source)  # positions still locate statements by their text here
+    assert not FixEdits(module, FileAnalysis(module, source), "m.py", source).exact
+    assert FixEdits(module, FileAnalysis(module, module.code), "m.py", module.code).exact

@@ -144,20 +144,12 @@ def node_spans(
     return spans
 
 
-# A line that holds only a backslash continuation: LibCST's tree keeps no trace of it, so the code of the
-# statement around it differs from its text (and may equal a twin's, or a string's, elsewhere in the file).
-_CONTINUATION_ONLY_LINE = re.compile(r"^[ \t]*\\\r?\n", re.MULTILINE)
-
-
 def reproduced_exactly(module: cst.Module, source: str) -> bool:
     """False for the sources LibCST's code generation is known not to reproduce byte for byte: a form feed
-    is dropped, a lone carriage return may be, a line holding only a ``\\`` is, and a file without a final
-    newline mixing line endings may not end with the newline it is given."""
+    is dropped, a lone carriage return may be, and a file without a final newline mixing line endings may
+    not end with the newline it is given."""
     if "\f" in source:
         return False
-    if "\\\n" in source or "\\\r\n" in source:
-        if _CONTINUATION_ONLY_LINE.search(source):
-            return False
     crlf = source.count("\r\n")
     if source.count("\r") != crlf:
         return False
