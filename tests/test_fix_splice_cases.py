@@ -54,6 +54,28 @@ CASES: Dict[str, str] = {
         "        case 'a':\n            return torch.zeros(n).cuda()\n"
         "        case _:\n            x = torch.ones(n).cuda(); return x\n"
     ),
+    "nested match statements indented unevenly": (
+        "import torch\n\n\n"
+        "def run(k):\n"
+        "    match torch.zeros(3).cuda():\n"
+        "      case [a, b] if a > torch.ones(1).cuda():\n"
+        "          x = torch.zeros(3).cuda()\n"
+        "      case _:\n"
+        "              match k:\n"
+        "               case 1:\n"
+        "                 y = torch.zeros(3).cuda()\n"
+    ),
+    "try, loop else and async blocks": (
+        "import torch\n\n\n"
+        "async def f(a, k):\n"
+        "    try:\n        x = torch.zeros(3).cuda()\n"
+        "    except ValueError:\n        x = torch.zeros(3).cuda()\n"
+        "    finally:\n        z = torch.ones(3).cuda()\n"
+        "    for i in range(k):\n        pass\n"
+        "    else:\n        y = torch.zeros(3).cuda()\n"
+        "    async with a:\n        w = torch.zeros(3).cuda()\n"
+        "    return x\n"
+    ),
     "class body and methods": (
         "import torch\nfrom torch import nn\n\n\n"
         "class Net(nn.Module):\n"
