@@ -889,7 +889,8 @@ class LoopRewriter:
         return lines
 
     def _group_by_line(self, statements: List[Tuple[int, cst.CSTNode]]) -> List[Tuple[int, cst.CSTNode, Sequence[cst.EmptyLine]]]:
-        """Each tensor statement with the comment lines above its source line (given to the first of a line)."""
+        """Each tensor statement with the comment lines above its source line (given to the first of a line);
+        a comment at the end of that line goes on a line of its own below them, above the rewritten statement."""
         out = []
         seen_lines: Set[int] = set()
         for index, small in statements:
@@ -899,6 +900,9 @@ class LoopRewriter:
             if id(holder) not in seen_lines:
                 seen_lines.add(id(holder))
                 leading = getattr(holder, "leading_lines", ())
+                trailing = getattr(holder, "trailing_whitespace", None)
+                if trailing is not None and trailing.comment is not None:
+                    leading = [*leading, cst.EmptyLine(comment=trailing.comment)]
             out.append((index, small, leading))
         return out
 

@@ -14,6 +14,7 @@ from torchlint.analysis import (
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 from torchlint.script_facts import may_train
 from torchlint.text_prefilter import call_text, search_method, search_word
@@ -173,7 +174,9 @@ class SyncInTrainingLoop(Rule):
     - inside the loop `acc` is a tensor: code outside the function that reads it during the loop (a callback
       reading a global) would see a tensor.
     Every other sync is reported without a fix: whether to log every N steps or accumulate on the device is
-    the author's call.
+    the author's call. A comment inside `.item(...)` stays where it is (`.detach(  # note`); where the call
+    goes away (`x.detach().item()` becomes `x.detach()`) and holds a comment, there is no fix: it would drop
+    the comment.
 
     ## PyTorch versions
     All versions. `torch.as_tensor` exists since 0.4.
@@ -348,9 +351,13 @@ class _Checker:
         text = _short(a, recv)
         if fix is not None:
             acc = fix[1]
+            detached = text if _is_detach_call(recv) else f"{text}.detach()"
             message = (f"`{acc} += {text}.item()` waits for the GPU every step; accumulate on the device "
-                       f"(`{acc} += {text}.detach()`) and convert once after the loop")
-            self.report(call, message, f"`{text}.item()`", fix=fix[0])
+                       f"(`{acc} += {detached}`) and convert once after the loop")
+            if loses_comment(fix[0].replacements):
+                self.report(call, f"{message} ({DROPS_COMMENT})", f"`{text}.item()`")
+            else:
+                self.report(call, message, f"`{text}.item()`", fix=fix[0])
             return
         what = {"item": f"`{text}.item()`", "tolist": f"`{text}.tolist()`", "cpu": f"`{text}.cpu()`",
                 "numpy": f"`{text}.numpy()`"}[name]
@@ -715,7 +722,9 @@ class _Checker:
         literal = _number_literal_init(init, acc)
         if literal is None:
             return None
-        detach = recv if _is_detach_call(recv) else cst.Call(func=cst.Attribute(value=recv, attr=cst.Name("detach")))
+        # `.item(...)` becomes `.detach(...)` in place, so whatever its brackets hold (a comment) stays
+        detach = recv if _is_detach_call(recv) else call.with_changes(
+            func=call.func.with_changes(attr=cst.Name("detach")))
         new_loop = loop.node.deep_replace(aug, aug.with_changes(value=detach))
         imports = ()
         if isinstance(literal, cst.Float):

@@ -11,6 +11,7 @@ from torchlint.arguments import with_keyword
 from torchlint.ast_index import AstCallInfo, AstIndex, index_of
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.loader_prefilter import may_chain_factory_into_move, may_move_to_device
 from torchlint.device_facts import CPU, CUDA, DEVICE_NAME, device_kind, to_destination
@@ -102,7 +103,8 @@ class TensorCreatedThenMoved(Rule):
     tensor is a non-leaf copy whose `.grad` stays `None`, while the fixed one would be a leaf, a change in
     meaning (often the bug the code has); when `.to()` passes more than the device (a dtype, `copy=`,
     `memory_format=`); when `.cuda(x)` names a device the rule cannot read (`x` may be `None`, the
-    current device, where `device=None` would mean the CPU).
+    current device, where `device=None` would mean the CPU); when the `.cuda()`/`.to()` call holds a comment
+    (it goes away, and the comment with it). Comments inside the factory's brackets stay where they are.
 
     ## PyTorch versions
     Every factory takes `device=` in every supported version (1.x and 2.x). `torch.set_default_device`
@@ -171,6 +173,10 @@ class TensorCreatedThenMoved(Rule):
                 return  # data, not sizes: it is built on the host either way
             message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; use `torch.empty(..., device=...)`"
         new_factory, imports = _with_device(a, factory, device, rename_to="empty" if kind == "Tensor" else None)
+        replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
+        if loses_comment({move: replacement}):  # one in the move's brackets: `.cuda(  # note\n)`
+            ctx.report(move, message=f"{message} ({DROPS_COMMENT})")
+            return
         if kind in _RANDOM:
             message += " (unsafe fix: the GPU's generator draws other numbers)"
         elif kind in _COMPUTED and not (kind == "arange" and _integer_arange(a, factory)):
@@ -178,7 +184,6 @@ class TensorCreatedThenMoved(Rule):
         elif not certain:
             message += f" (unsafe fix: `{a.module.code_for_node(device)}` may not be a device)"
         safe = "unsafe fix" not in message
-        replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
         ctx.report(move, message=message,
                    fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
 

@@ -14,6 +14,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.ast_index import target_names as ast_target_names
 from torchlint.ast_index import walk as ast_walk
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.device_facts import DEVICE_NAME
 from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, is_move_without_non_blocking, last_name,
@@ -122,12 +123,16 @@ class BlockingHostToDeviceCopy(Rule):
         written_after = _source_written_after(a, loop, call)
         safe = from_dataloader and not written_after
         message = self.message
+        fixed = _with_non_blocking(call)
+        if loses_comment({call: fixed}):
+            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
+            return
         if written_after:
             message += " (unsafe fix: the loop writes to the source tensor after the copy)"
         elif not from_dataloader:
             message += " (unsafe fix: a loader only by its name, which may reuse its buffers)"
         ctx.report(call, message=message,
-                   fix=Fix.replace(call, _with_non_blocking(call), Applicability.SAFE if safe else Applicability.UNSAFE))
+                   fix=Fix.replace(call, fixed, Applicability.SAFE if safe else Applicability.UNSAFE))
 
 
 def _named_like_a_loader(facts: LoaderFacts, loop: LoopInfo) -> bool:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from torchlint.analysis import _NDARRAY_METHODS, _NUMPY_ARRAY_FUNCS, FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
 from torchlint.ast_index import AstIndex, AstScope, index_of
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 from torchlint.text_prefilter import call_text, search_word
 
@@ -131,7 +132,9 @@ class TensorFromNumpyCopies(Rule):
       shares memory);
     - the array may be read-only (`np.frombuffer`, `np.diag`) or file-backed (`np.load(..., mmap_mode=...)`):
       `from_numpy` would share a buffer that cannot (or should not) be written, where `torch.tensor` made a
-      private writable copy.
+      private writable copy;
+    - a comment sits on an argument the fix drops (`requires_grad=False  # note`): it would drop the comment.
+      Comments elsewhere in the call stay where they are.
 
     ## PyTorch versions
     `torch.from_numpy` and `torch.as_tensor` exist in every supported version (1.x and 2.x). NumPy uint16,
@@ -240,6 +243,9 @@ class TensorFromNumpyCopies(Rule):
                 " (the tensor may then share the array's memory)"
         elif not array.fresh:
             message += " (the tensor may then share memory with another array or tensor)"
+        if loses_comment({call: fix_call}):  # one beside a dropped `requires_grad=False`
+            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
+            return
         ctx.report(call, message=message, fix=Fix.replace(call, fix_call, applicability, imports))
 
 

@@ -12,6 +12,7 @@ from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal,
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.comments import DROPS_COMMENT, has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import CALL_GAP, GAP, call_text, call_with_text, search_method
@@ -80,7 +81,11 @@ class ZeroGradKeepsZeros(Rule):
     Every fix is **unsafe**: it changes what a gradient is after the reset, from a zero tensor to `None`.
     - The fix drops `set_to_none=False` (writes `set_to_none=True` when `torch-version` is below 2.0, also for a
       bare `zero_grad()` there), and rewrites a manual zeroing statement to `p.grad = None` (a preceding
-      `p.grad.detach_()` is removed with it).
+      `p.grad.detach_()` is removed with it; a comment at the end of its line stays, on a line of its own).
+    - Comments stay on their lines: one after the dropped `set_to_none=False` remains after the opening
+      bracket, or on the argument's own line. Where comments sit on both sides of the argument, or inside
+      the part of a manual zeroing that goes away (`(p.grad  # note` / `.zero_())`, a comment inside the
+      removed `detach_()` call), the finding is reported without a fix: it would drop a comment.
     - A parameter that gets no gradient in a step (unused branch, frozen path, a `torch.no_grad()` part of the
       model) keeps `grad=None`. PyTorch's optimizers **skip** such parameters: no weight decay, no momentum or
       Adam moment update, no step at all, whereas a zero gradient still decays the weight and moves it by its
@@ -175,11 +180,12 @@ class ZeroGradKeepsZeros(Rule):
             message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
                        "use `set_to_none=True`")
         else:
-            new_call = call.with_changes(args=[])
-            if "#" not in a.module.code_for_node(call):
-                new_call = new_call.with_changes(whitespace_before_args=cst.SimpleWhitespace(""))
+            new_call = _without_argument(call, arg)
             message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
                        f"drop `{written}` so gradients are freed")
+        if new_call is None or loses_comment({call: new_call}):
+            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
+            return
         ctx.report(call, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
 
     # --- for p in model.parameters(): p.grad.zero_() --------------------------------------------------
@@ -205,12 +211,12 @@ class ZeroGradKeepsZeros(Rule):
             return
         for line, index, grad in zeroings:
             replacements = _manual_fix(a, line, index, grad, param)
-            ctx.report(
-                line.body[index],
-                message=f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
-                        "(or call `zero_grad()`)",
-                fix=Fix(replacements, Applicability.UNSAFE),
-            )
+            message = (f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
+                       "(or call `zero_grad()`)")
+            if loses_comment(replacements):  # `(p.grad  # note\n .zero_())`: `p.grad = None` has no place for it
+                ctx.report(line.body[index], message=f"{message} ({DROPS_COMMENT})")
+                continue
+            ctx.report(line.body[index], message=message, fix=Fix(replacements, Applicability.UNSAFE))
 
 
 def _zero_grad_may_fire(index: AstIndex, call: ast.Call, old_torch: bool) -> bool:
@@ -378,6 +384,29 @@ def _zeroing_statements(a: FileAnalysis, loop: cst.For, param: str) -> Iterator[
                     grad = None  # p.grad.data = ... is not a rebinding of p.grad
         if grad is not None:
             yield line, index, grad
+
+
+def _without_argument(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
+    """``zero_grad(set_to_none=False)`` without its one argument, every comment kept on its line: one after
+    the argument stays after the opening bracket (``zero_grad(  # note``) or, where the argument had a line
+    of its own, on that line. None where comments sit both before and after the argument."""
+    comma = arg.comma if isinstance(arg.comma, cst.Comma) else None
+    spaces = (comma.whitespace_before, comma.whitespace_after) if comma is not None else ()
+    after = [ws for ws in (*spaces, arg.whitespace_after_arg) if has_comment(ws)]
+    before = call.whitespace_before_args
+    if not after:
+        if has_comment(before):
+            return call.with_changes(args=[])  # `zero_grad(\n    # note\n    set_to_none=False)`: the note stays
+        return call.with_changes(args=[], whitespace_before_args=cst.SimpleWhitespace(""))
+    if len(after) > 1 or has_comment(before) or not isinstance(after[0], cst.ParenthesizedWhitespace):
+        return None
+    note = after[0]
+    if isinstance(before, cst.ParenthesizedWhitespace):  # the argument's own line keeps its comment
+        lines = list(before.empty_lines)
+        if note.first_line.comment is not None:
+            lines.append(cst.EmptyLine(indent=before.indent, whitespace=before.last_line, comment=note.first_line.comment))
+        note = note.with_changes(first_line=before.first_line, empty_lines=[*lines, *note.empty_lines])
+    return call.with_changes(args=[], whitespace_before_args=note)
 
 
 def _manual_fix(a: FileAnalysis, line, index: int, grad: cst.Attribute, param: str):

@@ -13,6 +13,7 @@ from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg
 from torchlint.ast_index import AstCallInfo, index_of
 from torchlint.ast_index import walk as ast_walk
 from torchlint.ast_index import call_name as ast_call_name
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 
 
@@ -278,6 +279,9 @@ class BiasBeforeBatchNorm(Rule):
                 new_call = _with_bias(a, producer, cst.Name("False"))
             if new_call is None:
                 ctx.report(producer, message=message)
+                continue
+            if loses_comment({producer: new_call}):
+                ctx.report(producer, message=f"{message} ({DROPS_COMMENT})")
                 continue
             ctx.report(producer, message=message, fix=Fix.replace(producer, new_call, Applicability.UNSAFE))
 

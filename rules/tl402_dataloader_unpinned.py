@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
@@ -110,4 +111,7 @@ class DataloaderUnpinned(Rule):
                     arg.with_changes(value=cst.Name("True")) if arg is pinned else arg for arg in site.call.args])
             else:
                 fixed = with_keyword(site.call, "pin_memory", cst.Name("True"))
+            if loses_comment({site.call: fixed}):
+                ctx.report(site.call, message=f"{self.message} ({DROPS_COMMENT})")
+                continue
             ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))

@@ -8,6 +8,7 @@ import libcst as cst
 
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
+from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.loader_prefilter import is_literal as ast_is_literal
 from torchlint.loader_prefilter import loader_argument as ast_argument
@@ -117,4 +118,7 @@ class DataloaderWorkersRestart(Rule):
                 ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
                 continue
             fixed = with_keyword(site.call, "persistent_workers", cst.Name("True"))
+            if loses_comment({site.call: fixed}):
+                ctx.report(site.call, message=f"{self.message} ({DROPS_COMMENT})")
+                continue
             ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))

@@ -14,6 +14,7 @@ from torchlint.analysis import FileAnalysis, LoopInfo, call_name, dotted_name, k
 from torchlint.ast_index import AstIndex, index_of, is_literal, target_names
 from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, is_word_char, search_method, statement_end
@@ -159,7 +160,10 @@ class PerParameterOptimizerLoop(Rule):
     depends on tensor values or differs per parameter (`if p.dim() > 1:`), calls it does not know, state it
     does not see created (`self.state[p]["buf"]` without the loop's `if len(state) == 0:`), a first step that
     differs (`if "buf" not in state: ... else: ...`), `p.data = ...`, a `state_dict()` loop that does not skip
-    integer buffers, names read after the loop, nested loops, `break`/`return`.
+    integer buffers, names read after the loop, nested loops, `break`/`return`. Comments are kept: the
+    comment lines above a lifted statement and a comment at the end of its line go, each on a line of its
+    own, above its batched form; a comment inside a lifted statement (within its brackets) means no fix, as
+    the rewrite would drop it.
 
     Dropping `foreach=False` is a **safe** fix: `foreach=None` (the default) lets PyTorch pick the
     multi-tensor implementation where every parameter is a plain tensor on a device that supports it (CUDA
@@ -273,7 +277,10 @@ class PerParameterOptimizerLoop(Rule):
             statements = rewrite_loop(node, where)
         except NoFix as reason:
             return None, str(reason)
-        return Fix({node: cst.FlattenSentinel(statements)}, Applicability.UNSAFE), ""
+        replacements = {node: cst.FlattenSentinel(statements)}
+        if loses_comment(replacements):
+            return None, "it would drop a comment"  # one inside a lifted statement's brackets
+        return Fix(replacements, Applicability.UNSAFE), ""
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
     def _check_foreach_false(self, ctx: RuleContext, a: FileAnalysis) -> None:
@@ -303,7 +310,7 @@ class PerParameterOptimizerLoop(Rule):
                 f"`{optimizer}(..., foreach=False)` updates one parameter at a time (several kernel launches "
                 "per parameter); drop it so PyTorch uses the multi-tensor `torch._foreach_*` kernels on CUDA"
             )
-            new_call = remove_arg(a, call, arg)
+            new_call = remove_arg(call, arg)
             if new_call is None:
                 ctx.report(arg, message=f"{message} (not fixed automatically: it would drop a comment)")
                 continue
@@ -1080,10 +1087,15 @@ def _has_comment(ws: object) -> bool:
     return False
 
 
-def remove_arg(a: FileAnalysis, call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
+def remove_arg(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
     """``call`` without ``arg``; None where a comment would be lost."""
-    if "#" in a.module.code_for_node(arg):
+    if has_comment(arg):
         return None
+    new_call = _without_arg(call, arg)
+    return None if new_call is None or loses_comment({call: new_call}) else new_call
+
+
+def _without_arg(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
     args = list(call.args)
     index = args.index(arg)
     if index < len(args) - 1 or index == 0:  # the next argument takes its place (or there is none)

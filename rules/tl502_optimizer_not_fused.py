@@ -9,6 +9,7 @@ from typing import Dict, Optional, Tuple
 import libcst as cst
 
 from torchlint.analysis import _OPTIMIZER_NAME, FileAnalysis, dotted_name
+from torchlint.comments import has_comment
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
@@ -215,7 +216,7 @@ def _decides_nothing(call: cst.Call) -> bool:
 
 def append_keyword(a: FileAnalysis, call: cst.Call, name: str, value: cst.BaseExpression) -> Optional[cst.Call]:
     """``call`` with ``name=value`` added last, in the call's own layout; None where a comment would move."""
-    if "#" in a.module.code_for_node(call):
+    if has_comment(call):  # a real comment: a `#` in a string moves nothing
         return None
     keyword = cst.Arg(
         keyword=cst.Name(name), value=value,

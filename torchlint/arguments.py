@@ -6,6 +6,8 @@ from typing import List
 
 import libcst as cst
 
+from torchlint.comments import has_comment, without_comment
+
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:
     """``name=value``, written without spaces as PEP 8 asks for keywords."""
@@ -39,6 +41,12 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
             separator = cst.Comma(whitespace_after=call.whitespace_before_args)
         else:
             separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        # the layout is copied, not a comment it holds (`f(  # note\n    x,\n)`: the note stays where it is;
+        # `x  # note\n    , y`: a comma put on the next line by a comment goes back after its argument)
+        before = separator.whitespace_before
+        separator = separator.with_changes(
+            whitespace_before=cst.SimpleWhitespace("") if has_comment(before) else before,
+            whitespace_after=without_comment(separator.whitespace_after))
         args[-1] = last.with_changes(comma=separator)
         new_arg = new_arg.with_changes(comma=trailing)
     args.append(new_arg)
