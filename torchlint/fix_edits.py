@@ -17,35 +17,25 @@ round trip of the original (``engine._carry_to_original``) has to be generated.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.engine import _line_col, _text_edits
 from torchlint.fixer import FixApplier, _Replacer
-from torchlint.positions import StatementLocator, generate_code, only_line_start, reproduced_exactly
+from torchlint.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
+                                 reproduced_exactly)
 from torchlint.rule import Edit, Report
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
-
-# A line holding only a backslash continuation: LibCST's tree keeps no trace of it, so the code of a statement
-# around it is not its text, and may be found elsewhere (the same code in a string, or a twin statement), where
-# a splice would write the fix. Such files take the whole-module path (carried back byte for byte).
-_CONTINUATION_ONLY_LINE = re.compile(r"^[ \t]*\\\r?\n", re.MULTILINE)
-
-
-def _has_continuation_only_line(source: str) -> bool:
-    return ("\\\n" in source or "\\\r\n" in source) and _CONTINUATION_ONLY_LINE.search(source) is not None
-
 
 class FixEdits:
     """Edits of the reports of one parsed module; build once per file, then ``edits(report)`` per report."""
 
     def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
-        self.exact = reproduced_exactly(module, source) and not _has_continuation_only_line(source)
+        self.exact = reproduced_exactly(module, source) and not has_continuation_only_line(source)
         self._locator: Optional[StatementLocator] = None
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
