@@ -21,7 +21,9 @@ class UnusedNoqa(Rule):
     Flags `# noqa` comments that name torchlint codes (`TL...`) which suppress nothing on their line: the
     finding was fixed, the code moved, or the code is not a torchlint rule at all (`TL999`). Codes of other
     tools (`E501`, `F401`) and bare `# noqa` are left alone, as are codes of rules that are not selected for
-    the file (they cannot be judged).
+    the file (they cannot be judged). Files with a line that holds only a backslash (a line continuation)
+    are left alone too: LibCST keeps no trace of such a line, so the rule cannot tell which line a comment
+    is on.
 
     ## Why is this slow?
     It is not: a stale `# noqa` hides the next real finding on that line, so a slow pattern written there
@@ -60,9 +62,11 @@ class UnusedNoqa(Rule):
         """Nothing to find before suppression: see ``check_suppressions``."""
 
     def check_suppressions(self, ctx: RuleContext, used: FrozenSet, selected: FrozenSet) -> None:
-        from torchlint.positions import node_spans
+        from torchlint.positions import has_continuation_only_line, node_spans
         from torchlint.registry import rules_by_code
 
+        if has_continuation_only_line(ctx.analysis.source):
+            return  # comments placed from the module's code are a line short below it: a used noqa looks unused
         finder = _noqa_comments_class()()
         ctx.module.visit(finder)
         if not finder.found:

@@ -51,3 +51,25 @@ def test_the_comments_found_equal_a_whole_tokenization(source):
     full = {line: c for line, c in suppression._comments(source).items() if line <= last_line}
     assert suppression._comments(source, last_line) == full
     assert all(line <= last_line for line in suppression._comments(source, last_line))
+
+
+# A line holding only a `\` leaves no trace in LibCST's tree: comments placed from the module's code are a
+# line short below it, so TL900 would call a used noqa unused and its fix would let the finding be fixed.
+CONTINUATION_ONLY = (
+    "import torch\nmodel = torch.nn.Linear(4, 2)\n\\\n"
+    "slow = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)  # noqa: TL501\n"
+)
+
+
+def test_tl900_is_silent_where_a_line_holds_only_a_continuation():
+    from torchlint.config import Settings
+    from torchlint.engine import fix_source, lint_source
+    from torchlint.registry import all_rules
+
+    rules, settings = [rule() for rule in all_rules()], Settings(select=("ALL",))
+    assert lint_source(CONTINUATION_ONLY, "m.py", rules, settings).diagnostics == []
+    assert fix_source(CONTINUATION_ONLY, "m.py", rules, settings, unsafe=True).source == CONTINUATION_ONLY
+    unused = CONTINUATION_ONLY.replace("foreach=False", "foreach=True")  # the noqa silences nothing here...
+    assert lint_source(unused, "m.py", rules, settings).diagnostics == []  # ...but the rule cannot tell
+    plain = unused.replace("\\\n", "")
+    assert [d.code for d in lint_source(plain, "m.py", rules, settings).diagnostics] == ["TL900"]

@@ -23,19 +23,19 @@ import libcst as cst
 
 from torchlint.engine import _line_col, _text_edits
 from torchlint.fixer import FixApplier, _Replacer
-from torchlint.positions import StatementLocator, generate_code, only_line_start, reproduced_exactly
+from torchlint.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
+                                 reproduced_exactly)
 from torchlint.rule import Edit, Report
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
-
 
 class FixEdits:
     """Edits of the reports of one parsed module; build once per file, then ``edits(report)`` per report."""
 
     def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
-        self.exact = reproduced_exactly(module, source)
+        self.exact = reproduced_exactly(module, source) and not has_continuation_only_line(source)
         self._locator: Optional[StatementLocator] = None
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:

@@ -156,6 +156,17 @@ def reproduced_exactly(module: cst.Module, source: str) -> bool:
     return module.has_trailing_newline or crlf == 0 or crlf == source.count("\n")
 
 
+# A line holding only a backslash continuation: LibCST's tree keeps no trace of it, so the code of a statement
+# around it is not its text, and may be found elsewhere (the same code in a string, or a twin statement), and
+# positions taken from the whole module's code are a line short below it. Fix edits take the whole-module path
+# for such files (carried back byte for byte) and TL900 stays silent in them.
+_CONTINUATION_ONLY_LINE = re.compile(r"^[ \t]*\\\r?\n", re.MULTILINE)
+
+
+def has_continuation_only_line(source: str) -> bool:
+    return ("\\\n" in source or "\\\r\n" in source) and _CONTINUATION_ONLY_LINE.search(source) is not None
+
+
 def _headed_types() -> Tuple[type, ...]:
     """Compound statements whose header (``for x in y:``, decorators and ``def f(a):``) is generated before
     their body, and nothing of the statement's but ``orelse`` after it."""
