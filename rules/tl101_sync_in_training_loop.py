@@ -52,7 +52,11 @@ _SINK_METHODS = {
 _SINK_FUNCTIONS = {"print"}
 # Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
 _TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
-_GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug", re.IGNORECASE)
+# Calls that end the program: a sync just before one runs once.
+_EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "builtins.exit", "builtins.quit"}
+# Names in an `if` test that make it a logging guard: logging words, and `divisible_by(step, every)`, the
+# spelled-out form of `step % every == 0`.
+_GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug|divisible", re.IGNORECASE)
 # Helpers that only show a value: `progress_bar(i, n, msg)`, `log_metrics(...)`, `show_stats(...)`.
 _DISPLAY_HELPER = re.compile(
     r"^_*(progress|print|show|display|report|plot|pbar|log$|logger|log_(?!softmax|prob|sigmoid|sum|det|normal|lik))",
@@ -98,8 +102,16 @@ class SyncInTrainingLoop(Rule):
     `range(n.item())`), also through a variable (`v = loss.item(); if v > best: ...`). Those syncs are needed.
 
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
-    `if (i + 1) % 100 == 0:`) or names logging (`if should_log:`, `if args.verbose:`) runs every N steps, not
-    every step; it is deliberately not reported. The `else` branch of such an `if` is checked as usual.
+    `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
+    `if args.verbose:`) runs every N steps, not every step; it is deliberately not reported. The `else`
+    branch of such an `if` is checked as usual.
+
+    Nor is a second read of a value that a load-bearing sync earlier in the same step already read, with
+    nothing that can queue GPU work in between (`if last.item() < tol: ...` then `print(last.item())`): the
+    value is ready, the read waits for nothing. Nor is a sync on a path that leaves the loop, which runs
+    once: inside a `raise` statement, or in a block of an `if` / `else` that ends with `raise`, `return`,
+    `sys.exit()` (`exit()`, `quit()`, `os._exit()`) or a `break` out of the training loop
+    (`if not torch.isfinite(loss): print(loss.item()); sys.exit(1)`).
 
     A host value that the next step computes with (`k = k + lam * diff.item()` where `k` later scales a loss
     tensor, a BEGAN-style balance term) is load-bearing too.
@@ -347,6 +359,8 @@ class _Checker:
         top = self._chain_top(call)
         if not self._is_slowdown(top, loop):
             return
+        if self._read_before(call, recv, loop):
+            return  # the step already waited for this value: this read finds it ready
         fix = self._accumulation_fix(call, top, loop) if name == "item" else None
         text = _short(a, recv)
         if fix is not None:
@@ -363,6 +377,43 @@ class _Checker:
                 "numpy": f"`{text}.numpy()`"}[name]
         self.report(call, f"{what} waits for the GPU every training step; keep the value on the "
                           "device (accumulate with `.detach()`) and read it once, or every N steps", what)
+
+    def _read_before(self, call: cst.Call, recv: cst.BaseExpression, loop: LoopInfo) -> bool:
+        """An earlier, load-bearing sync of the same value (``if last.item() < tol:`` ... ``print(last.item())``)
+        runs in every iteration of ``loop`` before ``call``, and nothing in between can queue GPU work: the
+        first read has to stay and has waited already, so this one costs no wait of its own. (Two reads that
+        only show the value are both reported: removing the first makes the second the one that waits.)"""
+        a = self.a
+        text = a.module.code_for_node(recv)
+        calls = a.calls_in(loop.node.body)
+        for index, earlier in enumerate(calls):
+            if earlier is call or not a.comes_before(earlier, call):
+                break
+            if not (isinstance(earlier.func, cst.Attribute) and not earlier.args and call_name(earlier) in _SYNC_METHODS
+                    and a.module.code_for_node(earlier.func.value) == text and self._every_iteration(earlier, loop)
+                    and self._destination(self._chain_top(earlier), loop, follow=True) == "load"):
+                continue
+            between = [c for c in calls[index + 1:] if a.comes_before(c, call) and not a.contains(earlier, c)
+                       and not a.contains(c, call)]
+            if all(_queues_no_gpu_work(c) for c in between):
+                return True
+        return False
+
+    def _every_iteration(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
+        """``node`` runs whenever an iteration of ``loop`` runs: no branch, inner loop, comprehension,
+        short-circuit or nested def between it and the loop (an ``if`` test always runs)."""
+        child = node
+        for ancestor in self.a.ancestors(node):
+            if ancestor is loop.node:
+                return True
+            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+                return False
+            if isinstance(ancestor, (cst.IfExp, cst.For, cst.While, cst.Try, cst.BooleanOperation, cst.ListComp,
+                                     cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda, cst.FunctionDef,
+                                     cst.Match)):
+                return False
+            child = ancestor
+        return False
 
     def check_conversion(self, call: cst.Call, name: str) -> None:
         a = self.a
@@ -545,15 +596,43 @@ class _Checker:
         return not self._guarded(node, loop) and self._destination(node, loop, follow=True) == "sink"
 
     def _guarded(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
-        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop."""
+        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop, or on a
+        path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` that ends with
+        ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
         a = self.a
         child = node
         for ancestor in a.ancestors(node):
             if ancestor is loop.node:
                 return False
+            if isinstance(ancestor, cst.Raise):
+                return True
             if isinstance(ancestor, cst.If) and child is ancestor.body and _is_logging_guard(ancestor.test):
                 return True
+            if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)) and isinstance(
+                    a.parent(ancestor), (cst.If, cst.Else)) and self._leaves_loop(ancestor, loop):
+                return True
             child = ancestor
+        return False
+
+    def _leaves_loop(self, block: cst.BaseSuite, loop: LoopInfo) -> bool:
+        """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /
+        ``exit()`` / ``quit()`` / ``os._exit(...)``, or a ``break`` whose innermost loop is ``loop``."""
+        statements = list(block.body)
+        if not statements:
+            return False
+        last = statements[-1]
+        if isinstance(last, cst.SimpleStatementLine):
+            if not last.body:
+                return False
+            last = last.body[-1]
+        if isinstance(last, (cst.Raise, cst.Return)):
+            return True
+        if isinstance(last, cst.Break):
+            inner = next(self.a.enclosing_loops(last), None)
+            return inner is not None and inner.node is loop.node
+        if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+            called = self.a.qualified_name(last.value.func) or dotted_name(last.value.func) or ""
+            return called in _EXIT_CALLS
         return False
 
     def _destination(self, node: cst.CSTNode, loop: LoopInfo, follow: bool) -> str:
@@ -767,6 +846,18 @@ def _is_text(node: cst.BaseExpression) -> bool:
         return True
     return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply)) and (
         _is_text(node.left) or _is_text(node.right))
+
+
+# Calls that queue no GPU work (they show, store or convert host values): a second read of a value that
+# only these separate from the first waits for nothing.
+_NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(_SYNC_METHODS) | {
+    "int", "float", "bool", "str", "len", "repr", "format", "join", "dict", "items", "keys", "values", "get",
+    "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists",
+}
+
+
+def _queues_no_gpu_work(call: cst.Call) -> bool:
+    return call_name(call) in _NO_GPU_WORK_CALLS
 
 
 def _is_logging_guard(test: cst.BaseExpression) -> bool:

@@ -7,7 +7,8 @@ from typing import List, Optional, Set, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, LoopInfo, call_name, keyword_arg, receiver, target_names, walk
+from torchlint.analysis import (FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg, receiver, target_names,
+                                walk)
 from torchlint.arguments import with_keyword
 from torchlint.ast_index import AstCallInfo, AstIndex, index_of
 from torchlint.ast_index import call_name as ast_call_name
@@ -35,7 +36,11 @@ class BlockingHostToDeviceCopy(Rule):
     says it is one (`train_loader`, `dataloader`, `val_dl`). Silent for copies to a provable CPU device
     (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
     `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
-    way) or `**kwargs`, and in tests (pytest files, `tests/` folders).
+    way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent too for loops over a loader
+    bound to the result of Hugging Face Accelerate's `accelerator.prepare(...)` / `prepare_data_loader(...)`
+    or Lightning Fabric's `fabric.setup_dataloaders(...)`: those loaders yield batches already on the
+    device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
+    placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`).
 
     ## Why is this slow?
     A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU
@@ -76,6 +81,11 @@ class BlockingHostToDeviceCopy(Rule):
     the source tensor in place after the copy (`images.mul_(...)`, `images[...] = ...`): that write could
     race the copy and the GPU would see the new values.
 
+    No fix is offered where the copy moves the loop's whole batch (`for batch in loader: batch.to(device)`)
+    and the loader is not a `DataLoader` of the file with the default collation: a `collate_fn` (or a
+    loader built elsewhere) may yield an object with a `.to()` of its own that rejects `non_blocking`
+    (Hugging Face's `BatchEncoding` before transformers 4.48), so the fix could stop the loop from running.
+
     Device-to-host copies (`.cpu()`, `.to("cpu")`) are never flagged: with `non_blocking=True` the CPU
     tensor can be read before the copy has filled it.
 
@@ -91,7 +101,7 @@ class BlockingHostToDeviceCopy(Rule):
     message = ("blocking copy of a loader batch to the GPU; pass `non_blocking=True` (with `pin_memory=True` on "
                "the DataLoader) so the copy overlaps with compute")
     summary = "Batch copied host-to-device without non_blocking=True"
-    fix_availability = FixAvailability.ALWAYS
+    fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
@@ -107,11 +117,14 @@ class BlockingHostToDeviceCopy(Rule):
         a = ctx.analysis
         facts = loader_facts(a)
         built_here = {id(loop.node) for site in facts.sites for loop in site.loops}
+        placed = _device_placed_loaders(a)
         seen: Set[int] = set()
         for loop in a.loops:
             from_dataloader = id(loop.node) in built_here
             if not from_dataloader and not _named_like_a_loader(facts, loop):
                 continue
+            if placed and _iterates_placed_loader(a, facts, loop, placed):
+                continue  # Accelerate / Fabric already put the batch on the device: the copy is a no-op
             for call in facts.batch_moves(loop):
                 if id(call) in seen or not _can_add_keyword(call):
                     continue
@@ -123,6 +136,12 @@ class BlockingHostToDeviceCopy(Rule):
         written_after = _source_written_after(a, loop, call)
         safe = from_dataloader and not written_after
         message = self.message
+        if _moves_whole_batch(loop, call) and not _default_collated(facts, loop):
+            batch = receiver(call).value  # type: ignore[union-attr]
+            ctx.report(call, message=message + (
+                f" (not fixed automatically: `{batch}` may be a batch object whose own `.to()` takes no "
+                "`non_blocking`, such as a Hugging Face `BatchEncoding` before transformers 4.48)"))
+            return
         fixed = _with_non_blocking(call)
         if loses_comment({call: fixed}):
             ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
@@ -135,12 +154,99 @@ class BlockingHostToDeviceCopy(Rule):
                    fix=Fix.replace(call, fixed, Applicability.SAFE if safe else Applicability.UNSAFE))
 
 
+# Calls that wrap a loader so that it yields batches already on the device: Accelerate's
+# `accelerator.prepare(...)` / `prepare_data_loader(...)` and Lightning Fabric's `fabric.setup_dataloaders(...)`
+# (both place batches by default), keyed by the package the file must import for the name to mean that.
+_PLACING_CALLS = {"prepare": ("accelerate",), "prepare_data_loader": ("accelerate",),
+                  "setup_dataloaders": ("lightning", "lightning_fabric", "pytorch_lightning")}
+
+
+def _device_placed_loaders(a: FileAnalysis) -> List[cst.Assign]:
+    """The assignments that bind a placing call's result (``model, opt, train_dl = accelerator.prepare(...)``),
+    where the file imports the package and does not turn placement off (``device_placement=False``,
+    ``move_to_device=False``) anywhere."""
+    imported = {value.split(".")[0] for value in a.imports.values()}
+    if any(keyword_arg(call, off) is not None and _is_false(keyword_arg(call, off).value)
+           for name in ("Accelerator", "setup_dataloaders", "prepare_data_loader")
+           for call in a.calls_by_name.get(name, ()) for off in ("device_placement", "move_to_device", "put_on_device")):
+        return []
+    assigns = []
+    for name, packages in _PLACING_CALLS.items():
+        if not imported.intersection(packages):
+            continue
+        for call in a.calls_by_name.get(name, ()):
+            parent = a.parent(call)
+            method = isinstance(call.func, cst.Attribute)  # `accelerator.prepare(...)`, not a `prepare` of the file
+            if (method or name == "prepare_data_loader") and isinstance(parent, cst.Assign) and parent.value is call:
+                assigns.append(parent)
+    return assigns
+
+
+def _is_false(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def _iterates_placed_loader(a: FileAnalysis, facts: LoaderFacts, loop: LoopInfo, placed: List[cst.Assign]) -> bool:
+    """The loop walks a name that a placing call's result is bound to in the loop's scope (or the module),
+    directly or through names bound only to such loaders (``active = train_dl``, or
+    ``accelerator.skip_first_batches(train_dl, n)`` when resuming)."""
+    scope = a.scope_of(loop.node)
+    targets = {dotted_name(part) for assign in placed if a.scope_of(assign) in (scope, a.module)
+               for target in assign.targets for part in _unpacked(target.target)}
+    targets.discard(None)
+    return bool(targets) and any(_placed_name(a, dotted_name(expr), scope, targets, 0) for expr in facts.iterated(loop))
+
+
+def _placed_name(a: FileAnalysis, written: Optional[str], scope, targets: Set[Optional[str]], depth: int) -> bool:
+    if written is None or depth > 3:
+        return False
+    if written in targets:
+        return True
+    values = a.values_of(written, scope) if "." not in written else ()
+    return bool(values) and all(value is not None and _placed_value(a, value, scope, targets, depth) for value in values)
+
+
+def _placed_value(a: FileAnalysis, value: cst.BaseExpression, scope, targets: Set[Optional[str]], depth: int) -> bool:
+    if isinstance(value, cst.Call) and call_name(value) == "skip_first_batches" and value.args:
+        value = value.args[0].value  # Accelerate's resumed loader keeps the placement of the one it wraps
+    return isinstance(value, (cst.Name, cst.Attribute)) and _placed_name(a, dotted_name(value), scope, targets, depth + 1)
+
+
+def _unpacked(target: cst.BaseExpression) -> List[cst.BaseExpression]:
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [part for element in target.elements for part in _unpacked(element.value)]
+    return [target]
+
+
 def _named_like_a_loader(facts: LoaderFacts, loop: LoopInfo) -> bool:
     for expr in facts.iterated(loop):
         written = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
         if written is not None and LOADER_NAME.search(written):
             return True
     return False
+
+
+def _moves_whole_batch(loop: LoopInfo, call: cst.Call) -> bool:
+    """``for batch in loader: batch.to(device)`` (or ``for step, batch in enumerate(loader)``): the copy's
+    receiver is the whole batch, which a collate function may have made any object with a ``.to()`` of its
+    own."""
+    if not isinstance(loop.node, cst.For):
+        return False
+    target = loop.node.target
+    iterable = loop.node.iter
+    if isinstance(target, cst.Tuple) and isinstance(iterable, cst.Call) and call_name(iterable) == "enumerate" \
+            and len(target.elements) == 2:
+        target = target.elements[1].value
+    owner = receiver(call)
+    return isinstance(target, cst.Name) and isinstance(owner, cst.Name) and owner.value == target.value
+
+
+def _default_collated(facts: LoaderFacts, loop: LoopInfo) -> bool:
+    """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
+    the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
+    sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
+    return bool(sites) and all(keyword_arg(site.call, "collate_fn") is None
+                               and not any(arg.star for arg in site.call.args) for site in sites)
 
 
 def _can_add_keyword(call: cst.Call) -> bool:

@@ -27,6 +27,12 @@ _GRAD_TEXT = re.compile(
     r"backward|\bautograd\b|requires_grad|enable_grad|set_grad_enabled|retain_grad|zero_grad|\.grad\b"
     r"|\bgrad\s*\(|\bvjp\b|\bjvp\b|\bjacrev\b|\bjacfwd\b|\bhessian\b"
 )
+# What makes a called helper compute gradients (`_grad_functions`): narrower than `_GRAD_TEXT`, since a helper
+# that only makes tensors with `requires_grad=flag` or manages grad mode does not differentiate anything.
+_COMPUTES_GRAD_TEXT = re.compile(
+    r"backward|\bautograd\b|zero_grad|enable_grad|\.grad\b|\bgrad\s*\(|\bvjp\b|\bjvp\b|\bjacrev\b|\bjacfwd\b"
+    r"|\bhessian\b"
+)
 _GENERATOR_TEXT = re.compile(r"\byield\b")
 _NO_GRAD_TEXT = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _AWAIT_TEXT = re.compile(r"\bawait\b")
@@ -429,7 +435,10 @@ class EvalWithoutNoGrad(Rule):
 
     Silent where gradients are wanted or grad mode is handled: code that calls `.backward()`,
     `torch.autograd.grad`, `requires_grad_()`, reads `.grad`, steps an optimizer or switches grad mode
-    itself (adversarial evaluation, saliency maps, test-time training); functions decorated with
+    itself (adversarial evaluation, saliency maps, test-time training), also where that code calls a
+    function of the same file that does so (a linear-probe driver `eval_linear()` that freezes the backbone
+    with `.eval()` and calls `train_head(...)`: `no_grad` around it would reach the training too; calls of a
+    helper decorated with `no_grad` are not model calls, whatever its name); functions decorated with
     `no_grad`/`inference_mode`; functions called from a `no_grad` block or function in the same file, or
     from a training step, directly or through other functions of the file such as a loss function (their
     output may be differentiated: `model.eval()` there may only freeze BatchNorm); `forward`, `training_step`,
@@ -446,7 +455,9 @@ class EvalWithoutNoGrad(Rule):
     A module counts as a model when its name looks like one (`model`, `netD`, `generator`), when the code
     calls it after its `.eval()` (`G_AB.eval(); G_AB(x)`, also `enc = Encoder(...).eval()`), when it is bound
     (also as a global) to a model-named class or an `nn.Module` subclass of the file, or when a function of
-    the file receives it and runs it (`greedy_decode(model, src)`). A helper called from the training loop
+    the file receives it and runs it (`greedy_decode(model, src)`). A method that prepares a module rather than
+    running it (`model.convert_to_fp16()`, `load_*`, `set_*`, `init_*`, `fuse_*`, `to_*`...) is not a
+    forward pass. A helper called from the training loop
     normally stays silent (its output may be differentiated), except one that returns nothing and stores
     nothing outside itself (a `sample_images()` that saves a grid).
 
@@ -537,6 +548,7 @@ class _Checker:
         self.alias = self.a.module_alias("torch")
         self._text_cache: Dict[cst.CSTNode, str] = {}
         self._under_no_grad: Dict[str, bool] = {}
+        self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
         self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument
         self.model_classes = self._model_classes()
 
@@ -616,6 +628,8 @@ class _Checker:
         text = self._text(node)
         if _GRAD_TEXT.search(text) or any(self.a.is_optimizer_step(c) for c in own_calls):
             return False
+        if any(self._runs_grad_code(c, info.class_name) for c in own_calls):
+            return False  # it trains through a helper of this file: no_grad here would reach that helper too
         model_calls = [c for c in own_calls if self._is_model_call(c, eval_receivers) and not self._guarded(c, node)]
         if not model_calls:
             return False
@@ -657,6 +671,9 @@ class _Checker:
         calls = [c for c in a.calls_in(loop.body) if a.scope_of(c) is scope]
         if any(a.is_optimizer_step(c) for c in calls):
             return False
+        class_name = function.class_name if function is not None else None
+        if any(self._runs_grad_code(c, class_name) for c in calls):
+            return False  # the loop trains through a helper of this file (`fit_one_epoch(...)`)
         # eval() inside the loop body counts too
         receivers = receivers | {r for r in (self._eval_receiver(c) for c in calls) if r}
         model_calls = [c for c in calls if self._is_model_call(c, receivers) and not self._guarded(c, loop)]
@@ -809,10 +826,15 @@ class _Checker:
                 call.func.value in self.a.imports or call.func.value in self._top_level_classes()
                 or _CLASS_NAME.match(call.func.value)):
             return False  # `Encoder(...)` builds a module; running it is a call of what it returns
-        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and last not in _NOT_A_RUN:
+        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and _may_run(last):
             return True  # `agent.eval()` then `agent.get_action(obs)`
         if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
             return True
+        if isinstance(call.func, cst.Name) and any(
+                f.name == call.func.value and f.class_name is None and any("grad" in d or "inference" in d
+                                                                            for d in f.decorators)
+                for f in self.a.functions):
+            return False  # `score_network(...)`, a helper of this file decorated with no_grad: not a model
         if isinstance(call.func, cst.Name) and self._runs_model_argument(call, receivers):
             return True
         return looks_like_model(last)
@@ -925,6 +947,33 @@ class _Checker:
                 return True
         return False
 
+    def _runs_grad_code(self, call: cst.Call, class_name: Optional[str]) -> bool:
+        """``call`` runs a function of this file that computes gradients (``backward()``, an optimizer step,
+        ``torch.autograd.grad``...), directly or through the file's other functions: ``fit_head(...)`` or
+        ``self.train_epoch()``. A no_grad decorator or block around the call would reach that code too."""
+        target = _called_function_key(call, class_name)
+        return target is not None and target in self._grad_functions()
+
+    def _grad_functions(self) -> Set[Tuple[str, Optional[str]]]:
+        """(name, class) of the file's functions that compute gradients or call one that does."""
+        if self._wants_grad is not None:
+            return self._wants_grad
+        defs = [f for f in self.a.functions if isinstance(f.node, cst.FunctionDef)]
+        own = {id(f): self._own_calls(f) for f in defs}
+        wanting = {(f.name, f.class_name) for f in defs
+                   if _COMPUTES_GRAD_TEXT.search(self._text(f.node))
+                   or any(self.a.is_optimizer_step(c) for c in own[id(f)])}
+        changed = True
+        while changed:  # through helpers: a driver calling `fit_one_epoch()` that calls `backward_step()`
+            changed = False
+            for f in defs:
+                key = (f.name, f.class_name)
+                if key not in wanting and any(_called_function_key(c, f.class_name) in wanting for c in own[id(f)]):
+                    wanting.add(key)
+                    changed = True
+        self._wants_grad = wanting
+        return wanting
+
     def _only_passed_along(self, info: FunctionInfo) -> bool:
         """The function is never called in this file, only handed to another call as an argument."""
         name = info.name
@@ -973,13 +1022,35 @@ _NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_paramet
               "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type"}  # HF generate() is no-grad itself
 
 
+# First words of methods that change or prepare a module rather than run it.
+_SETUP_WORDS = {"convert", "to", "load", "save", "init", "initialize", "register", "set", "fuse", "compile", "export",
+                "prepare", "freeze", "unfreeze", "reset", "half", "float", "cuda", "cpu", "tie", "resize"}
+
+
+def _called_function_key(call: cst.Call, class_name: Optional[str]) -> Optional[Tuple[str, Optional[str]]]:
+    """(name, class) of the file's function ``call`` may run: ``helper(...)``, or ``self.method(...)`` in a
+    method of ``class_name``."""
+    func = call.func
+    if isinstance(func, cst.Name):
+        return func.value, None
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+        return func.attr.value, class_name
+    return None
+
+
 def _runs(call: cst.Call, param: str) -> bool:
     """``param(...)`` or ``param.decode(...)``: a forward pass of the module bound to ``param``."""
     func = call.func
     if isinstance(func, cst.Name):
         return func.value == param
     return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == param
-            and func.attr.value not in _NOT_A_RUN)
+            and _may_run(func.attr.value))
+
+
+def _may_run(method: str) -> bool:
+    """A method of a module that may run its forward pass: not one of ``_NOT_A_RUN`` nor one named as a
+    conversion or set-up step (``convert_to_fp16``, ``load_weights``, ``set_mode``, ``init_cache``)."""
+    return method not in _NOT_A_RUN and method.lstrip("_").split("_")[0] not in _SETUP_WORDS
 
 
 def _has_params(node: cst.FunctionDef) -> bool:

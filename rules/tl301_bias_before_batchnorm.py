@@ -147,6 +147,10 @@ class BiasBeforeBatchNorm(Rule):
     `BatchNorm1d(hidden)`): with `Linear(d_model, d_model)` then `BatchNorm1d(seq_len)` the BatchNorm may
     normalise the sequence axis, where the bias does not cancel.
 
+    Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: a layer built
+    in a test runs for a few steps at most, and tests often count or load the parameters that `bias=False`
+    would remove.
+
     ## Why is this slow?
     BatchNorm subtracts the per-channel batch mean, so a constant per-channel bias added just before it
     cancels exactly: the layer spends an extra elementwise kernel (or a bias epilogue) in the forward pass, a
@@ -208,6 +212,7 @@ class BiasBeforeBatchNorm(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"BatchNorm", r"Conv|Linear")
+    silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
 
     has_ast_prefilter = True
 

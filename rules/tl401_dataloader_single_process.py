@@ -28,7 +28,9 @@ class DataloaderSingleProcess(Rule):
     Silent where the rule cannot see the value or the use:
     - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;
     - `num_workers=args.workers`, `cfg.num_workers` or any name not bound to `0` in the file;
-    - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes;
+    - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes
+      (also a name bound to one in the loader's own branch, `else: ds = TensorDataset(...)`, when the
+      name has other bindings elsewhere);
     - loaders no training loop of the file iterates: validation and test loaders, the examples in a
       `Dataset` module's docstring or `__main__` block. (A single-process validation loader slows the
       epoch too, but the evaluation loop is often short and memory-bound; this rule keeps to the loop that

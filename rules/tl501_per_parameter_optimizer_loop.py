@@ -78,7 +78,10 @@ class PerParameterOptimizerLoop(Rule):
     It stays silent on loops that only read the parameters (counting them, logging norms), on loops that
     only initialise, copy, freeze or reset them (`nn.init.*`, `p.data.normal_()`, `q.copy_(p)`,
     `p.requires_grad_(False)`, `p.grad.zero_()`), on loops in `__init__`/`init_weights`/`reset_parameters`
-    and in test functions (they run once; test files are not checked at all), on loops that collect tensors into lists for later `torch._foreach_*` calls,
+    and in test functions (they run once; test files are not checked at all), in helpers that change the
+    weights of the module they are given and return it (`scale_module(m, s)`, used as
+    `self.out = scale_module(nn.Conv2d(...), 0.1)`: a model builder, run once; not where the loop reads
+    `.grad`), on loops that collect tensors into lists for later `torch._foreach_*` calls,
     and on the deliberate per-parameter path of code that also has a foreach or fused one (a `_single_tensor_*`
     function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
 
@@ -237,6 +240,8 @@ class PerParameterOptimizerLoop(Rule):
             function = function.parent
         if _beside_foreach_branch(a, node) or _collects_for_foreach(a, node):
             return
+        if _rescales_module_it_returns(a, node, loop):
+            return  # `zero_module(conv)`-style builders run while the model is made, not every step
         body = _loop_body_class()(params, {local for local, target in a.imports.items() if target == "torch"})
         node.body.visit(body)
         if not body.updates:
@@ -479,6 +484,31 @@ def _may_update(text: str) -> bool:
     if "data" in text and search_method(_DATA_SET_TEXT, text):
         return True
     return _INPLACE_CALL_TEXT.search(text) is not None
+
+
+def _rescales_module_it_returns(a: FileAnalysis, loop: cst.For, info: LoopInfo) -> bool:
+    """``def scale_module(m, s): for p in m.parameters(): p.detach().mul_(s); return m``: a helper that
+    changes the weights of the module it is given and hands that module back is a model builder
+    (``self.out = scale_module(nn.Conv2d(...), 0.1)``), run once. Gradients are left out: a loop reading
+    ``.grad`` is a training step whatever the function returns."""
+    function = info.function
+    if function is None or not isinstance(function.node, cst.FunctionDef):
+        return False
+    iterable = loop.iter
+    if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+            and iterable.func.attr.value in ("parameters", "named_parameters")
+            and isinstance(iterable.func.value, cst.Name)):
+        return False
+    module = iterable.func.value.value
+    node = function.node
+    if module not in {p.name.value for p in node.params.params}:
+        return False
+    statements = list(node.body.body) if isinstance(node.body, cst.IndentedBlock) else []
+    last = statements[-1] if statements else None
+    if not (isinstance(last, cst.SimpleStatementLine) and len(last.body) == 1 and isinstance(last.body[0], cst.Return)
+            and isinstance(last.body[0].value, cst.Name) and last.body[0].value.value == module):
+        return False
+    return ".grad" not in a.module.code_for_node(loop.body)
 
 
 def _beside_foreach_branch(a: FileAnalysis, loop: cst.For) -> bool:

@@ -42,7 +42,8 @@ def _unsupported(text: str) -> bool:
     return ("cfloat" in text or "cdouble" in text) and bool(_COMPLEX_DTYPE_TEXT.search(text))
 # Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is
 # covered by EVERY_DEVICE_SINCE.)
-_OTHER_DEVICE_TEXT = re.compile(r"(?<![A-Za-z])(xla|xpu|hpu|npu|mtia|privateuse1)(?![A-Za-z])")
+# Any case: `DistributedType.XLA`, `"xla"`, `TPU` (TPUs run through XLA).
+_OTHER_DEVICE_TEXT = re.compile(r"(?<![A-Za-z])(xla|tpu|xpu|hpu|npu|mtia|privateuse1)(?![A-Za-z])", re.IGNORECASE)
 
 
 class OptimizerNotFused(Rule):
@@ -89,7 +90,8 @@ class OptimizerNotFused(Rule):
       PyTorch 2.4 the CPU, and Apple GPUs (MPS) for Adam/AdamW; MPS for SGD since 2.5. A script that
       falls back to another device (`"cuda" if torch.cuda.is_available() else "cpu"`) would raise there,
       so the fix is offered only from those versions (2.4 for Adam/AdamW, 2.5 for SGD); before them the
-      rule reports without a fix. Files that mention XLA, XPU, HPU, NPU or MTIA devices get no fix either.
+      rule reports without a fix. Files that mention XLA (or TPU), XPU, HPU, NPU or MTIA devices, in any
+      case (`DistributedType.XLA`), get no fix either.
     - `fused=True` cannot be combined with `foreach=True` or `differentiable=True` (no finding then).
     - Resuming from a checkpoint: `optimizer.load_state_dict(...)` restores each parameter group's saved
       settings, including `fused` (`None` in a checkpoint saved without it). After loading such a

@@ -33,7 +33,23 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
     last = args[-1]
     trailing = last.comma
     if trailing is cst.MaybeSentinel.DEFAULT:
-        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        # `f(\n    a, b\n)`: what follows the last argument (the line break before `)`, a comment on its
+        # line) now follows the new one; one argument per line stays one per line
+        after_last = last.whitespace_after_arg
+        separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        line_break = None  # the break and indent that put an argument on a line of its own
+        if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma) \
+                and isinstance(args[-2].comma.whitespace_after, cst.ParenthesizedWhitespace):
+            line_break = _bare_line_break(args[-2].comma.whitespace_after)
+            separator = cst.Comma(whitespace_after=line_break)
+        elif isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+            line_break = _bare_line_break(call.whitespace_before_args)
+        if has_comment(after_last) and isinstance(after_last, cst.ParenthesizedWhitespace) and line_break is not None:
+            # `b  # note\n)`: the note stays after `b`, the new argument goes on the next line
+            separator = cst.Comma(whitespace_after=after_last.with_changes(last_line=line_break.last_line))
+            after_last = without_comment(after_last)
+        args[-1] = last.with_changes(comma=separator, whitespace_after_arg=cst.SimpleWhitespace(""))
+        new_arg = new_arg.with_changes(whitespace_after_arg=after_last)
     else:
         if len(args) >= 2 and isinstance(args[-2].comma, cst.Comma):
             separator = args[-2].comma
@@ -51,3 +67,9 @@ def with_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> cst.Ca
         new_arg = new_arg.with_changes(comma=trailing)
     args.append(new_arg)
     return call.with_changes(args=args)
+
+
+def _bare_line_break(whitespace: cst.ParenthesizedWhitespace) -> cst.ParenthesizedWhitespace:
+    """The line break and the next line's indent, without what ends the line before it (trailing spaces, a
+    comment) or the blank and comment lines between."""
+    return whitespace.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[])

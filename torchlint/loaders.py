@@ -279,7 +279,8 @@ class LoaderFacts:
             return False
         value = dataset.value
         if isinstance(value, cst.Name):
-            value = self.a.single_value(value.value, self.a.scope_of(value)) or value
+            value = (self.a.single_value(value.value, self.a.scope_of(value))
+                     or self._value_reaching(value, site.call) or value)
         if not isinstance(value, cst.Call):
             return False
         if self.a.qualified_name(value.func) in _IN_MEMORY_DATASETS:
@@ -294,6 +295,23 @@ class LoaderFacts:
                         for r in returns)
         return False
 
+    def _value_reaching(self, name: cst.Name, use: cst.CSTNode) -> Optional[cst.BaseExpression]:
+        """For a name bound several times (``ds = load(...)`` in an ``if``, ``ds = TensorDataset(...)`` in its
+        ``else``), the value of the last binding before ``use`` in a block that holds ``use``; None where a
+        binding elsewhere in between (another branch, a loop) could be the one that reaches it."""
+        a = self.a
+        values = a.values_of(name.value, a.scope_of(name))
+        if any(v is None for v in values):
+            return None  # a binding whose place is unknown (unpacking, a loop target) may come in between
+        earlier = [v for v in values if a.comes_before(v, use)]
+        if not earlier:
+            return None
+        last = max(earlier, key=lambda v: a.order[v])
+        statement = a.enclosing_statement(last)
+        block = a.parent(statement) if statement is not None else None
+        if block is None or not a.contains(block, use):
+            return None
+        return last
 
     def dataset_on_cuda(self) -> bool:
         """A ``Dataset`` class of the file moves data to a CUDA device (``self.x = x.cuda()``, ``.to(device)``
