@@ -30,6 +30,7 @@ from torchlint.rule import Edit, Report
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
 
+
 class FixEdits:
     """Edits of the reports of one parsed module; build once per file, then ``edits(report)`` per report."""
 

@@ -104,7 +104,7 @@ class _Located:
 
 
 def generate_code(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] = (),
-              stop_before: Optional[cst.CSTNode] = None) -> _TokenRangeState:
+                  stop_before: Optional[cst.CSTNode] = None) -> _TokenRangeState:
     """The code of ``node`` as token ranges; with ``stop_before``, only the code that comes before it."""
     state = _TokenRangeState(default_indent=module.default_indent, default_newline=module.default_newline,
                              stop_before=stop_before)
