@@ -127,19 +127,54 @@ def _remember(memo: "tuple") -> None:
 
 def statement_end(text: str, pos: int, max_lines: int = 25) -> int:
     """Where the statement running through ``pos`` may end: the end of the first line from ``pos`` on
-    after which no bracket opened since ``pos`` is still open and no ``\\`` continues it, at most
-    ``max_lines`` lines on (``for p in (\\n    model.parameters()):``). Brackets in strings and comments
-    are counted too: an opening one makes the text a few lines longer (a "maybe"); only a closing one in
-    a string, with the statement's next line needed, would cut it short."""
+    after which no bracket opened since ``pos`` is still open, no string is open and no ``\\`` continues
+    it, at most ``max_lines`` lines on (``for p in (\\n    model.parameters()):``). Brackets in strings and
+    comments are not counted: a closing one there (``for p in (  # :)``) would cut the statement short."""
     balance = 0
+    quote = ""  # the string open at the end of the line read so far: ', ", \'\'\' or \"\"\"
     end = pos
     for _ in range(max_lines):
         end = text.find("\n", pos)
         if end == -1:
             return len(text)
         line = text[pos:end]
-        balance += line.count("(") + line.count("[") + line.count("{") - line.count(")") - line.count("]") - line.count("}")
-        if balance <= 0 and not line.rstrip().endswith("\\"):
+        if quote or "#" in line or "'" in line or '"' in line:
+            balance, quote = _scan_line(line, balance, quote)
+        else:  # nearly every line: no string or comment to step over
+            balance += line.count("(") + line.count("[") + line.count("{") - line.count(")") - line.count("]") - line.count("}")
+        if balance <= 0 and not quote and not line.rstrip().endswith("\\"):
             return end
         pos = end + 1
     return end
+
+
+def _scan_line(line: str, balance: int, quote: str) -> "tuple[int, str]":
+    """The bracket balance and the open string after ``line``, which starts inside the string ``quote``
+    ("" for none); strings and the comment are stepped over."""
+    i, n = 0, len(line)
+    while i < n:
+        char = line[i]
+        if quote:
+            if char == "\\":
+                i += 2
+                continue
+            if line.startswith(quote, i):
+                i += len(quote)
+                quote = ""
+                continue
+            i += 1
+            continue
+        if char == "#":
+            break
+        if char in "\"'":
+            quote = char * 3 if line.startswith(char * 3, i) else char
+            i += len(quote)
+            continue
+        if char in "([{":
+            balance += 1
+        elif char in ")]}":
+            balance -= 1
+        i += 1
+    if len(quote) == 1 and not line.rstrip("\r").endswith("\\"):
+        quote = ""  # a one-quote string ends with its line (unless a `\\` continues it)
+    return balance, quote
