@@ -204,8 +204,9 @@ class PerParameterOptimizerLoop(Rule):
         foreach = "foreach" in text
         if foreach and _FOREACH_FALSE_TEXT.search(text):
             return _may_update(text)
-        # `_PARAMS_NAME` ignores case: `param`, `Params`, `PARAMS`, `modelParams` all hold `aram` or `ARAM`.
-        if "aram" not in text and "ARAM" not in text and "state_dict" not in text:
+        # `_PARAMS_NAME` ignores case: `param`, `Params`, `PARAMS`, `modelParams` hold `aram` or `ARAM`; the
+        # lower-cased text is made only for a file without either, for `pArams` or `PAram`.
+        if "aram" not in text and "ARAM" not in text and "state_dict" not in text and "param" not in text.lower():
             return False
         return _has_param_loop(text) and _may_update(text)
 
