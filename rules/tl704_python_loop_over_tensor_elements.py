@@ -212,9 +212,7 @@ def _ast_own_nodes(region: ast.AST):
 
 def _ast_regions(index: AstIndex):
     """Where a reported loop can be: methods named like `forward`, and loops that run a training step."""
-    for function in index.functions:
-        if type(function) is not ast.FunctionDef:
-            continue
+    for function in index.functions:  # `async def forward` too: LibCST's FunctionDef, which `check` reads, is both
         klass = index.class_of.get(function)
         if (_CONTEXT_FUNCTIONS.match(function.name) and klass is not None
                 and any(item is function for item in klass.body)):  # a method, not a def inside one
@@ -231,7 +229,7 @@ def _ast_regions(index: AstIndex):
                 stepping.add(id(loop.node))
                 loop = loop.parent
     for loop in index.loops:
-        if id(loop.node) in stepping and type(loop.node) in (ast.For, ast.While):
+        if id(loop.node) in stepping:  # `async for` too: a LibCST For, as `check` reads it
             yield loop.node
 
 

@@ -197,7 +197,7 @@ def may_train(tree: ast.Module) -> bool:
     """A for loop and a ``backward``/``.step(`` call somewhere: what every loader-to-training tie needs."""
     index = index_of(tree)
     return (("backward" in index.calls_by_name or "step" in index.calls_by_name)
-            and any(type(loop.node) is ast.For for loop in index.loops))
+            and any(type(loop.node) in (ast.For, ast.AsyncFor) for loop in index.loops))  # LibCST's For is both
 
 
 def loader_may_fire(tree: ast.AST, wants: Callable[[ast.Call], bool]) -> bool:
