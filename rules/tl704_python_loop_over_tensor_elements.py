@@ -143,6 +143,8 @@ class PythonLoopOverTensorElements(Rule):
             return False
         if not ("backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text)):
             return False
+        if "\n" not in text:
+            text = text.replace("\r", "\n")  # old Mac line ends: the loop's lines are read by "\n"
         for match in finditer_word(_FOR_RANGE_TEXT, text):
             loop = _loop_text(text, match)
             if _uses_index(loop, match.group(1)) and _text_may_be_map(loop):

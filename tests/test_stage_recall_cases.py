@@ -85,6 +85,19 @@ CASES = [
         "        opt.step()\n",
         id="loaders-async-for-training-loop",
     ),
+    # TL704's text stage read the loop's lines by "\n" only: a file with old Mac line ends ("\r") was ruled out.
+    pytest.param(
+        "TL704",
+        "import torch\r"
+        "def train(model, opt, batches, weights):\r"
+        "    for x, y in batches:\r"
+        "        losses = model(x)\r"
+        "        for i in range(losses.shape[0]):\r"
+        "            losses[i] = losses[i] * weights[i]\r"
+        "        losses.sum().backward()\r"
+        "        opt.step()\r",
+        id="TL704-carriage-return-line-ends",
+    ),
 ]
 
 
