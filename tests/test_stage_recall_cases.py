@@ -98,6 +98,18 @@ CASES = [
         "        opt.step()\r",
         id="TL704-carriage-return-line-ends",
     ),
+    # call_with_text stopped at the first `)`: `True` after a nested call in the arguments was never seen.
+    pytest.param(
+        "TL602",
+        "import os\n"
+        "import torch\n"
+        "torch.use_deterministic_algorithms(warn_only=bool(os.getenv('LAX')), mode=True)\n"
+        "def train(model, opt, batches):\n"
+        "    for x, y in batches:\n"
+        "        model(x).sum().backward()\n"
+        "        opt.step()\n",
+        id="call_with_text-word-after-nested-call",
+    ),
 ]
 
 

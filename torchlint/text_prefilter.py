@@ -61,10 +61,26 @@ def call_text(name: str) -> "re.Pattern[str]":
 
 
 @lru_cache(maxsize=None)
-def call_with_text(name: str, word: str) -> "re.Pattern[str]":
-    """A call of ``name`` whose arguments hold ``word`` before the first ``)``: comments, which may hold
-    one, are skipped whole (``zero_grad(  # see f()`` then ``set_to_none=False)``)."""
-    return re.compile(call_text(name).pattern + r"(?:[^)#]|#[^\r\n]*)*" + word)
+def call_with_text(name: str, word: str) -> "CallWithText":
+    """A call of ``name`` whose arguments may hold ``word``; search it like a regex (``.search(text)``)."""
+    return CallWithText(call_text(name), word)
+
+
+class CallWithText:
+    """A call whose text, from its name to the end of the line where its brackets close (``statement_end``),
+    holds a word: a superset of its arguments, nested calls (``f(warn_only=bool(x), mode=True)``), comments
+    and line breaks included. (A regex that stopped at the first ``)`` missed the word after a nested call.)"""
+
+    def __init__(self, call: "re.Pattern[str]", word: str) -> None:
+        self.call, self.word = call, word
+
+    def search(self, text: str, pos: int = 0) -> bool:
+        match = self.call.search(text, pos)
+        while match is not None:
+            if self.word in text[match.end():statement_end(text, match.start())]:
+                return True
+            match = self.call.search(text, match.end())
+        return False
 
 
 def after_dot(text: str, start: int) -> bool:
