@@ -17,7 +17,9 @@ from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, is_word_char, search_method, statement_end
+from torchlint.text_prefilter import (
+    CALL_GAP, GAP, finditer_word, is_word_char, search_method, statement_end, with_newline_ends,
+)
 
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
@@ -344,8 +346,7 @@ def _has_param_loop(text: str) -> bool:
     word ``check`` takes for them (``_PARAMS_NAME``, any case; ``state_dict``), or names a variable bound to
     such a value (``ps = list(model.parameters())`` then ``for p in ps:``), through up to three bindings as
     ``_is_params_expr`` follows them."""
-    if "\n" not in text:
-        text = text.replace("\r", "\n")  # old Mac line ends
+    text = with_newline_ends(text)
     loops = []
     for match in finditer_word(_FOR_TEXT, text):
         start = match.start()

@@ -14,6 +14,7 @@ from torchlint.ast_index import AstIndex, index_of
 from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 from torchlint.script_facts import may_train, may_use_cuda
+from torchlint.text_prefilter import with_newline_ends
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
@@ -126,8 +127,7 @@ class Fp32MatmulWithoutTf32(Rule):
         """Each regex behind a literal its matches must hold."""
         if settings.torch_version < (1, 12):
             return False
-        if "\r" in text and "\n" not in text:  # old Mac line ends: `^` only follows a `\n`
-            text = text.replace("\r", "\n")
+        text = with_newline_ends(text)  # `^` only follows a `\n`
         if not (may_use_cuda(text) and may_train(text)
                 and ("__main__" in text or (
                     (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))

@@ -15,6 +15,7 @@ from torchlint.config import Settings
 from torchlint.rule import FixAvailability, Rule, RuleContext
 from torchlint.text_prefilter import (
     CALL_GAP, GAP, call_text, finditer_word, has_method_call, is_word_char, search_method, search_word,
+    with_newline_ends,
 )
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
@@ -143,8 +144,7 @@ class PythonLoopOverTensorElements(Rule):
             return False
         if not ("backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text)):
             return False
-        if "\n" not in text:
-            text = text.replace("\r", "\n")  # old Mac line ends: the loop's lines are read by "\n"
+        text = with_newline_ends(text)  # the loop's lines are read by "\n"
         for match in finditer_word(_FOR_RANGE_TEXT, text):
             loop = _loop_text(text, match)
             if _uses_index(loop, match.group(1)) and _text_may_be_map(loop):

@@ -83,6 +83,12 @@ class CallWithText:
         return False
 
 
+def with_newline_ends(text: str) -> str:
+    """``text`` with old Mac line ends ("\\r" only) read as "\\n": stages that read lines or anchor on ``^``
+    split on "\\n"."""
+    return text if "\n" in text else text.replace("\r", "\n")
+
+
 def after_dot(text: str, start: int) -> bool:
     """The token that ends before ``start`` may be a ``.``: the first character before it that is not a
     space, a line break or a ``\\`` is a dot, or the scan crossed a line break and the line it reached
