@@ -12,6 +12,10 @@ walk per file, shared by every rule.
 from __future__ import annotations
 
 import ast
+import bisect
+import io
+import re
+import tokenize
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
@@ -78,8 +82,12 @@ def is_literal(node: Optional[ast.AST], value: object) -> bool:
 
 
 class AstIndex:
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
+        self.source = source  # the text ``tree`` was parsed from: spans and statement lines read it
+        # node -> the node whose field holds it, for every node but the leaves (names, constants, contexts)
+        self.parents: Dict[ast.AST, ast.AST] = {}
+        self.loop_info: Dict[ast.AST, AstLoopInfo] = {}
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.calls: List[AstCallInfo] = []
         self.calls_by_name: Dict[str, List[AstCallInfo]] = {}
@@ -91,6 +99,15 @@ class AstIndex:
         self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
         self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
+        # The walk's order is not the source's; rules read "the first call" and "the last binding" in it.
+        self.calls.sort(key=lambda info: _source_order(info.node))
+        self.loops.sort(key=lambda info: _source_order(info.node))
+        self.functions.sort(key=_position)
+        for by_name in self.calls_by_name.values():
+            by_name.sort(key=lambda info: _source_order(info.node))
+        for loop in self.loops:
+            loop.direct_calls.sort(key=_source_order)
+        self._call_starts = [_position(info.node) for info in self.calls]
         for loop in self.loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
                                    for c in loop.direct_calls)
@@ -102,15 +119,25 @@ class AstIndex:
         # body holds the node. An explicit stack: deep code must not hit the recursion limit.
         frames: List[tuple] = [(None, None, None, None, [tree])]
         imports: List[Union[ast.Import, ast.ImportFrom]] = []
+        parents = self.parents
+        bindings: List[Tuple[ast.AST, AstScope, str, Optional[ast.AST]]] = []  # (where, scope, name, value)
+        bind = bindings.append
+        module = self.tree
         while frames:
             function, loop, body_loop, klass, nodes = frames.pop()
+            scope = function if function is not None else module
             for node in nodes:
                 kind = type(node)
                 if kind not in _RECORDED_TYPES:  # two nodes in three: nothing to record, only children to visit
                     children = _children(node)
                     if children:
+                        for child in children:
+                            parents[child] = node
                         frames.append((function, loop, body_loop, klass, children))
                     continue
+                children = _children(node)
+                for child in children:
+                    parents[child] = node
                 if kind in _BLOCK_TYPES:
                     self._note_blocks(node)
                 if kind is ast.Call:
@@ -119,25 +146,26 @@ class AstIndex:
                     if kind is not ast.Lambda:
                         self.functions.append(node)
                         self.class_of[node] = klass
-                        self._bind(node.name, None, function)
+                        bind((node, scope, node.name, None))
                         for arg in _all_args(node.args):
-                            self._bind(arg.arg, None, node)
+                            bind((node, node, arg.arg, None))
                     # the class stays: a def nested in a method still counts as the class's
                     # (FunctionInfo.class_name)
-                    frames.append((node, None, None, klass, _children(node)))
+                    frames.append((node, None, None, klass, children))
                     continue
                 elif kind is ast.ClassDef:
-                    frames.append((function, None, None, node, _children(node)))
+                    frames.append((function, None, None, node, children))
                     continue
                 elif kind in _LOOP_TYPES:
                     info = AstLoopInfo(node, function, loop)
                     self.loops.append(info)
+                    self.loop_info[node] = info
                     if kind is ast.While:
                         header: List[ast.AST] = [node.test]
                     else:
                         header = [node.target, node.iter]
                         for name in target_names(node.target):
-                            self._bind(name, None, function)
+                            bind((node, scope, name, None))
                     frames.append((function, info, body_loop, klass, header))
                     frames.append((function, info, info, klass, node.body + node.orelse))
                     continue
@@ -149,27 +177,30 @@ class AstIndex:
                         self.assigned_to[node.value] = node.targets[0]
                     for target in node.targets:
                         if type(target) is ast.Name:
-                            self._bind(target.id, node.value, function)
+                            bind((node, scope, target.id, node.value))
                         else:
                             for name in target_names(target):
-                                self._bind(name, None, function)
+                                bind((node, scope, name, None))
                 elif kind is ast.AnnAssign:
                     if type(node.target) is ast.Name and node.value is not None:
-                        self._bind(node.target.id, node.value, function)
+                        bind((node, scope, node.target.id, node.value))
                 elif kind is ast.AugAssign:
                     if type(node.target) is ast.Name:
-                        self._bind(node.target.id, None, function)
+                        bind((node, scope, node.target.id, None))
                 elif kind is ast.With or kind is ast.AsyncWith:
                     for item in node.items:
                         if item.optional_vars is not None:
                             for name in target_names(item.optional_vars):
-                                self._bind(name, None, function)
-                children = _children(node)
+                                bind((node, scope, name, None))
                 if children:
                     frames.append((function, loop, body_loop, klass, children))
-        # The walk's order is not the source's: record imports in source order, so that the last binding of
-        # a name wins as in FileAnalysis (`try: from x import A` / `except: from y import B as A`).
-        for statement in sorted(imports, key=lambda i: (i.lineno, i.col_offset)):
+        # The walk's order is not the source's: bindings and imports are recorded in source order, so that
+        # the first and last binding of a name are FileAnalysis's (`try: from x import A` / `except: from y
+        # import B as A`). The sort is stable: the bindings one statement makes keep their order.
+        bindings.sort(key=lambda entry: _position(entry[0]))
+        for _, scope, name, value in bindings:
+            self.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
+        for statement in sorted(imports, key=_position):
             self._add_import(statement)
             self.import_statements.append(statement)
 
@@ -202,10 +233,6 @@ class AstIndex:
         name = call_name(node)
         if name is not None:
             self.calls_by_name.setdefault(name, []).append(info)
-
-    def _bind(self, name: str, value: Optional[ast.AST], function: Optional[AstFunction]) -> None:
-        scope = function if function is not None else self.tree
-        self.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
 
     # --- questions, with the meaning FileAnalysis gives them ---------------------------------------
     def qualified_name(self, node: ast.AST) -> Optional[str]:
@@ -269,7 +296,198 @@ class AstIndex:
         name = dotted_name(expr)
         return name is not None and bool(_LOADER_NAME.search(name.split(".")[-1]))
 
+    # --- the tree around a node ------------------------------------------------------------------
+    # ``parents`` covers every node but the leaves (names, constants, contexts, operators): the questions
+    # below start from calls, statements and other non-leaf nodes.
+    def parent(self, node: ast.AST) -> Optional[ast.AST]:
+        return self.parents.get(node)
 
+    def ancestors(self, node: ast.AST) -> Iterator[ast.AST]:
+        node = self.parents.get(node)
+        while node is not None:
+            yield node
+            node = self.parents.get(node)
+
+    def function_of(self, node: ast.AST) -> Optional[AstFunction]:
+        """The innermost def or lambda around ``node`` (not ``node`` itself)."""
+        for ancestor in self.ancestors(node):
+            if type(ancestor) in _FUNCTION_TYPES:
+                return ancestor  # type: ignore[return-value]
+        return None
+
+    def scope_of(self, node: ast.AST) -> AstScope:
+        function = self.function_of(node)
+        return function if function is not None else self.tree
+
+    def in_class(self, node: ast.AST) -> bool:
+        return any(type(ancestor) is ast.ClassDef for ancestor in self.ancestors(node))
+
+    def enclosing_loops(self, node: ast.AST) -> Iterator[AstLoopInfo]:
+        """Loops whose body (or ``else``) holds ``node``, innermost first, up to the first def, lambda or
+        class (as ``FileAnalysis.enclosing_loops``: a loop's header is not in the loop)."""
+        child = node
+        for ancestor in self.ancestors(node):
+            kind = type(ancestor)
+            if kind in _FUNCTION_TYPES or kind is ast.ClassDef:
+                return
+            if kind in _LOOP_TYPES and child not in _loop_header(ancestor):  # type: ignore[arg-type]
+                yield self.loop_info[ancestor]
+            child = ancestor
+
+    def contains(self, outer: ast.AST, inner: ast.AST) -> bool:
+        """True when ``inner`` is ``outer`` or lies inside it (by their places in the source)."""
+        return (_position(outer) <= _position(inner)
+                and (inner.end_lineno, inner.end_col_offset) <= (outer.end_lineno, outer.end_col_offset))  # type: ignore[attr-defined]
+
+    def calls_in(self, node: ast.AST) -> List[AstCallInfo]:
+        """The calls inside ``node`` (itself included), in source order."""
+        lo = bisect.bisect_left(self._call_starts, _position(node))
+        end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
+        hi = bisect.bisect_left(self._call_starts, end, lo)
+        return [info for info in self.calls[lo:hi] if self.contains(node, info.node)]
+
+    def enclosing_statement(self, node: ast.AST) -> Optional[Union[ast.stmt, "StatementLine"]]:
+        """What LibCST calls the statement that holds ``node``: a compound statement, a line of simple
+        statements (``StatementLine``: ``a = 1; b = 2``), or a simple statement after a compound header on
+        the same line (``if x: a = 1``)."""
+        for candidate in (node, *self.ancestors(node)):
+            if isinstance(candidate, ast.stmt):
+                if type(candidate) in _COMPOUND_TYPES:
+                    return candidate
+                return self.statement_line(candidate)
+        return None
+
+    def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
+        block = _block_holding(self.parents.get(statement) or self.tree, statement)
+        at = next(i for i, s in enumerate(block) if s is statement)
+        first = last = at
+        while first > 0 and block[first - 1].end_lineno == block[first].lineno:
+            first -= 1
+        while last + 1 < len(block) and block[last + 1].lineno == block[last].end_lineno:
+            last += 1
+        head = block[first]
+        if self._line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
+            return statement  # after `if x:` on its line: LibCST's statement is the simple statement itself
+        return StatementLine(head, block[last])
+
+    # --- where a node is, in LibCST's terms ----------------------------------------------------------
+    def span(self, node: Union[ast.AST, "StatementLine"]) -> Tuple[int, int, int, int]:
+        """(line, column, end line, end column) as LibCST's PositionProvider gives them: lines 1-based,
+        columns 0-based in characters (``ast`` counts UTF-8 bytes), parentheses around the node left out
+        (``ast`` counts a tuple's and a generator expression's own)."""
+        first, last = (node.first, node.last) if isinstance(node, StatementLine) else (node, node)
+        line, column = first.lineno, self._char_column(first.lineno, first.col_offset)  # type: ignore[attr-defined]
+        end_line = last.end_lineno  # type: ignore[attr-defined]
+        end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
+        kind = type(node)
+        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self._line_text(line)[column:column + 1] == "(":
+            # LibCST leaves brackets out: a generator's span takes the call's, `f(x for x in y)`, a tuple's
+            # only its own (not those of `(a), (b)`)
+            inside = self._inside_brackets(line, column, end_line, end_column, kind is ast.Tuple)
+            if inside is not None:
+                return inside
+        return line, column, end_line, end_column
+
+    def _inside_brackets(self, line: int, column: int, end_line: int, end_column: int,
+                         own_only: bool) -> Optional[Tuple[int, int, int, int]]:
+        """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
+        first token to its last (comments and line breaks around them left out); None where the bracket
+        closes before the end (``own_only``) or the text does not tokenize."""
+        text = "\n".join(self._line_text(n) for n in range(line, end_line + 1))
+        text = text[column:len(text) - len(self._line_text(end_line)) + end_column]
+        try:
+            tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                      if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER,
+                                        tokenize.INDENT, tokenize.DEDENT)]
+        except (tokenize.TokenError, SyntaxError):
+            return None
+        if len(tokens) < 2:
+            return None
+        if own_only:
+            depth = 0
+            for token in tokens[:-1]:
+                if token.type == tokenize.OP and token.string in "([{":
+                    depth += 1
+                elif token.type == tokenize.OP and token.string in ")]}":
+                    depth -= 1
+                    if depth == 0:
+                        return None  # `(a), (b)`: the first bracket is an element's
+        if len(tokens) == 2:  # `()`: an empty span after the bracket
+            (first_row, first_col) = (last_row, last_col) = tokens[0].end
+        else:
+            (first_row, first_col), (last_row, last_col) = tokens[1].start, tokens[-2].end
+
+        def place(row: int, col: int) -> Tuple[int, int]:
+            return line + row - 1, col + column if row == 1 else col
+
+        return (*place(first_row, first_col), *place(last_row, last_col))
+
+    def _line_text(self, line: int) -> str:
+        lines = self.__dict__.get("_lines")
+        if lines is None:
+            lines = self.__dict__["_lines"] = _NEWLINE_SPLIT.split(self.source)
+        return lines[line - 1] if 0 < line <= len(lines) else ""
+
+    def _char_column(self, line: int, byte_column: int) -> int:
+        text = self._line_text(line)
+        if text.isascii():
+            return byte_column
+        return len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
+
+    # --- calls by what they call -------------------------------------------------------------------
+    def calls_to(self, *qualified: str) -> List[AstCallInfo]:
+        """Calls of these qualified names, however the file spells them (``import torch as t``,
+        ``from torch.cuda import synchronize as sync``), in source order."""
+        by_qualified = self.__dict__.get("_calls_by_qualified")
+        if by_qualified is None:
+            by_qualified = self.__dict__["_calls_by_qualified"] = {}
+            for info in self.calls:
+                name = self.qualified_name(info.node.func)
+                if name is not None:
+                    by_qualified.setdefault(name, []).append(info)
+        if len(qualified) == 1:
+            return by_qualified.get(qualified[0], [])
+        return sorted((info for name in qualified for info in by_qualified.get(name, ())),
+                      key=lambda info: _source_order(info.node))
+
+
+def _position(node: ast.AST) -> Tuple[int, int]:
+    return node.lineno, node.col_offset  # type: ignore[attr-defined]
+
+
+def _source_order(node: ast.AST) -> Tuple[int, int, int, int]:
+    """Pre-order in the source: by start, and of two nodes that start together (``a.b(x).c(y)`` and
+    ``a.b(x)``) the outer first, as LibCST's walk meets them."""
+    return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class StatementLine:
+    """Simple statements on one line (``a = 1; b = 2``): LibCST's ``SimpleStatementLine``, which rules
+    report as one statement."""
+
+    first: ast.stmt
+    last: ast.stmt
+
+
+_NEWLINE_SPLIT = re.compile(r"\r\n?|\n")  # the line ends ``ast`` counts (a form feed is not one)
+
+
+def _loop_header(loop: AstLoop) -> Tuple[ast.AST, ...]:
+    return (loop.test,) if type(loop) is ast.While else (loop.target, loop.iter)  # type: ignore[union-attr]
+
+
+def _block_holding(parent: ast.AST, statement: ast.stmt) -> List[ast.stmt]:
+    for name in ("body", "orelse", "finalbody"):
+        block = getattr(parent, name, None)
+        if type(block) is list and any(s is statement for s in block):
+            return block
+    raise LookupError("statement not found in its parent's blocks")
+
+
+_COMPOUND_TYPES = frozenset(t for t in (
+    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", None),
+    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, getattr(ast, "Match", None)) if t is not None)
 _FUNCTION_TYPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})
 _LOOP_TYPES = frozenset({ast.For, ast.AsyncFor, ast.While})
 _BLOCK_TYPES = frozenset(t for t in vars(ast).values()
@@ -349,12 +567,15 @@ def _all_args(args: ast.arguments) -> Iterator[ast.arg]:
 _last_index: Optional[AstIndex] = None
 
 
-def index_of(tree: ast.Module) -> AstIndex:
-    """The index of ``tree``, built on first use and shared until another tree is indexed."""
+def index_of(tree: ast.Module, source: Optional[str] = None) -> AstIndex:
+    """The index of ``tree`` (parsed from ``source``), built on first use and shared until another tree is
+    indexed."""
     global _last_index
     index = _last_index
     if index is None or index.tree is not tree:
-        index = _last_index = AstIndex(tree)
+        index = _last_index = AstIndex(tree, source or "")
+    elif source is not None and not index.source:
+        index.source = source
     return index
 
 

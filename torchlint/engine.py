@@ -14,13 +14,13 @@ from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import forget_last_index
+from torchlint.ast_index import AstIndex, forget_last_index, index_of
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
-    Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
+    Applicability, Diagnostic, Edit, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
 
@@ -52,14 +52,23 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
 
 def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, path: str = "") -> List[Rule]:
     """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
-    for its kind of file, then a text stage, then, where every remaining rule has one, an ``ast`` stage
-    (cheaper than the LibCST parse it can save)."""
+    for its kind of file, then a text stage; of the rules that still detect on LibCST, those an ``ast``
+    stage keeps, where the ``ast`` tree is built anyway or every such rule has one (it is cheaper than the
+    LibCST parse it can save). Rules that detect on the index are kept: the index is their detection."""
     candidates = [rule for rule in rules_for_path(rules, path, settings.root) if rule.may_fire(source, settings)]
-    if candidates and all(rule.has_ast_prefilter for rule in candidates):
+    on_libcst = [rule for rule in candidates if not rule.detects_on_index()]
+    if on_libcst and (len(on_libcst) < len(candidates) or all(rule.has_ast_prefilter for rule in on_libcst)):
         tree = _stdlib_ast(source)
         if tree is not None:
-            candidates = [rule for rule in candidates if rule.may_fire_in_ast(tree, source, settings)]
+            candidates = [rule for rule in candidates if rule.detects_on_index() or not rule.has_ast_prefilter
+                          or rule.may_fire_in_ast(tree, source, settings)]
     return candidates
+
+
+def needs_libcst(candidates: Sequence[Rule], source: str) -> bool:
+    """Whether ``candidates`` need LibCST's tree: a rule that still detects on it, or a file CPython's parser
+    rejects (LibCST reports the syntax error, or parses syntax newer than this interpreter's)."""
+    return any(not rule.detects_on_index() for rule in candidates) or _stdlib_ast(source) is None
 
 
 def rules_for_path(rules: Sequence[Rule], path: str, root: Optional[Path] = None) -> Sequence[Rule]:
@@ -82,6 +91,11 @@ def _below(path: str, root: Optional[Path]) -> str:
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
     return stdlib_tree(source)  # None: LibCST decides (it also parses syntax newer than this interpreter's)
+
+
+def _index_of(source: str) -> Optional[AstIndex]:
+    tree = _stdlib_ast(source)
+    return index_of(tree, source) if tree is not None else None
 
 
 def parse(source: str, path: str) -> cst.Module:
@@ -124,32 +138,48 @@ class SyntaxProblem(Exception):
 
 
 def _run_rules(
-    module: cst.Module, source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
-    selected: FrozenSet[str] = frozenset(),
-) -> Tuple[FileAnalysis, List[Report], List[Diagnostic]]:
+    module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
+    with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
+) -> Tuple[Optional[FileAnalysis], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
-    codes of every rule selected for the file (``rules`` are those the pre-filter left)."""
-    analysis = FileAnalysis(module, source, path)
-    ctx = RuleContext(analysis, settings)
+    codes of every rule selected for the file (``rules`` are those the pre-filter left). Rules that detect
+    on the index run on the stdlib tree; the others on ``module``, LibCST's tree (None where none of them
+    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already."""
     crashes: List[RuleCrash] = []
-    after = [rule for rule in rules if rule.runs_after_suppression]
-    reports = list(iter_reports([rule for rule in rules if not rule.runs_after_suppression], ctx, crashes))
+    reports: List[Report] = []
+    on_index = [rule for rule in rules if rule.detects_on_index()]
+    if on_index and index is None:
+        index = _index_of(source)
+    if on_index and index is not None:
+        reports.extend(iter_reports(on_index, IndexContext(index, settings, path), crashes))
+    analysis = FileAnalysis(module, source, path) if module is not None else None
+    ctx = RuleContext(analysis, settings) if analysis is not None else None
+    after = [rule for rule in rules if rule.runs_after_suppression and not rule.detects_on_index()]
+    if ctx is not None:
+        reports.extend(iter_reports([rule for rule in rules if not rule.runs_after_suppression
+                                     and not rule.detects_on_index()], ctx, crashes))
+    else:
+        assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
     if not reports and not after:
-        analysis.release()
+        if analysis is not None:
+            analysis.release()
         return analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
 
     def keep(found: List[Report]) -> None:
-        from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
-        from torchlint.positions import node_spans
+        placed = [r for r in found if r.span is None]  # LibCST's reports: placed here, all at once
+        positions, fix_edits = {}, None
+        if placed:
+            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
+            from torchlint.positions import node_spans
 
-        wanted = [r.node for r in found] + [n for r in found if r.fix for n in r.fix.replacements]
-        positions = node_spans(module, wanted, analysis.parents, source)
-        fix_edits = FixEdits(module, analysis, path, source) if with_edits else None
+            wanted = [r.node for r in placed] + [n for r in placed if r.fix for n in r.fix.replacements]
+            positions = node_spans(module, wanted, analysis.parents, source)
+            fix_edits = FixEdits(module, analysis, path, source) if with_edits else None
         for report in found:
-            line, column, end_line, end_column = positions[report.node]
+            line, column, end_line, end_column = report.span or positions[report.node]
             key = (report.rule.code, line, column, report.message)
             if key in seen:
                 continue
@@ -184,7 +214,8 @@ def _run_rules(
                 crashes.append(RuleCrash(rule, error))
         keep(ctx.reports[start:])
     kept.sort(key=lambda pair: pair[0].sort_key)
-    analysis.release()  # every rule has run: what they shared may refer back to the analysis
+    if analysis is not None:
+        analysis.release()  # every rule has run: what they shared may refer back to the analysis
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
@@ -225,13 +256,17 @@ def lint_source(
     candidates = rules_that_may_fire(rules, source, settings, path)
     if not candidates:
         return LintOutcome([], parsed=False)
-    try:
-        module = parse(source, path)
-    except SyntaxProblem as exc:
-        return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
     selected = frozenset(rule.code for rule in rules)
-    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected)
-    return LintOutcome(diagnostics, parsed=True)
+    # held here: parsing with LibCST drops the stages' shared index
+    index = _index_of(source) if any(rule.detects_on_index() for rule in candidates) else None
+    module = None
+    if needs_libcst(candidates, source):
+        try:
+            module = parse(source, path)
+        except SyntaxProblem as exc:
+            return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
+    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
+    return LintOutcome(diagnostics, parsed=module is not None)
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
@@ -250,6 +285,10 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         if not candidates:
             remaining = []
             break
+        index = _index_of(current) if any(rule.detects_on_index() for rule in candidates) else None
+        if not needs_libcst(candidates, current):  # rules on the index render no fix: what they find stays
+            _, _, remaining = _run_rules(None, current, path, candidates, settings, selected=selected, index=index)
+            break
         if module is None:
             try:
                 module = parse(current, path)
@@ -260,7 +299,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                 raise AssertionError("a verified fix produced unparsable code") from exc
         else:
             forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
-        analysis, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected)
+        analysis, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
+                                                  index=index)
         fixable = [
             r for r in reports
             if r.fix is not None and r.fix.applicability in allowed

@@ -13,6 +13,7 @@ import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
+    from torchlint.ast_index import AstIndex, StatementLine
     from torchlint.config import Settings
 
 RULE_CODE = re.compile(r"^TL\d{3}$")
@@ -79,12 +80,15 @@ class Fix:
 
 @dataclass
 class Report:
-    """What a rule says about one node, before positions and suppressions are known."""
+    """What a rule says about one node, before suppressions are known. A rule that detects on the index
+    reports an ``ast`` node, placed at once (``span``: line, column, end line, end column, as
+    ``positions.node_spans`` gives them); a LibCST rule's node is placed later, with the others."""
 
     rule: "Rule"
-    node: cst.CSTNode
+    node: Union[cst.CSTNode, ast.AST, "StatementLine"]
     message: str
     fix: Optional[Fix] = None
+    span: Optional[Tuple[int, int, int, int]] = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,30 @@ class RuleContext:
         self.reports.append(Report(self._rule, node, message or self._rule.message, fix))
 
 
+class IndexContext:
+    """What a rule sees while detecting on one file's index (``torchlint.ast_index``): the program model
+    every rule shares, built from the stdlib ``ast``."""
+
+    def __init__(self, index: "AstIndex", settings: "Settings", path: str = "<string>") -> None:
+        self.index = index
+        self.settings = settings
+        self.path = path
+        self.reports: list[Report] = []
+        self._rule: Optional[Rule] = None
+
+    @property
+    def source(self) -> str:
+        return self.index.source
+
+    @property
+    def torch_version(self) -> Tuple[int, int]:
+        return self.settings.torch_version
+
+    def report(self, node: Union[ast.AST, "StatementLine"], message: Optional[str] = None) -> None:
+        assert self._rule is not None
+        self.reports.append(Report(self._rule, node, message or self._rule.message, span=self.index.span(node)))
+
+
 class Rule:
     """One slow pattern. Subclasses live one per module in ``rules/``.
 
@@ -165,6 +193,15 @@ class Rule:
     # tests/, test/ or testing/ folder), whose speed does not matter. The engine leaves it out for such a
     # file before any stage, so its ``check`` does not test the path and no huge test file is parsed for it.
     silent_in_test_files: ClassVar[bool] = False
+
+    def detect(self, ctx: IndexContext) -> None:  # pragma: no cover - abstract
+        """Find the pattern on the file's index and ``ctx.report`` each finding. Rules that still detect
+        on LibCST's tree override ``check`` instead (docs/architecture.md, "One program model")."""
+        raise NotImplementedError
+
+    @classmethod
+    def detects_on_index(cls) -> bool:
+        return cls.detect is not Rule.detect
 
     def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -220,13 +257,18 @@ class RuleCrash(Exception):
         super().__init__(f"internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}; please report it")
 
 
-def iter_reports(rules: Sequence[Rule], ctx: RuleContext, crashes: list) -> Iterator[Report]:
-    """Each rule's reports; a rule that raises loses its reports for this file and is listed in ``crashes``."""
+def iter_reports(rules: Sequence[Rule], ctx: Union[RuleContext, IndexContext], crashes: list) -> Iterator[Report]:
+    """Each rule's reports (``detect`` on an ``IndexContext``, ``check`` on a ``RuleContext``); a rule that
+    raises loses its reports for this file and is listed in ``crashes``."""
+    on_index = isinstance(ctx, IndexContext)
     for rule in rules:
         ctx._rule = rule
         start = len(ctx.reports)
         try:
-            rule.check(ctx)
+            if on_index:
+                rule.detect(ctx)  # type: ignore[arg-type]
+            else:
+                rule.check(ctx)  # type: ignore[arg-type]
         except RecursionError:
             raise
         except Exception as error:  # noqa: BLE001 - one buggy rule must not stop the others
