@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,10 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def run(checkout: Path, args: Sequence[str]) -> bytes:
+    """torchlint of ``checkout``, run from the root folder so that both checkouts print the same paths."""
     command = [sys.executable, "-m", "torchlint", *args]
-    done = subprocess.run(command, cwd=checkout, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(command, cwd="/", env=env, capture_output=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{checkout}: {' '.join(command)} exited {done.returncode}:\n{done.stderr.decode()[-2000:]}")
     return done.stdout

@@ -88,11 +88,14 @@ class AstIndex:
         # node -> the node whose field holds it, for every node but the leaves (names, constants, contexts)
         self.parents: Dict[ast.AST, ast.AST] = {}
         self.loop_info: Dict[ast.AST, AstLoopInfo] = {}
+        # Facts rules compute once per file and share (``torchlint.facts``), by name.
+        self.shared: Dict[str, object] = {}
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.calls: List[AstCallInfo] = []
         self.calls_by_name: Dict[str, List[AstCallInfo]] = {}
         self.loops: List[AstLoopInfo] = []
         self.functions: List[Union[ast.FunctionDef, ast.AsyncFunctionDef]] = []
+        self.lambdas: List[ast.Lambda] = []
         self.class_of: Dict[ast.AST, Optional[ast.ClassDef]] = {}  # function -> the class it is defined in
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
@@ -143,7 +146,9 @@ class AstIndex:
                 if kind is ast.Call:
                     self._add_call(node, function, loop, body_loop)
                 elif kind in _FUNCTION_TYPES:
-                    if kind is not ast.Lambda:
+                    if kind is ast.Lambda:
+                        self.lambdas.append(node)
+                    else:
                         self.functions.append(node)
                         self.class_of[node] = klass
                         bind((node, scope, node.name, None))
@@ -258,6 +263,14 @@ class AstIndex:
                 return values[0] if len(values) == 1 else None
         return None
 
+    def single_value_and_scope(self, name: str, scope: Optional[AstScope]) -> Tuple[Optional[ast.AST], AstScope]:
+        """``single_value`` and the scope whose binding gave it (the value's own names are looked up there)."""
+        for candidate in (scope if scope is not None else self.tree, self.tree):
+            values = self.values_of(name, candidate)
+            if values:
+                return (values[0] if len(values) == 1 else None), candidate
+        return None, self.tree
+
     def is_backward_call(self, call: ast.Call) -> bool:
         if call_name(call) != "backward":
             return False
@@ -316,7 +329,13 @@ class AstIndex:
         return None
 
     def scope_of(self, node: ast.AST) -> AstScope:
-        function = self.function_of(node)
+        """The innermost def or lambda around ``node``, else the module. For a leaf (a name), which has no
+        parent link, the innermost one whose text holds it."""
+        if node in self.parents or node is self.tree:
+            function = self.function_of(node)
+        else:
+            around = [f for f in (*self.functions, *self.lambdas) if f is not node and self.contains(f, node)]
+            function = max(around, key=_position, default=None)
         return function if function is not None else self.tree
 
     def in_class(self, node: ast.AST) -> bool:
@@ -459,6 +478,24 @@ def _source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     """Pre-order in the source: by start, and of two nodes that start together (``a.b(x).c(y)`` and
     ``a.b(x)``) the outer first, as LibCST's walk meets them."""
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
+
+
+def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
+    """The arguments as LibCST's ``Call.args`` lists them: in source order, as (keyword, value), the keyword
+    None for positional arguments and for ``*x`` and ``**x`` (as LibCST's ``Arg.keyword``)."""
+    found: List[Tuple[Tuple[int, int], Optional[str], ast.expr]] = []
+    for arg in call.args:
+        found.append((_position(arg), None, arg.value if type(arg) is ast.Starred else arg))
+    for keyword in call.keywords:
+        found.append((_position(keyword), keyword.arg, keyword.value))
+    if call.keywords and call.args:
+        found.sort(key=lambda entry: entry[0])
+    return [(name, value) for _, name, value in found]
+
+
+def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:
+    """The value of the first ``name=`` argument, as ``analysis.keyword_arg(...).value``."""
+    return next((keyword.value for keyword in call.keywords if keyword.arg == name), None)
 
 
 @dataclass(frozen=True)
