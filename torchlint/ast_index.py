@@ -390,11 +390,11 @@ class AstIndex:
         return StatementLine(head, block[last])
 
     # --- where a node is, in LibCST's terms ----------------------------------------------------------
-    def span(self, node: Union[ast.AST, "StatementLine"]) -> Tuple[int, int, int, int]:
+    def span(self, node: Union[ast.AST, "Extent"]) -> Tuple[int, int, int, int]:
         """(line, column, end line, end column) as LibCST's PositionProvider gives them: lines 1-based,
         columns 0-based in characters (``ast`` counts UTF-8 bytes), parentheses around the node left out
         (``ast`` counts a tuple's and a generator expression's own)."""
-        first, last = (node.first, node.last) if isinstance(node, StatementLine) else (node, node)
+        first, last = (node.first, node.last) if isinstance(node, Extent) else (node, node)
         line, column = first.lineno, self._char_column(first.lineno, first.col_offset)  # type: ignore[attr-defined]
         end_line = last.end_lineno  # type: ignore[attr-defined]
         end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
@@ -499,12 +499,18 @@ def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:
 
 
 @dataclass(frozen=True)
-class StatementLine:
+class Extent:
+    """The text from ``first``'s start to ``last``'s end, where no one node spans it (a dict entry
+    ``"key": value``)."""
+
+    first: ast.AST
+    last: ast.AST
+
+
+@dataclass(frozen=True)
+class StatementLine(Extent):
     """Simple statements on one line (``a = 1; b = 2``): LibCST's ``SimpleStatementLine``, which rules
     report as one statement."""
-
-    first: ast.stmt
-    last: ast.stmt
 
 
 _NEWLINE_SPLIT = re.compile(r"\r\n?|\n")  # the line ends ``ast`` counts (a form feed is not one)
