@@ -23,6 +23,11 @@ def first_training_loop(index: AstIndex) -> Optional[AstLoopInfo]:
     return next((loop for loop in index.loops if loop.is_training), None)
 
 
+def training_loop_around(index: AstIndex, node: ast.AST) -> Optional[AstLoopInfo]:
+    """The innermost loop around ``node`` (up to the enclosing def) that runs a training step per iteration."""
+    return next((loop for loop in index.enclosing_loops(node) if loop.is_training), None)
+
+
 def loop_header(loop: AstLoopInfo) -> ast.expr:
     """What a file-level finding points at: the loop's iterable (``for x in loader``) or its test."""
     node = loop.node
