@@ -11,9 +11,8 @@ import textwrap
 import pytest
 
 from fixture_support import FIXTURES
-from torchlint.ast_index import _LEAVES, _children, index_of
+from torchlint.ast_index import _LEAVES, _children
 from torchlint.config import Settings
-from torchlint.device_facts import _PRECISION_FRAMEWORKS, mixed_precision_in_ast
 from torchlint.loader_prefilter import is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
 from torchlint.registry import get_rule
 from torchlint.script_facts import ast_facts
@@ -276,27 +275,6 @@ def reference_loop_may_move_batch(tree, text):
     return False
 
 
-def reference_mixed_precision(tree):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
-                return True
-        elif isinstance(node, ast.ImportFrom):
-            if (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
-                    and not any(alias.name == "*" for alias in node.names)):
-                return True
-        elif isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name in {"autocast", "GradScaler"}:
-                return True
-            if name in {"half", "bfloat16"} and isinstance(func, ast.Attribute) and not node.args and not node.keywords:
-                return True
-            if any(keyword.arg == "precision" for keyword in node.keywords):
-                return True
-    return False
-
-
 def reference_tl704_ast(tree):
     from torchlint.rules.tl704_python_loop_over_tensor_elements import (
         _CONTEXT_FUNCTIONS, _ast_candidate_loop, _ast_own_nodes)
@@ -354,15 +332,6 @@ def test_loader_loops_moving_batches_are_found_as_a_whole_tree_walk_finds_them()
     for source, tree in trees():
         expected = reference_loop_may_move_batch(tree, source)
         assert loop_may_move_batch(tree, source) is expected, source[:300]
-        answers.add(expected)
-    assert answers == {True, False}
-
-
-def test_mixed_precision_signs_read_off_the_index_are_those_of_a_whole_tree_walk():
-    answers = set()
-    for _, tree in trees():
-        expected = reference_mixed_precision(tree)
-        assert mixed_precision_in_ast(tree) is expected
         answers.add(expected)
     assert answers == {True, False}
 

@@ -103,13 +103,13 @@ class AstIndex:
         self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
         # The walk's order is not the source's; rules read "the first call" and "the last binding" in it.
-        self.calls.sort(key=lambda info: _source_order(info.node))
-        self.loops.sort(key=lambda info: _source_order(info.node))
+        self.calls.sort(key=lambda info: source_order(info.node))
+        self.loops.sort(key=lambda info: source_order(info.node))
         self.functions.sort(key=_position)
         for by_name in self.calls_by_name.values():
-            by_name.sort(key=lambda info: _source_order(info.node))
+            by_name.sort(key=lambda info: source_order(info.node))
         for loop in self.loops:
-            loop.direct_calls.sort(key=_source_order)
+            loop.direct_calls.sort(key=source_order)
         self._call_starts = [_position(info.node) for info in self.calls]
         for loop in self.loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
@@ -467,14 +467,14 @@ class AstIndex:
         if len(qualified) == 1:
             return by_qualified.get(qualified[0], [])
         return sorted((info for name in qualified for info in by_qualified.get(name, ())),
-                      key=lambda info: _source_order(info.node))
+                      key=lambda info: source_order(info.node))
 
 
 def _position(node: ast.AST) -> Tuple[int, int]:
     return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
-def _source_order(node: ast.AST) -> Tuple[int, int, int, int]:
+def source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     """Pre-order in the source: by start, and of two nodes that start together (``a.b(x).c(y)`` and
     ``a.b(x)``) the outer first, as LibCST's walk meets them."""
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
