@@ -160,14 +160,14 @@ def test_a_notebook_edited_while_fixing_keeps_the_edit(project, monkeypatch):
 
     target = write(project / "nb.ipynb", FIXABLE)
     edited = FIXABLE.replace("lr=0.1", "lr=0.5")
-    real_fix = nb._fix
+    real_fix = nb.fix_source
 
-    def fix_then_edit(*args):
-        result = real_fix(*args)
-        target.write_text(edited)  # the user saves in Jupyter meanwhile
+    def fix_then_edit(*args, **kwargs):
+        result = real_fix(*args, **kwargs)
+        target.write_text(edited)  # the user saves in Jupyter between torchlint's read and its write
         return result
 
-    monkeypatch.setattr(nb, "_fix", fix_then_edit)
+    monkeypatch.setattr(nb, "fix_source", fix_then_edit)
     result = invoke("fix", "--apply", "nb.ipynb")
     assert target.read_text() == edited
     assert "nb.ipynb:1:1: TL000 the file changed while torchlint was fixing it" in result.output
