@@ -179,6 +179,12 @@ def test_edits_below_form_feeds_and_line_separators_keep_the_editors_text(client
     })["result"]
     (fix_all,) = actions
     assert fix_all["edit"]["changes"][uri][0]["newText"] == expected.replace(", foreach=False", "")
+    client.notify("textDocument/didChange", insert(uri, 4, 0, "w = 5\n"))  # fix on save: before its lint run
+    actions = client.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 7, "character": 0}},
+        "context": {"diagnostics": [], "only": ["source.fixAll"]},
+    })["result"]
+    assert actions[0]["edit"]["changes"][uri][0]["newText"] == "w = 5\n" + expected.replace(", foreach=False", "")
 
 
 SLOW_SERVER = """

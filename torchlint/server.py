@@ -166,7 +166,8 @@ class TorchlintServer(LanguageServer):
         wanted = [str(getattr(k, "value", k)) for k in params.context.only or []]
         document = self.documents.get(uri)
         found_in, findings = self.findings.get(uri, (None, []))
-        if found_in is not document:
+        fresh = found_in is document
+        if not fresh:
             findings = []  # found in an older text: their edits would land in the wrong places
         actions: List[types.CodeAction] = []
         for finding in findings:
@@ -182,8 +183,9 @@ class TorchlintServer(LanguageServer):
                 title=title, kind=kind, diagnostics=[finding.lsp], is_preferred=safe,
                 edit=types.WorkspaceEdit(changes={uri: finding.edits}),
             ))
-        safe_fixes = any(f.diagnostic.fix is Applicability.SAFE for f in findings)
-        if document is not None and safe_fixes and (not wanted or any(FIX_ALL_KIND.startswith(k) for k in wanted)):
+        # Fix all on save comes right after the last keystroke, before its run: it fixes the latest text itself
+        worth_trying = not fresh or any(f.diagnostic.fix is Applicability.SAFE for f in findings)
+        if document is not None and worth_trying and (not wanted or any(FIX_ALL_KIND.startswith(k) for k in wanted)):
             fix_all = await asyncio.get_running_loop().run_in_executor(self._pool, self.fix_all, uri, document)
             if fix_all is not None:
                 actions.append(fix_all)
