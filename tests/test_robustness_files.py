@@ -278,3 +278,14 @@ def test_full_output_and_diffs_show_python_lines(project):
     assert f"    {FINDING}" in full.replace("\x0c", "")  # the finding's own line is the one shown
     diff = invoke("fix", "--no-cache", "--jobs", "1", "ok.py").output
     assert "No newline at end of file" not in diff and f"-    {FINDING}\n+    {FIXED}\n" in diff
+
+
+def test_stale_temporary_files_beside_a_link_target_outside_are_left_alone(project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "target.py").write_text(with_finding())
+    stale = outside / ".target.py.abcd1234.torchlint.tmp"
+    stale.write_text("not ours to remove")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    os.symlink(outside / "target.py", project / "link.py")
+    fix("link.py")
+    assert stale.exists()

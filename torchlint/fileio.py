@@ -159,11 +159,18 @@ def write_back(path: Path, data: bytes, original: Tuple[bytes, os.stat_result], 
     ``NotWritten``. Through a symbolic link that leads out of the project (``root``) nothing is written: a
     link in a checked tree is no licence to change files elsewhere."""
     target = Path(os.path.realpath(path))
-    real_root = os.path.realpath(root)
-    if not _inside(str(target), real_root) and (os.path.islink(path) or _inside(os.path.abspath(path), str(root))):
+    if links_out_of(path, root):
         raise NotWritten(f"it is a symbolic link (or in a linked folder) to {target}, outside the project "
                          f"({root}); not written (fix the file itself)")
     write_atomic(target, data, original)
+
+
+def links_out_of(path: Path, root: Path) -> bool:
+    """Whether ``path`` leads through a symbolic link to a file outside ``root``. (A file outside named as
+    it is, not through a link, is the user's own choice.)"""
+    target = os.path.realpath(path)
+    return not _inside(target, os.path.realpath(root)) and (
+        os.path.islink(path) or _inside(os.path.abspath(path), str(root)))
 
 
 def _inside(path: str, folder: str) -> bool:

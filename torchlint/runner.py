@@ -18,7 +18,7 @@ from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
-    NotWritten, SourceError, SourceText, decode_source, not_round_trip_message, read_regular,
+    NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
     remove_stale_temp_files, write_back,
 )
 from torchlint.registry import all_rules, rules_by_code
@@ -271,8 +271,9 @@ def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Prog
     """Results in the order of ``paths``, the same whether run in one process or many. ``progress`` is
     told how many files are done (in this process, as results come back)."""
     try:
-        if job.apply:  # temporary files a killed run left beside the files it was writing
-            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
+        if job.apply:  # temporary files a killed run left beside the files it was writing (never out of the tree)
+            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths
+                                     if not links_out_of(p, job.for_file(p).settings.root)})
         hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
         if not hits:
             return _run_files(paths, job, jobs, progress)
