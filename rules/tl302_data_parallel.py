@@ -104,7 +104,5 @@ class DataParallel(Rule):
         index = ctx.index
         if _DISTRIBUTED_TEXT.search(ctx.source) or first_training_loop(index) is None:
             return
-        for name in ("DataParallel", "data_parallel"):
-            for info in index.calls_by_name.get(name, ()):
-                if (index.qualified_name(info.node.func) or "") in _DATA_PARALLEL:
-                    ctx.report(info.node.func)
+        for info in index.calls_to(*_DATA_PARALLEL):  # however imported: `from torch.nn import DataParallel as DP`
+            ctx.report(info.node.func)

@@ -6,7 +6,7 @@ import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstScope, StatementLine, dotted_name, keyword_value, source_order, walk
+from torchlint.ast_index import AstIndex, AstScope, StatementLine, dotted_name, keyword_value, walk
 from torchlint.config import Settings
 from torchlint.facts.devices import reduced_precision_evidence
 from torchlint.rule import FixAvailability, IndexContext, Rule
@@ -117,9 +117,7 @@ class UnalignedFp16MatmulDims(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        layers = sorted((info.node for name in ("Linear", "Embedding") for info in index.calls_by_name.get(name, ())
-                         if index.qualified_name(info.node.func) in ("torch.nn.Linear", "torch.nn.Embedding")),
-                        key=source_order)
+        layers = [info.node for info in index.calls_to("torch.nn.Linear", "torch.nn.Embedding")]  # aliases too
         if not layers or reduced_precision_evidence(index) is None:
             return
         fields = _config_defaults(index)
