@@ -441,13 +441,11 @@ def test_tl403_text_stage_keeps_what_its_plain_regexes_matched():
 
 
 def test_text_helpers_answer_as_their_plain_regexes():
-    from torchlint.rules.tl502_optimizer_not_fused import _unsupported
     from torchlint.rules.tl601_cudnn_benchmark_off import _decided
     from torchlint.rules.tl701_no_mixed_precision import _requires_double, decided_elsewhere
     from torchlint.rules.tl703_unaligned_fp16_matmul_dims import _LAYER_TEXTS, _may_be_reduced
 
     plain = [
-        (_unsupported, r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b", 0),
         (_decided, r"cudnn|\bbenchmark\s*=", re.IGNORECASE),
         (_requires_double, r"float64|\.double\(\)|torch\.double\b|set_default_dtype|set_default_tensor_type", 0),
         (_may_be_reduced, r"autocast|GradScaler|bfloat16|float16|" + DOT + r"half\b|\bhalf\b(?=[\s\S]*\bfrom"

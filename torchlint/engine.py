@@ -178,6 +178,14 @@ def _run_rules(
                                      and not rule.detects_on_index()], ctx, crashes))
     else:
         assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
+    pending = [report for report in reports if report.rewrite is not None]
+    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree of the file
+        if module is None:
+            module = parse(source, path)  # SyntaxProblem: the callers report the file as before
+        if analysis is None:
+            analysis = FileAnalysis(module, source, path)
+        assert index is not None
+        _make_rewrites(pending, index, analysis)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -190,12 +198,14 @@ def _run_rules(
         placed = [r for r in found if r.span is None]  # LibCST's reports: placed here, all at once
         positions, fix_edits = {}, None
         if placed:
-            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
             from torchlint.positions import node_spans
 
             wanted = [r.node for r in placed] + [n for r in placed if r.fix for n in r.fix.replacements]
             positions = node_spans(module, wanted, analysis.parents, source)
-            fix_edits = FixEdits(module, analysis, path, source) if with_edits else None
+        if with_edits and any(r.fix for r in found):
+            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
+
+            fix_edits = FixEdits(module, analysis, path, source)
         for report in found:
             line, column, end_line, end_column = report.span or positions[report.node]
             key = (report.rule.code, line, column, report.message)
@@ -236,6 +246,33 @@ def _run_rules(
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
+
+
+def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
+    """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
+    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call), or
+    its ``refused`` message where the rewrite cannot be made."""
+    calls = [info.node for info in index.calls]
+    if len(calls) == len(analysis.calls):
+        twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
+    else:  # never seen: the two parsers disagree on the calls; match them by place instead
+        from torchlint.positions import node_spans
+
+        by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
+                                                           analysis.source).items()}
+        twins = {id(call): by_span.get(index.span(call)) for call in calls}
+    for report in reports:
+        rewrite = report.rewrite
+        assert rewrite is not None
+        twin = twins.get(id(rewrite.call))
+        if twin is None:
+            continue  # reported without a fix, as found
+        report.node = twin
+        fix = rewrite.make(twin, analysis)
+        if fix is None:
+            report.message = rewrite.refused
+        else:
+            report.fix = fix
 
 
 def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
@@ -283,8 +320,11 @@ def lint_source(
             module = parse(source, path)
         except SyntaxProblem as exc:
             return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
-    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
-    return LintOutcome(diagnostics, parsed=module is not None)
+    try:
+        analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
+    except SyntaxProblem as exc:  # a fix on the index needed LibCST's tree, and LibCST cannot parse the file
+        return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
+    return LintOutcome(diagnostics, parsed=analysis is not None)
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
@@ -304,21 +344,22 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             remaining = []
             break
         index = _index_of(current) if any(rule.detects_on_index() for rule in candidates) else None
-        if not needs_libcst(candidates, current):  # rules on the index render no fix: what they find stays
-            _, _, remaining = _run_rules(None, current, path, candidates, settings, selected=selected, index=index)
-            break
-        if module is None:
-            try:
+        try:
+            if module is None and needs_libcst(candidates, current):
                 module = parse(current, path)
-            except SyntaxProblem as exc:
-                if current == source:
-                    outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
-                    return outcome
-                raise AssertionError("a verified fix produced unparsable code") from exc
-        else:
-            forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
-        analysis, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
-                                                  index=index)
+            elif module is not None:
+                forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
+            # (a finding on the index that proposes a fix parses the file here, where `module` is None)
+            analysis, reports, remaining = _run_rules(module, current, path, candidates, settings,
+                                                      selected=selected, index=index)
+        except SyntaxProblem as exc:
+            if current == source:
+                outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
+                return outcome
+            raise AssertionError("a verified fix produced unparsable code") from exc
+        if analysis is None:
+            break  # no finding proposes a fix: what was found stays
+        module = analysis.module
         fixable = [
             r for r in reports
             if r.fix is not None and r.fix.applicability in allowed
