@@ -15,7 +15,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.script_facts import any_of, may_train, may_use_cuda
+from torchlint.text_prefilter import any_of, may_train, may_use_cuda
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis

@@ -13,8 +13,7 @@ from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.script_facts import may_train, may_use_cuda
-from torchlint.text_prefilter import with_newline_ends
+from torchlint.text_prefilter import may_train, may_use_cuda, with_newline_ends
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.

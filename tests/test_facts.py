@@ -1,5 +1,5 @@
-"""The program model's shared facts (torchlint/facts/) mean on the index what their LibCST forms mean, on
-every fixture and on hand-made edge cases, while rules of both kinds exist (docs/architecture.md, "One
+"""The program model's device and precision facts (torchlint/facts/devices.py) mean on the index what their
+LibCST forms mean, on every fixture and on hand-made edge cases, while rules of both kinds use them (docs/architecture.md, "One
 program model")."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from fixture_support import FIXTURES
-from torchlint import device_facts, script_facts
+from torchlint import device_facts
 from torchlint.analysis import FileAnalysis
 from torchlint.ast_index import AstIndex
-from torchlint.facts import devices, script
+from torchlint.facts import devices
 
 CASES = [
     "import torch\nwith torch.autocast('cuda'):\n    pass\n",
@@ -81,19 +81,3 @@ def test_device_and_precision_facts_agree(source):
     assert ast_place(devices.mixed_precision_evidence(index)) == cst_place(device_facts.mixed_precision_evidence(analysis))
     assert (ast_place(devices.reduced_precision_evidence(index))
             == cst_place(device_facts.reduced_precision_evidence(analysis)))
-
-
-@pytest.mark.parametrize("source", SAMPLES)
-def test_script_facts_agree(source):
-    analysis, index, cst_place, ast_place = _both(source)
-    cst_loop, ast_loop = script_facts.first_training_loop(analysis), script.first_training_loop(index)
-    assert (ast_place(script.loop_header(ast_loop)) if ast_loop else None) == (
-        cst_place(script_facts.loop_header(cst_loop)) if cst_loop else None)
-    assert len(analysis.calls) == len(index.calls)
-    for cst_call, info in zip(analysis.calls, index.calls):
-        assert ast_place(info.node) == cst_place(cst_call)
-        assert ((script.condition_around(index, info.node) is None)
-                == (script_facts.condition_around(analysis, cst_call) is None)), cst_place(cst_call)
-        assert script.runs_on_every_run(index, info.node) == script_facts.runs_on_every_run(analysis, cst_call)
-        assert ((script.training_loop_around(index, info.node) is None)
-                == (analysis.training_loop_of(cst_call) is None)), cst_place(cst_call)

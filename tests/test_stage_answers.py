@@ -15,7 +15,6 @@ from torchlint.ast_index import _LEAVES, _children
 from torchlint.config import Settings
 from torchlint.loader_prefilter import is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
 from torchlint.registry import get_rule
-from torchlint.script_facts import ast_facts
 from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, search_word
 
 FIXTURE_SOURCES = [path.read_text(encoding="utf-8") for path in sorted(FIXTURES.rglob("*.py"))]
@@ -232,31 +231,6 @@ def trees():
 
 # --- references: the whole-tree walks the stages made before ------------------------------------------
 
-def reference_facts(tree):
-    """script_facts' walk: calls by name, a backward/step call in a loop, a cuda sign, imported roots."""
-    names, training, cuda, roots = set(), False, False, set()
-    stack = [(tree, False)]
-    while stack:
-        node, in_loop = stack.pop()
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name is not None:
-                names.add(name)
-                training = training or (in_loop and name in ("backward", "step"))
-                cuda = cuda or name in ("cuda", "to")
-            cuda = cuda or any(keyword.arg == "device" for keyword in node.keywords)
-        elif isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
-                roots.add(node.module.split(".")[0])
-        stops = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-        inner = False if isinstance(node, stops) else in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
-    return names, training, cuda, roots
-
-
 def reference_loop_may_move_batch(tree, text):
     loops, loader_valued = [], set()
     for node in ast.walk(tree):
@@ -315,16 +289,6 @@ def test_the_index_walk_finds_children_of_a_field_first_seen_empty():
     call = ast.Call(func=ast.Name(id="f", ctx=ast.Load()), args=[], keywords=[])
     second = Probe(items=[call, None, "text"], child=call, label="name")
     assert _children(second) == [call, call]
-
-
-def test_file_facts_read_off_the_index_are_those_of_a_whole_tree_walk():
-    for _, tree in trees():
-        names, training, cuda, roots = reference_facts(tree)
-        facts = ast_facts(tree)
-        assert set(facts.calls_by_name) == names
-        assert facts.has_training_loop is training
-        assert facts.may_use_cuda is cuda
-        assert facts.imported_roots == roots
 
 
 def test_loader_loops_moving_batches_are_found_as_a_whole_tree_walk_finds_them():
