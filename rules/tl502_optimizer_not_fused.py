@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -172,18 +172,18 @@ class OptimizerNotFused(Rule):
                 "fused support this rule does not check)"
             ))
             return
-        refused = f"{message} (not fixed automatically: it would move a comment)"
+        refused = message + " (not fixed automatically: {reason})"
         if _resumes_optimizer(ctx.index):
             message += (
                 "; after `load_state_dict` of a checkpoint saved without it, set `group[\"fused\"] = True` in "
                 "each param group, or the restored settings turn it off again"
             )
-        ctx.report(call.func, message=message, rewrite=Rewrite(call, _pass_fused, refused))
+        ctx.report(call.func, message=message, rewrite=Rewrite(_pass_fused, refused, call))
 
 
-def _pass_fused(call: cst.Call, analysis: FileAnalysis) -> Optional[Fix]:
+def _pass_fused(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
     new_call = append_keyword(call, "fused", cst.Name("True"))
-    return Fix.replace(call, new_call, Applicability.UNSAFE) if new_call is not None else None
+    return Fix.replace(call, new_call, Applicability.UNSAFE) if new_call is not None else "it would move a comment"
 
 
 def _resumes_optimizer(index: AstIndex) -> bool:

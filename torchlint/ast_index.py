@@ -441,6 +441,15 @@ class AstIndex:
 
         return (*place(first_row, first_col), *place(last_row, last_col))
 
+    def source_of(self, node: Union[ast.AST, "Extent"]) -> str:
+        """The text of ``node``'s span."""
+        line, column, end_line, end_column = self.span(node)
+        if line == end_line:
+            return self._line_text(line)[column:end_column]
+        lines = [self._line_text(line)[column:], *map(self._line_text, range(line + 1, end_line)),
+                 self._line_text(end_line)[:end_column]]
+        return "\n".join(lines)
+
     def _line_text(self, line: int) -> str:
         lines = self.__dict__.get("_lines")
         if lines is None:

@@ -250,8 +250,8 @@ def _run_rules(
 
 def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
     """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
-    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call), or
-    its ``refused`` message where the rewrite cannot be made."""
+    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call) or
+    on the module, or its ``refused`` message where the rewrite cannot be made."""
     calls = [info.node for info in index.calls]
     if len(calls) == len(analysis.calls):
         twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
@@ -264,15 +264,16 @@ def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAna
     for report in reports:
         rewrite = report.rewrite
         assert rewrite is not None
-        twin = twins.get(id(rewrite.call))
+        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
         if twin is None:
             continue  # reported without a fix, as found
-        report.node = twin
-        fix = rewrite.make(twin, analysis)
-        if fix is None:
-            report.message = rewrite.refused
+        if rewrite.call is not None:
+            report.node = twin
+        made = rewrite.make(twin, analysis)
+        if isinstance(made, str):
+            report.message = rewrite.refused.replace("{reason}", made)
         else:
-            report.fix = fix
+            report.fix = made
 
 
 def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:

@@ -81,13 +81,14 @@ class Fix:
 @dataclass(frozen=True)
 class Rewrite:
     """The fix a finding on the index proposes. It is made on LibCST's tree only where a fix is shown or
-    applied (``fix``, ``[*]``, JSON/SARIF/full edits): ``make(twin, analysis)`` gets the LibCST node of
-    ``call`` (the same call, found by its place among the file's calls) and returns the ``Fix``, or None
-    where it cannot be made in the user's layout, and the finding then reads ``refused`` instead."""
+    applied (``fix``, ``[*]``, JSON/SARIF/full edits): ``make(node, analysis)`` gets the LibCST twin of
+    ``call`` (the same call, found by its place among the file's calls), or the module where ``call`` is
+    None, and returns the ``Fix``, or why it cannot be made in the user's layout; the finding then reads
+    ``refused`` with that answer in place of ``{reason}``."""
 
-    call: ast.Call
-    make: "Callable[[cst.Call, FileAnalysis], Optional[Fix]]"
+    make: "Callable[[cst.CSTNode, FileAnalysis], Union[Fix, str]]"
     refused: str
+    call: Optional[ast.Call] = None
 
 
 @dataclass
