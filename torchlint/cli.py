@@ -40,6 +40,7 @@ from torchlint.rule import Diagnostic, FixAvailability
 from torchlint.runner import FileResult, Job, process_source, run
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program that Ctrl-C stopped
 
 
 def use_color() -> bool:
@@ -236,6 +237,9 @@ def _guarded(body: Callable[[], int]) -> None:
         code = EXIT_ERROR
     except (click.exceptions.Exit, BrokenPipeError):
         raise  # a reader that went away (`| head`): click ends quietly with exit code 1
+    except KeyboardInterrupt as exc:  # Ctrl-C: the run stopped at once (runner.Interrupted)
+        click.echo(_interrupted_message(getattr(exc, "written", None)), err=True)
+        code = EXIT_INTERRUPTED
     except Exception as exc:  # an internal error must still say what happened, never exit 1
         import traceback
 
@@ -244,6 +248,15 @@ def _guarded(body: Callable[[], int]) -> None:
         click.echo("Please report this at https://github.com/torchlint/torchlint/issues", err=True)
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def _interrupted_message(written: Optional[List[str]]) -> str:
+    if written is None:
+        return "torchlint: interrupted"
+    if not written:
+        return "torchlint: interrupted; no file was written"
+    listed = "".join(f"\n  {path}" for path in sorted(written))
+    return f"torchlint: interrupted; {len(written)} file{'s were' if len(written) != 1 else ' was'} written before it:{listed}"
 
 
 def _describe(exc: BaseException) -> str:

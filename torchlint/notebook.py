@@ -22,9 +22,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchlint.cache import Cache
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
-from torchlint.fileio import SourceError, read_bytes, write_atomic
+from torchlint.fileio import SourceError, read_bytes
 from torchlint.rule import Diagnostic, Edit
-from torchlint.runner import FileResult, Job, rules_for
+from torchlint.runner import FileResult, Job, PendingWrite, rules_for
 
 _MARKER = "# torchlint-cell {}"
 _MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")
@@ -297,7 +297,7 @@ def process_notebook(path: Path, job: Job) -> FileResult:
 
 
 def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> FileResult:
-    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``."""
+    """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write to ``path``."""
     try:
         raw = data.decode("utf-8-sig")
         program = NotebookProgram.parse(raw)
@@ -322,10 +322,10 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> File
         if cache is not None:
             cache.put(key, result.diagnostics)
         return result
-    return _fix(path, shown, program, rules, job)
+    return _fix(path, shown, data, program, rules, job)
 
 
-def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
+def _fix(path: Path, shown: str, data: bytes, program: NotebookProgram, rules, job: Job) -> FileResult:
     outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe)
     remaining = [program.to_cells(d) for d in outcome.errors + outcome.remaining]
     result = NotebookResult(shown, remaining, outcome.applied)
@@ -344,10 +344,6 @@ def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> F
         before = cell_source(program.notebook["cells"][number - 1])
         if text != before:
             result.cell_changes.append((number, before, text))
-    if job.apply:
-        try:
-            write_atomic(Path(os.path.realpath(path)), rewritten.encode("utf-8"))
-            result.written = True
-        except OSError as exc:
-            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
+    if job.apply:  # written by runner.write_back
+        result.pending = PendingWrite(Path(os.path.realpath(path)), rewritten.encode("utf-8"), data)
     return result
