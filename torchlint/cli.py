@@ -76,7 +76,8 @@ def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
 
 def common_options(func: Callable) -> Callable:
     options = [
-        click.argument("paths", nargs=-1, type=click.Path()),
+        # readable=False: click would stop the whole run over one unreadable file; it gets a TL000 instead
+        click.argument("paths", nargs=-1, type=click.Path(readable=False)),
         click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. TL2, TL101, ALL)."),
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
         click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable."),
@@ -86,12 +87,12 @@ def common_options(func: Callable) -> Callable:
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
         click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,
                      help="How to show findings (concise is the text default; see the README for each format)."),
-        click.option("--output-file", "-o", type=click.Path(dir_okay=False), help="Write the report to this file."),
+        click.option("--output-file", "-o", type=click.Path(dir_okay=False, readable=False), help="Write the report to this file."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when problems remain."),
         click.option("--statistics", is_flag=True, help="Show counts per rule instead of each problem."),
         click.option("--quiet", "-q", is_flag=True, help="Print problems only: no summary."),
         click.option("--force-exclude", is_flag=True, help="Apply exclusions to paths given on the command line too."),
-        click.option("--stdin-filename", type=click.Path(), help="The path to report for source read from '-'."),
+        click.option("--stdin-filename", type=click.Path(readable=False), help="The path to report for source read from '-'."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write .torchlint_cache/."),
         click.option("--cache-dir", type=click.Path(file_okay=False),
                      help="Where to keep the cache (default: .torchlint_cache/ beside the configuration)."),

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from torchlint.config import Settings, find_config, load_config
+from torchlint.discovery import git_root
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,11 @@ def _settings_for_folder_as_given(tree: ConfigTree, folder: str) -> Settings:
 @lru_cache(maxsize=1024)
 def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
     path = tree.config if tree.config is not None else find_config(folder)
-    return tree.overrides.apply(_load(path) if path is not None else Settings(root=tree.cwd))
+    if path is not None:
+        return tree.overrides.apply(_load(path))
+    # No configuration file: excludes and the cache are anchored at the current folder, as in Ruff; test paths
+    # at the repository root (else the file's folder), so that results never depend on where torchlint runs.
+    return tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or folder))
 
 
 @lru_cache(maxsize=256)

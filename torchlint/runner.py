@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
 from torchlint.discovery import cached_spec, display_path
-from torchlint.engine import error_diagnostic, fix_source, lint_source
+from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_path
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
@@ -106,7 +106,8 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
                 extra.extend(codes)
     rules = all_rules()
     codes = selected_codes(settings, [r.code for r in rules], extra, [r.code for r in rules if r.default_enabled])
-    return _rule_instances(codes)
+    # Test files drop their silent rules here too, so that the cache key says whether the file is a test.
+    return tuple(rules_for_path(_rule_instances(codes), str(path) if path is not None else "", settings))
 
 
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
