@@ -65,10 +65,12 @@ def test_without_a_configuration_or_repository_only_names_count(project):
 
 def test_the_cache_knows_whether_a_file_is_a_test(project):
     write(project / "bench" / "train.py", SLOW)
-    cached = lambda: _runner().invoke(cli, ["check", "."]).output  # noqa: E731 - invoke() adds --no-cache
-    assert f"bench/train.py:{FINDING}" in cached()
+    cached = lambda: _runner().invoke(cli, ["check", "."])  # noqa: E731 - invoke() adds --no-cache
+    assert f"bench/train.py:{FINDING}" in cached().output
     write(project / "torchlint.toml", 'extend-test-paths = ["bench/"]\n')
-    assert "bench/train.py" not in cached()
+    again = cached()
+    assert again.exit_code == 0 and "bench/train.py" not in again.output
+    assert any((project / ".torchlint_cache").rglob("*")), "the cache was in use"
 
 
 def test_show_settings_and_show_files_say_which_files_are_tests(project):

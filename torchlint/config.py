@@ -160,17 +160,36 @@ def load_config(path: Path, _seen: Tuple[Path, ...] = ()) -> Settings:
     table = data.get("tool", {}).get("torchlint")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data
+    values = parse_table(table, str(path), allowed_extra=("extend",))
+    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
+    root = path.parent.resolve()
+    return replace(merge_layer(base, values), root=root, config_path=path, project_root=root)
+
+
+def parse_table(table: Dict[str, Any], where: str, allowed_extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """A table of settings (a configuration file's, or ``--config KEY=VALUE``'s) as Settings fields."""
     values: Dict[str, Any] = {}
     for key, value in table.items():
-        if key == "extend":
+        if key in allowed_extra:
             continue
         if key not in _KEYS:
-            allowed = ", ".join(sorted([*_KEYS, "extend"]))
-            raise ConfigError(f"{path}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
+            allowed = ", ".join(sorted([*_KEYS, *allowed_extra]))
+            raise ConfigError(f"{where}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
         attr, parse = _KEYS[key]
-        values[attr] = parse(value, f"{path}: {key}")
-    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
-    return _merge(base, values, root=path.parent.resolve(), config_path=path)
+        values[attr] = parse(value, f"{where}: {key}")
+    return values
+
+
+def parse_inline(text: str) -> Dict[str, Any]:
+    """``--config 'KEY = VALUE'``: one setting in TOML, as Ruff's ``--config "line-length = 100"``."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        hint = (f"no such configuration file: {text!r}" if text.strip().endswith(".toml") else
+                f"expected a configuration file or a TOML KEY = VALUE pair such as 'torch-version = \"2.4\"', "
+                f"got {text!r} ({exc})")
+        raise ConfigError(f"--config: {hint}") from exc
+    return parse_table(table, f"--config {text!r}")
 
 
 def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
@@ -185,16 +204,17 @@ def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
     return load_config(target, (*seen, path.resolve()))
 
 
-def _merge(base: Settings, values: Dict[str, Any], root: Path, config_path: Path) -> Settings:
-    """This file's keys over the extended file's: ``select`` starts a new selection (dropping the base's
-    ignores and extensions), ``ignore`` and the ``extend-*`` keys add, the rest replace."""
+def merge_layer(base: Settings, values: Dict[str, Any]) -> Settings:
+    """Settings over others (a file over the file it extends, ``--config KEY=VALUE`` over a file): ``select``
+    starts a new selection (dropping the base's ignores and extensions), ``ignore`` and the ``extend-*`` keys
+    add, the rest replace."""
     if "select" in values:
         base = replace(base, ignore=(), extend_select=())
     merged = dict(values)
     for attr in ("ignore", "extend_select", "extend_exclude", "extend_test_paths"):
         if attr in values:
             merged[attr] = getattr(base, attr) + values[attr]
-    return replace(base, root=root, config_path=config_path, project_root=root, **merged)
+    return replace(base, **merged)
 
 
 def selector_matches(selector: str, code: str) -> bool:
