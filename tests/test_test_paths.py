@@ -87,3 +87,14 @@ def test_show_settings_and_show_files_say_which_files_are_tests(project):
     assert f"project-root = {str(project)!r}" in shown.output.replace('"', "'")
     assert 'test-paths = ["test_*.py", "*_test.py", "conftest.py", "tests/", "test/", "testing/"]' in shown.output
     assert "is-test-file = true" in shown.output
+
+
+def test_the_readme_names_the_rules_that_speak_in_test_files():
+    from pathlib import Path
+
+    from torchlint.registry import all_rules
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    speaks = [rule.code for rule in all_rules() if not rule.silent_in_test_files]
+    listed = ", ".join(f"`{code}`" for code in speaks[:-1]) + f" and `{speaks[-1]}`"
+    assert f"Every rule but {listed} says nothing about test code" in readme.replace("\n", " ")
