@@ -30,8 +30,8 @@ def _project(root: Path) -> Path:
     return root
 
 
-def _start(project: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "torchlint", *args, "--jobs", "2", "."], cwd=project,
+def _start(project: Path, *args: str, jobs: str = "2") -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "torchlint", *args, "--jobs", jobs, "."], cwd=project,
                             start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -53,9 +53,10 @@ def _fixed(project: Path) -> set:
     return {p.name for p in project.glob("*.py") if p.read_text() != SLOW}
 
 
-def test_ctrl_c_stops_fix_apply_and_lists_what_was_written(tmp_path):
+@pytest.mark.parametrize("jobs", ["2", "1"])
+def test_ctrl_c_stops_fix_apply_and_lists_what_was_written(tmp_path, jobs):
     project = _project(tmp_path / "proj")
-    process = _start(project, "fix", "--apply", "--no-cache")
+    process = _start(project, "fix", "--apply", "--no-cache", jobs=jobs)
     _wait_for(lambda: _fixed(project), process)
     err = _interrupt(process)
     assert process.returncode == 130, err

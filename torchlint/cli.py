@@ -304,7 +304,7 @@ def _describe(exc: BaseException) -> str:
 def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_noqa: bool, watch: bool, **opts) -> None:
     """Report slow PyTorch patterns in PATHS (default: the current folder); '-' reads stdin."""
     _show_and_exit(paths, opts)
-    if add_noqa:
+    if add_noqa and not (fix_ or diff):
         _guarded(lambda: _add_noqa_body(paths, opts))
 
     def lint() -> int:
@@ -319,14 +319,8 @@ def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_
     # --fix and --diff: Ruff's spelling of `fix --apply` and `fix`
     body = (lambda: _fix_body(paths, fix_ and not diff, opts)) if fix_ or diff else lint
     if watch:
-        if paths == ("-",):
-            _guarded(lambda: _usage_error("--watch cannot read stdin"))
         _guarded(lambda: _watch(paths, opts, _with_output_file(opts, body)))
     _guarded(_with_output_file(opts, body))
-
-
-def _usage_error(message: str) -> int:
-    raise ConfigError(message)
 
 
 def _show_and_exit(paths: Tuple[str, ...], opts: dict) -> None:
@@ -359,6 +353,9 @@ def _watch(paths: Tuple[str, ...], opts: dict, body: Callable[[], int]) -> int:
     """Ruff's --watch: run, then run again after any checked file or configuration file changes (a file added,
     removed or edited), until Ctrl-C. A bad configuration is reported and waited out."""
     import time
+
+    if paths == ("-",):
+        raise ConfigError("--watch cannot read stdin")
 
     def say(text: str) -> None:
         click.echo(f"[{time.strftime('%H:%M:%S')}] {text}")
@@ -577,17 +574,18 @@ def clean() -> None:
     one the current folder's configuration uses."""
 
     def body() -> int:
-        found = set()
-        settings = ConfigTree(cwd=Path.cwd().resolve()).for_path(Path("."))
-        if (settings.root / CACHE_DIR_NAME).is_dir():
-            found.add(settings.root / CACHE_DIR_NAME)
+        root = ConfigTree(cwd=Path.cwd().resolve()).for_path(Path(".")).root
+        found = {root / CACHE_DIR_NAME}
         for folder, dirnames, _ in os.walk("."):
             if CACHE_DIR_NAME in dirnames:
-                found.add(Path(folder, CACHE_DIR_NAME).resolve())
+                found.add(Path(os.path.abspath(os.path.join(folder, CACHE_DIR_NAME))))
             dirnames[:] = [d for d in dirnames if d not in (CACHE_DIR_NAME, ".git")]
-        for cache in sorted(found):
+        for cache in sorted(p for p in found if p.is_dir() or p.is_symlink()):
             click.echo(f"Removing cache at: {display_path(cache)}", err=True)
-            shutil.rmtree(cache)
+            if cache.is_symlink():  # the link, never what it points to
+                cache.unlink()
+            else:
+                shutil.rmtree(cache)
         return EXIT_CLEAN
 
     _guarded(body)
