@@ -56,11 +56,16 @@ def test_test_paths_replace_and_extend_test_paths_add(project):
     assert bad.exit_code == 2 and "test-paths: expected a list of strings" in bad.stderr
 
 
-def test_without_a_configuration_or_repository_only_names_count(project):
-    write(project / "tests" / "helpers.py", SLOW)
+def test_without_a_configuration_or_repository_the_package_decides(project, monkeypatch):
+    write(project / "tests" / "helpers.py", SLOW)  # not a package: its own folder, so only names count
     write(project / "tests" / "test_a.py", SLOW)
+    for folder in ("torch", "torch/testing", "torch/testing/_internal"):  # an installed package
+        write(project / "lib" / folder / "__init__.py", "")
+    write(project / "lib" / "torch" / "testing" / "_internal" / "common.py", SLOW)
     out = invoke("check", ".").output
-    assert f"tests/helpers.py:{FINDING}" in out and "test_a.py" not in out
+    assert f"tests/helpers.py:{FINDING}" in out and "test_a.py" not in out and "common.py" not in out
+    monkeypatch.chdir(project / "lib" / "torch" / "testing" / "_internal")
+    assert invoke("check", "common.py").output == "All checks passed!\n"
 
 
 def test_the_cache_knows_whether_a_file_is_a_test(project):

@@ -42,8 +42,9 @@ class Settings:
     # Where the config file was found: relative exclude and per-file-ignores globs are anchored here.
     root: Path = field(default_factory=Path.cwd)
     config_path: Optional[Path] = None
-    # Where test-paths are anchored: the configuration file's folder, else the repository root (.git), else
-    # the file's own folder; never the current folder. None (a bare Settings()): the path as given.
+    # Where test-paths are anchored: the configuration file's folder, else the repository root (.git), else the
+    # folder above the file's top-level package; never the current folder. None (a bare Settings()): the path
+    # as given.
     project_root: Optional[Path] = None
 
 

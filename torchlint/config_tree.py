@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from torchlint.config import Settings, find_config, load_config, merge_layer
-from torchlint.discovery import git_root
+from torchlint.discovery import git_root, package_root
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,9 @@ def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
     if path is not None:
         return tree.overrides.apply(_load(path))
     # No configuration file: excludes and the cache are anchored at the current folder, as in Ruff; test paths
-    # at the repository root (else the file's folder), so that results never depend on where torchlint runs.
-    return tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or folder))
+    # at the repository root, else above the file's top-level package, so that results never depend on where
+    # torchlint runs.
+    return tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or package_root(folder)))
 
 
 @lru_cache(maxsize=256)

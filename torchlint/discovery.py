@@ -128,6 +128,14 @@ def git_root(start: Path) -> Optional[Path]:
     return None
 
 
+def package_root(folder: Path) -> Path:
+    """The folder above the outermost Python package that holds ``folder`` (resolved), as Python imports it
+    (``site-packages`` for ``site-packages/torch/testing``); ``folder`` itself when it is no package."""
+    while os.path.isfile(folder / "__init__.py") and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
 def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
     exclude = _LazySpec(exclude_patterns(settings))
     root = settings.root.resolve()

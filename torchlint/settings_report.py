@@ -59,7 +59,7 @@ def _project_root_source(settings: Settings) -> str:
         return "the configuration file's folder"
     if os.path.lexists(Path(settings.project_root or ".") / ".git"):
         return "the repository root"
-    return "the file's own folder (no configuration file, no repository)"
+    return "above the file's top-level package (no configuration file, no repository)"
 
 
 def _without(patterns: Sequence[str], extension: Sequence[str]) -> Sequence[str]:
