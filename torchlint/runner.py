@@ -20,7 +20,8 @@ from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_fo
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
-    NotWritten, SourceError, SourceText, decode_source, read_regular, remove_stale_temp_files, write_atomic,
+    NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
+    remove_stale_temp_files, write_back,
 )
 from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability, Diagnostic, Rule
@@ -37,7 +38,7 @@ class FileResult:
     original: Optional[str] = None  # set in fix mode when the text changed
     fixed: Optional[str] = None
     written: bool = False
-    pending: Optional["PendingWrite"] = None  # fix --apply: what ``write_back`` writes, in the main process
+    pending: Optional["PendingWrite"] = None  # fix --apply: what ``write_pending`` writes, in the main process
 
     @property
     def changed(self) -> bool:
@@ -49,10 +50,10 @@ class PendingWrite:
     """A fixed file, computed (in a worker, maybe) but not yet written: only the main process writes, so a
     Ctrl-C stops every write at once and the report knows which files were written before it."""
 
-    path: Path  # the real path (symbolic links followed)
+    path: Path  # as found (fileio.write_back follows its links, within the project)
     data: bytes  # the fixed file
-    read: bytes  # what was read, to check that the file is still that file and to report it if not written
-    status: Optional[os.stat_result] = None  # the status read with it (None: no check that it is unchanged)
+    original: Tuple[bytes, os.stat_result]  # what was read and its status: the file must still be that file
+    root: Path  # the project (its settings' root): no write through a link out of it
 
 
 class Interrupted(KeyboardInterrupt):
@@ -144,8 +145,11 @@ def _collections_paused() -> Iterator[None]:
 
 def _check_or_fix(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
     rules = rules_for(job.settings, path)
-    if job.mode == "check":
-        return FileResult(shown, lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics)
+    if job.mode == "check" or not source.round_trips:
+        diagnostics = lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics
+        if job.mode == "check":
+            return FileResult(shown, diagnostics)
+        return FileResult(shown, [error_diagnostic(shown, not_round_trip_message(source.encoding))] + diagnostics)
     outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe)
     result = FileResult(shown, outcome.errors + outcome.remaining, outcome.applied)
     if outcome.source != source.text:
@@ -176,28 +180,39 @@ def process_file(path: Path, job: Job) -> FileResult:
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
     if job.apply and result.changed:
-        try:
-            result.pending = PendingWrite(Path(os.path.realpath(path)), source.encode(result.fixed or ""), data, status)
-        except UnicodeEncodeError as exc:
-            return not_written(result, path, data, job, f"cannot write the fixed file: {exc}")
+        check_job = replace(job, mode="check", apply=False)
+        result = prepare_write(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
+                               lambda: process_source(source, shown, path, check_job).diagnostics)
     return result
 
 
-def write_back(result: FileResult, job: Job, written: List[str]) -> FileResult:
+def prepare_write(result: FileResult, path: Path, encoded: Callable[[], bytes], original: Tuple[bytes, os.stat_result],
+                  job: Job, unfixed: Callable[[], List[Diagnostic]]) -> FileResult:
+    """``result`` with the fixed file to write over ``path`` (``write_pending`` writes it, in the main
+    process); where it cannot be encoded, the file as it still is: a TL000 saying why and its findings
+    (``unfixed``), never the fixed text's leftovers."""
+    try:
+        result.pending = PendingWrite(path, encoded(), original, job.settings.root)
+        return result
+    except UnicodeEncodeError as exc:
+        return FileResult(result.path, [error_diagnostic(result.path, f"cannot write the fixed file: {exc}")] + unfixed())
+
+
+def write_pending(result: FileResult, job: Job, written: List[str]) -> FileResult:
     """Write ``result``'s fixed file, if any (main process only), and add it to ``written``. A Ctrl-C during
-    the write takes effect once it is done: a file is written whole and listed, or not written at all."""
+    the write takes effect once it is done: a file is written whole and listed, or not written at all. Where
+    it cannot be written, the file as it still is (``not_written``)."""
     pending, result.pending = result.pending, None
     if pending is None:
         return result
-    path = Path(result.path)
     try:
         with _interrupts_deferred():
-            write_atomic(pending.path, pending.data, (pending.read, pending.status) if pending.status else None)
+            write_back(pending.path, pending.data, pending.original, pending.root)
             result.written = True
             written.append(result.path)
     except (NotWritten, OSError) as exc:
         reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
-        return not_written(result, path, pending.read, job, reason)
+        return not_written(result, pending.path, pending.original[0], job, reason)
     return result
 
 
@@ -327,11 +342,12 @@ def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Prog
     written: List[str] = []
 
     def finish(result: FileResult) -> FileResult:
-        return write_back(result, job, written)
+        return write_pending(result, job, written)
 
     try:
-        if job.apply:  # temporary files a killed run left beside the files it was writing
-            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
+        if job.apply:  # temporary files a killed run left beside the files it was writing (never out of the tree)
+            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths
+                                     if not links_out_of(p, job.for_file(p).settings.root)})
         hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
         if not hits:
             return _run_files(paths, job, jobs, finish, progress)
