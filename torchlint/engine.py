@@ -8,7 +8,6 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
