@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import _OPTIMIZER_NAME
-from torchlint.ast_index import AstIndex, call_arguments, dotted_name, is_literal, walk
+from torchlint.ast_index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, walk
 from torchlint.comments import has_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
@@ -191,7 +190,7 @@ def _resumes_optimizer(index: AstIndex) -> bool:
     for info in index.calls_by_name.get("load_state_dict", ()):
         func = info.node.func
         owner = dotted_name(func.value) if isinstance(func, ast.Attribute) else None
-        if owner is not None and _OPTIMIZER_NAME.search(owner.split(".")[-1]):
+        if owner is not None and OPTIMIZER_NAME.search(owner.split(".")[-1]):
             return True
     return False
 

@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import re
 import typing
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
+
+from torchlint.ast_index import LOADER_NAME as _LOADER_NAME, OPTIMIZER_NAME as _OPTIMIZER_NAME
+from torchlint.ast_index import SCHEDULER_NAME as _SCHEDULER_NAME
+from torchlint.facts.arrays import NDARRAY_METHODS as _NDARRAY_METHODS, NUMPY_ARRAY_FUNCS as _NUMPY_ARRAY_FUNCS
+from torchlint.facts.arrays import NUMPY_RANDOM_SIZE_POSITION as _NUMPY_RANDOM_SIZE_POSITION
 
 # Nothing here touches libcst at import time: the command line defers loading it until a file reaches the
 # LibCST stage (most runs of `torchlint check one_file.py` never do; see docs/architecture.md).
@@ -26,30 +30,6 @@ if TYPE_CHECKING:
 else:  # only annotations use these names
     ScopeNode = "Union[cst.Module, cst.FunctionDef, cst.Lambda]"
     LoopNode = "Union[cst.For, cst.While]"
-
-_OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
-_SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
-_LOADER_NAME = re.compile(r"loader|dataloader|_dl$|^dl$|_dl_|^dl_", re.IGNORECASE)
-
-# numpy functions that always return an ndarray, whatever their arguments. Anything else (reductions,
-# ufuncs, np.float32(...)) may return a numpy scalar, which torch.from_numpy rejects: not ours to flag.
-_NUMPY_ARRAY_FUNCS = {
-    "array", "asarray", "ascontiguousarray", "asfortranarray", "copy", "zeros", "ones", "empty", "full",
-    "zeros_like", "ones_like", "empty_like", "full_like", "arange", "linspace", "logspace", "geomspace",
-    "eye", "identity", "diag", "load", "loadtxt", "genfromtxt", "fromfile", "frombuffer", "fromiter",
-    "fromstring", "stack", "concatenate", "vstack", "hstack", "dstack", "column_stack", "tile", "repeat",
-    "transpose", "reshape", "flip", "fliplr", "flipud", "rot90", "expand_dims", "squeeze", "pad", "sort",
-    "argsort", "unique", "cumsum", "diff", "outer", "clip", "where", "random.permutation",
-    "random.randint", "random.choice", "random.rand", "random.randn", "random.random", "random.uniform",
-    "random.normal", "random.standard_normal", "random.random_sample",
-}
-# np.random.rand() with no size is a float; with a size, an array.
-_NUMPY_RANDOM_NEEDS_SIZE = {
-    "random.rand", "random.randn", "random.random", "random.uniform", "random.normal", "random.randint",
-    "random.choice", "random.standard_normal", "random.random_sample",
-}
-# Methods of an ndarray that return an ndarray.
-_NDARRAY_METHODS = {"astype", "copy", "reshape", "transpose", "flatten", "ravel", "squeeze", "view"}
 
 
 @dataclass
@@ -663,7 +643,7 @@ class FileAnalysis:
                 func = qualified[len("numpy."):]
                 if func not in _NUMPY_ARRAY_FUNCS:
                     return None
-                if func in _NUMPY_RANDOM_NEEDS_SIZE and not _has_size_arg(expr, func):
+                if func in _NUMPY_RANDOM_SIZE_POSITION and not _has_size_arg(expr, func):
                     return None
                 return qualified
             method = call_name(expr)
@@ -705,7 +685,4 @@ def _has_size_arg(call: cst.Call, func: str) -> bool:
     if keyword_arg(call, "size") is not None:
         return True
     positional = [a for a in call.args if a.keyword is None]
-    needed = {"random.rand": 1, "random.randn": 1, "random.random": 1, "random.random_sample": 1,
-              "random.standard_normal": 1, "random.uniform": 3, "random.normal": 3, "random.randint": 3,
-              "random.choice": 2}[func]
-    return len(positional) >= needed
+    return len(positional) >= _NUMPY_RANDOM_SIZE_POSITION[func]

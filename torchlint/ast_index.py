@@ -19,7 +19,10 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
-from torchlint.analysis import _LOADER_NAME, _OPTIMIZER_NAME, _SCHEDULER_NAME
+# What names say a variable holds, where nothing else tells (an optimizer's `.step()`, a loader).
+OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
+SCHEDULER_NAME = re.compile(r"sched|lr_|warmup", re.IGNORECASE)
+LOADER_NAME = re.compile(r"loader|dataloader|_dl$|^dl$|_dl_|^dl_", re.IGNORECASE)
 
 AstFunction = Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
 AstScope = Union[ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda]
@@ -284,9 +287,9 @@ class AstIndex:
         if owner is None:
             return False
         last = owner.split(".")[-1]
-        if _SCHEDULER_NAME.search(last):
+        if SCHEDULER_NAME.search(last):
             return False
-        if _OPTIMIZER_NAME.search(last):
+        if OPTIMIZER_NAME.search(last):
             return True
         if "scaler" in last.lower() and (call.args or call.keywords):
             return True
@@ -307,7 +310,7 @@ class AstIndex:
 
     def is_loader_name(self, expr: ast.AST) -> bool:
         name = dotted_name(expr)
-        return name is not None and bool(_LOADER_NAME.search(name.split(".")[-1]))
+        return name is not None and bool(LOADER_NAME.search(name.split(".")[-1]))
 
     # --- the tree around a node ------------------------------------------------------------------
     # ``parents`` covers every node but the leaves (names, constants, contexts, operators): the questions
