@@ -7,12 +7,14 @@ of each. The second loops over those buckets and runs the foreach section (``ops
 
     buckets = {}
     for p in params:
-        ...                                     # filters, state, host scalars
-        params_, grads = buckets.setdefault((p.device, p.dtype), ([], []))
-        params_.append(p)
+        ...  # the filters, state and host scalars
+        param_list, grads = buckets.setdefault((p.device, p.dtype), ([], []))
+        param_list.append(p)
         grads.append(p.grad)
-    for params_, grads in buckets.values():
-        torch._foreach_add_(params_, grads, alpha=-lr)
+    for param_list, grads in buckets.values():
+        torch._foreach_add_(param_list, grads, alpha=-lr)
+
+(``tests/test_foreach_emit.py`` pins the text for one list, several, a lerp and a wrapped line.)
 """
 
 from __future__ import annotations
