@@ -97,8 +97,9 @@ def test_an_ema_in_each_spelling_is_one_lerp(body):
     assert ops.lerp_pairs == [("e", "p")]
 
 
-def test_an_optimizer_moment_keeps_its_exact_mul_and_add():
-    ops, code = _mapped("p.grad.mul_(b1).add_(p, alpha=1 - b1)")
+@pytest.mark.parametrize("body", ["p.grad.mul_(b1).add_(p, alpha=1 - b1)", "p.grad.mul_(b1)\np.grad.add_(p, alpha=1 - b1)"])
+def test_an_optimizer_moment_keeps_its_exact_mul_and_add(body):
+    ops, code = _mapped(body)
     assert code == "torch._foreach_mul_(grads, b1)\ntorch._foreach_add_(grads, param_list, alpha=1 - b1)\n"
     assert ops.lerp_pairs == []
 

@@ -49,7 +49,8 @@ def match_ema(ops: OpMapper, first: cst.CSTNode, second: Optional[cst.CSTNode]) 
     end, weight = found
     if not is_one_minus(weight, d, ops.module):
         return None
-    return _lerp_code(ops, target, end, weight), True
+    call = _lerp_code(ops, target, end, weight)
+    return None if call is None else (call, True)  # None: a moment, not an average; its mul_/add_ stay
 
 
 def _ema_single(ops: OpMapper, node: cst.CSTNode) -> Optional[str]:

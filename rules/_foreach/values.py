@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keyword
 from dataclasses import dataclass
 from typing import Iterable, Set, Union
 
@@ -51,7 +52,7 @@ def plural(name: str) -> str:
 
 
 class Names:
-    """New names for lists and buckets, none of them already used around the loop or bound in its body."""
+    """New names for lists and buckets: no keyword, none already used around the loop or bound in its body."""
 
     def __init__(self, taken: Iterable[str], body_bound: Set[str]) -> None:
         self.taken = set(taken)
@@ -63,7 +64,7 @@ class Names:
             candidates.append(base[:-1] + "_list")  # `params` is taken (the loop runs over it): `param_list`
         candidates += [f"{base}_{n}" for n in range(2, 100)]
         for name in candidates:
-            if name not in self.taken and name not in self.body_bound:
+            if name not in self.taken and name not in self.body_bound and not keyword.iskeyword(name):  # `as`, `is`
                 self.taken.add(name)
                 return name
         raise NoFix("no free name for a list")
