@@ -1,5 +1,9 @@
 """TL501 per-parameter-optimizer-loop: loop classification, foreach=False fixes and torch versions."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from fixture_support import fix, lint
@@ -210,6 +214,32 @@ def test_list_names_are_never_keywords():
     assert [(line, applicability) for line, applicability, _ in _lint(source)] == [(4, "unsafe"), (6, "unsafe")]
     fixed = fix(source, "TL501")
     assert "torch._foreach_lerp_(a_list, bs, 1 - d)" in fixed and "torch._foreach_mul_(i_list, d)" in fixed
+
+
+def test_a_reason_that_names_one_of_several_variables_is_the_same_in_every_process(tmp_path):
+    """The names a statement reads are a set: the reason named whichever came first in its hash order, so the
+    message changed from run to run (PYTHONHASHSEED). It names the first in sorted order."""
+    path = tmp_path / "step.py"
+    path.write_text(HEADER + (
+        "@torch.no_grad()\n"
+        "def step(params, lr):\n"
+        "    for p in params:\n"
+        "        first = lr * 2\n"
+        "        second = lr * 3\n"
+        "        third = lr * 4\n"
+        "        p.add_(p.grad, alpha=first * second * third)\n"
+        "        first = lr\n"
+        "        second = lr\n"
+        "        third = lr\n"
+    ))
+    messages = set()
+    for seed in range(4):  # seed 2 gave `third` before
+        done = subprocess.run(
+            [sys.executable, "-m", "torchlint", "check", "--select", "TL501", "--no-cache", "-q", str(path)],
+            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        )
+        messages.add(done.stdout.split("no automatic fix: ", 1)[-1].strip())
+    assert messages == {"`first` is changed after `p.add_(p.grad, alpha=first * second * third)` uses it"}
 
 
 def test_ast_stage_reads_loops_inside_match_cases():

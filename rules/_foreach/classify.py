@@ -218,7 +218,7 @@ class LoopBody:
             tensor_statements.append((index, small))
         # a host value rebound after a tensor statement used it would be collected with its later value
         for index, small in tensor_statements:
-            for name in names_read(small):
+            for name in sorted(names_read(small)):  # the reason names the first: the same in every run
                 host = self.hosts.get(name)
                 if host is not None and host.bound_at > index:
                     raise NoFix(f"`{name}` is changed after `{short(self.module, small)}` uses it")
