@@ -3,8 +3,8 @@
     python benchmarks/same_findings.py --baseline CHECKOUT TREE... [--select ALL] [--jobs N]
 
 Runs this checkout's torchlint and the baseline checkout's (e.g. `git worktree add ../base main`) on every
-TREE, every rule on, without the cache: `check --output-format json` (each finding's code, message, span,
-fix applicability and the edits its fix makes) and `fix --diff --unsafe-fixes` (the text every fix,
+TREE, every rule on, without the cache: `check --output-format json --unsafe-fixes` (each finding's code,
+message, span, fix applicability and the edits its fix makes) and `fix --diff --unsafe-fixes` (the text every fix,
 unsafe ones included, writes after all passes). Prints the count per rule and every difference; exits 1
 when there is one. Migrating a rule onto the index (docs/architecture.md, "One program model") is done
 when this prints "identical" on the fixtures, the installed torch tree and the training-code corpus.
@@ -36,7 +36,7 @@ def run(checkout: Path, args: Sequence[str]) -> bytes:
 
 def findings(checkout: Path, trees: List[str], select: str, jobs: str) -> List[dict]:
     out = run(checkout, ["check", *trees, "--select", select, "--output-format", "json", "--no-cache",
-                         "--exit-zero", "--jobs", jobs])
+                         "--unsafe-fixes", "--exit-zero", "--jobs", jobs])
     return sorted(json.loads(out or b"[]"), key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
 
 
