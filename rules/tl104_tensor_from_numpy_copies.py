@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import List, Optional, Set
+from functools import partial
+from typing import TYPE_CHECKING, List, Optional, Set, Union
 
 import libcst as cst
 
-from torchlint.analysis import _NDARRAY_METHODS, _NUMPY_ARRAY_FUNCS, FileAnalysis, ScopeNode, call_name, is_literal, keyword_arg
-from torchlint.ast_index import AstIndex, AstScope, index_of
+from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, is_literal, keyword_value
 from torchlint.comments import DROPS_COMMENT, loses_comment
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.facts.arrays import numpy_source
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 from torchlint.text_prefilter import call_text, search_word
 
 _TENSOR_CALL_TEXT = call_text("tensor")  # `tensor (x)`, `(torch.tensor)(x)`, a comment before `(`
@@ -152,70 +156,43 @@ class TensorFromNumpyCopies(Rule):
         """``numpy`` and a ``tensor(`` call in the text (its word boundary tested by hand: see text_prefilter)."""
         return "numpy" in text and search_word(_TENSOR_CALL_TEXT, text) is not None
 
-    has_ast_prefilter = True
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        for info in index.calls_to("torch.tensor"):  # `from torch import tensor as T` too
+            self._check_call(ctx, index, info.node)
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """A ``torch.tensor(x)`` call with arguments ``check`` accepts, where ``x`` may be an ndarray."""
-        index = index_of(tree)
-        for info in index.calls_by_name.get("tensor", ()):
-            call = info.node
-            if index.qualified_name(call.func) != "torch.tensor":
-                continue
-            if len(call.args) != 1 or isinstance(call.args[0], ast.Starred):
-                continue
-            if any(k.arg not in _KNOWN_KEYWORDS or (k.arg == "pin_memory" and not _is_false(k.value))
-                   or (k.arg == "device" and not _may_be_cpu(k.value)) for k in call.keywords):
-                continue
-            if _may_be_array(index, call.args[0], info.function, 0):
-                return True
-        return False
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        for call in a.calls_by_name.get("tensor", ()):
-            if a.qualified_name(call.func) != "torch.tensor":
-                continue
-            self._check_call(ctx, a, call)
-
-    def _check_call(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call) -> None:
-        positional = [arg for arg in call.args if arg.keyword is None]
-        if len(positional) != 1 or positional[0].star or any(arg.star for arg in call.args):
+    def _check_call(self, ctx: IndexContext, index: AstIndex, call: ast.Call) -> None:
+        if (len(call.args) != 1 or isinstance(call.args[0], ast.Starred)
+                or any(keyword.arg is None for keyword in call.keywords)):
             return
-        data = positional[0]
-        array = _describe(a, data.value, a.scope_of(call), 0)
+        data = call.args[0]
+        array = _describe(index, data, index.scope_of(call), 0)
         if array is None or array.negative_strides:
             return
-
-        keep: List[cst.Arg] = [data]
-        dtype_arg: Optional[cst.Arg] = None
+        dtype: Optional[ast.expr] = None
+        kept = 1  # the data, and the `device=` / `dtype=` arguments
         requires_grad = False
-        for arg in call.args:
-            if arg is data:
-                continue
-            key = arg.keyword.value  # type: ignore[union-attr]
-            if key == "device":
-                if not _is_cpu(a, arg.value):
+        for keyword in call.keywords:
+            if keyword.arg == "device":
+                if not _is_cpu(index, keyword.value):
                     return  # the host-to-device copy happens either way
-                keep.append(arg)
-            elif key == "dtype":
-                dtype_arg = arg
-                keep.append(arg)
-            elif key == "pin_memory":
-                if not is_literal(arg.value, "False"):
+                kept += 1
+            elif keyword.arg == "dtype":
+                dtype = keyword.value
+                kept += 1
+            elif keyword.arg == "pin_memory":
+                if not is_literal(keyword.value, False):
                     return  # copying into pinned memory is the point
-            elif key == "requires_grad":
-                if not is_literal(arg.value, "False"):
+            elif keyword.arg == "requires_grad":
+                if not is_literal(keyword.value, False):
                     requires_grad = True
             else:
                 return  # an argument we do not know: leave it alone
-
-        if dtype_arg is not None and array.dtype is not None:
-            wanted = _torch_dtype(a, dtype_arg.value)
+        if dtype is not None and array.dtype is not None:
+            wanted = _torch_dtype(index, dtype)
             if wanted is not None and wanted != array.dtype:
                 return  # the conversion copies anyway
-
-        what = _show(a, data.value)
+        what = _show(index, data, call)
         if requires_grad:
             ctx.report(call, message=(
                 f"`torch.tensor()` copies the NumPy array {what}; `torch.from_numpy(...).requires_grad_()` "
@@ -231,61 +208,36 @@ class TensorFromNumpyCopies(Rule):
                 f"`torch.tensor()` copies {what}, which may be read-only; `torch.from_numpy()` avoids the copy "
                 "only if the tensor is never written to"))
             return
-
         applicability = Applicability.SAFE if array.fresh else Applicability.UNSAFE
-        fix_call, imports = _rewrite(a, call, keep, use_as_tensor=len(keep) > 1)
-        if len(keep) > 1:
+        if kept > 1:
             message = f"`torch.tensor()` copies the NumPy array {what}; use `torch.as_tensor()`, which copies only to convert"
         else:
             message = f"`torch.tensor()` copies the NumPy array {what}; use `torch.from_numpy()`"
-        if isinstance(data.value, cst.Name):
-            message += " (the tensor then shares the array's memory)" if len(keep) == 1 else \
+        if isinstance(data, ast.Name):
+            message += " (the tensor then shares the array's memory)" if kept == 1 else \
                 " (the tensor may then share the array's memory)"
         elif not array.fresh:
             message += " (the tensor may then share memory with another array or tensor)"
-        if loses_comment({call: fix_call}):  # one beside a dropped `requires_grad=False`
-            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
-            return
-        ctx.report(call, message=message, fix=Fix.replace(call, fix_call, applicability, imports))
+        rewrite = Rewrite(partial(_from_numpy, applicability=applicability), message + " ({reason})", call)
+        ctx.report(call, message=message, rewrite=rewrite)
 
 
-_KNOWN_KEYWORDS = {"device", "dtype", "pin_memory", "requires_grad"}
+def _from_numpy(call: cst.Call, a: FileAnalysis, applicability: Applicability) -> Union[Fix, str]:
+    """``torch.from_numpy(x)``, or ``torch.as_tensor(x, dtype=..., device=...)`` where those are kept; the
+    ``pin_memory=False`` and ``requires_grad=False`` arguments go."""
+    keep = [arg for arg in call.args if arg.keyword is None or arg.keyword.value in ("device", "dtype")]
+    fix_call, imports = _rewrite(a, call, keep, use_as_tensor=len(keep) > 1)
+    if loses_comment({call: fix_call}):  # one beside a dropped `requires_grad=False`
+        return DROPS_COMMENT
+    return Fix.replace(call, fix_call, applicability, imports)
 
 
-def _may_be_cpu(node: ast.AST) -> bool:
-    """``_is_cpu`` on the ast, a superset (a string written in parts is one constant here)."""
-    if isinstance(node, ast.Constant):
-        return node.value == "cpu"
-    if isinstance(node, ast.Call) and len(node.args) + len(node.keywords) == 1:
-        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else None
-        return name == "device" and _may_be_cpu(node.args[0] if node.args else node.keywords[0].value)
-    return False
-
-
-def _is_false(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and node.value is False
-
-
-def _may_be_array(index: AstIndex, expr: ast.AST, scope: Optional[AstScope], depth: int) -> bool:
-    """The ast stage's ``FileAnalysis.numpy_source``: False only where ``expr`` is certainly no ndarray."""
-    if depth > 4:
-        return False
-    if isinstance(expr, ast.Call):
-        qualified = index.qualified_name(expr.func)
-        if qualified is not None and qualified.startswith("numpy."):
-            return qualified[len("numpy."):] in _NUMPY_ARRAY_FUNCS
-        return isinstance(expr.func, ast.Attribute) and (
-            expr.func.attr == "numpy" or expr.func.attr in _NDARRAY_METHODS)
-    if isinstance(expr, ast.Name):
-        values = index.values_of(expr.id, scope) or (index.values_of(expr.id, None) if scope is not None else [])
-        return bool(values) and all(v is not None and _may_be_array(index, v, scope, depth + 1) for v in values)
-    return False
-
-
-def _show(a: FileAnalysis, expr: cst.BaseExpression) -> str:
-    code = a.module.code_for_node(expr)
+def _show(index: AstIndex, expr: ast.expr, call: ast.Call) -> str:
+    """The argument as written, where it is short (LibCST's ``code_for_node``: with its parentheses)."""
+    statement = next(a for a in index.ancestors(call) if isinstance(a, ast.stmt))
+    code = index.code_for_node(expr, statement)
     if "\n" in code or len(code) > 40:
-        code = a.module.code_for_node(expr.func) + "(...)" if isinstance(expr, cst.Call) else "..."
+        code = index.code_for_node(expr.func, statement) + "(...)" if isinstance(expr, ast.Call) else "..."
         if "\n" in code or len(code) > 40:
             return "argument"
     return f"`{code}`"
@@ -310,81 +262,85 @@ def _rewrite(a: FileAnalysis, call: cst.Call, keep: List[cst.Arg], use_as_tensor
     return call.with_changes(func=func, args=args), imports
 
 
-def _is_cpu(a: FileAnalysis, expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.SimpleString):
-        return expr.evaluated_value == "cpu"
-    if isinstance(expr, cst.Call) and a.qualified_name(expr.func) == "torch.device" and len(expr.args) == 1:
-        return _is_cpu(a, expr.args[0].value)
+def _is_cpu(index: AstIndex, expr: ast.expr) -> bool:
+    if isinstance(expr, ast.Constant):
+        return index.literal_string(expr) == "cpu"
+    if (isinstance(expr, ast.Call) and index.qualified_name(expr.func) == "torch.device"
+            and len(expr.args) + len(expr.keywords) == 1):
+        return _is_cpu(index, call_arguments(expr)[0][1])
     return False
 
 
-def _torch_dtype(a: FileAnalysis, expr: cst.BaseExpression) -> Optional[str]:
-    qualified = a.qualified_name(expr) or ""
+def _torch_dtype(index: AstIndex, expr: ast.expr) -> Optional[str]:
+    qualified = index.qualified_name(expr) or ""
     if qualified.startswith("torch."):
         return _TORCH_DTYPES.get(qualified[len("torch."):])
     return None
 
 
-def _numpy_dtype(a: FileAnalysis, expr: cst.BaseExpression) -> Optional[str]:
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return _NUMPY_DTYPES.get(value) if isinstance(value, str) else None
-    qualified = a.qualified_name(expr) or ""
+def _numpy_dtype(index: AstIndex, expr: ast.expr) -> Optional[str]:
+    if isinstance(expr, ast.Constant):
+        value = index.literal_string(expr)
+        return _NUMPY_DTYPES.get(value) if value is not None else None
+    qualified = index.qualified_name(expr) or ""
     if qualified.startswith("numpy."):
         return _NUMPY_DTYPES.get(qualified[len("numpy."):])
     return None
 
 
-def _has_false_keyword(call: cst.Call, name: str) -> bool:
-    arg = keyword_arg(call, name)
-    return arg is not None and not is_literal(arg.value, "True")
+def _has_false_keyword(call: ast.Call, name: str) -> bool:
+    value = keyword_value(call, name)
+    return value is not None and not is_literal(value, True)
 
 
-def _describe(a: FileAnalysis, expr: cst.BaseExpression, scope: ScopeNode, depth: int) -> Optional[_Array]:
+def _positional(call: ast.Call) -> int:
+    """How many arguments LibCST calls positional: ``*a`` and ``**k`` included."""
+    return len(call.args) + sum(keyword.arg is None for keyword in call.keywords)
+
+
+def _describe(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int) -> Optional[_Array]:
     """What ``expr`` evaluates to, when it is certainly an ndarray (never a NumPy scalar); else None."""
     if depth > 4:
         return None
-    if isinstance(expr, cst.Name):
-        return _describe_name(a, expr, scope, depth)
-    if not isinstance(expr, cst.Call) or a.numpy_source(expr, scope) is None:
+    if isinstance(expr, ast.Name):
+        return _describe_name(index, expr, scope, depth)
+    if not isinstance(expr, ast.Call) or numpy_source(index, expr, scope) is None:
         return None
-    qualified = a.qualified_name(expr.func)
+    qualified = index.qualified_name(expr.func)
     if qualified is not None and qualified.startswith("numpy."):
         func = qualified[len("numpy."):]
-        if func == "where" and len(expr.args) < 3:
+        if func == "where" and len(expr.args) + len(expr.keywords) < 3:
             return None  # np.where(cond) is a tuple of arrays
-        if func == "unique" and any(arg.keyword is not None and arg.keyword.value.startswith("return_")
-                                    for arg in expr.args):
+        if func == "unique" and any(k.arg is not None and k.arg.startswith("return_") for k in expr.keywords):
             return None  # a tuple
         if func in _NEGATIVE_STRIDE_FUNCS:
             return _Array(fresh=False, negative_strides=True)
         if func in _READ_ONLY_FUNCS:
             return _Array(fresh=False, read_only=True)
-        if func == "load" and (keyword_arg(expr, "mmap_mode") is not None
-                               or len([arg for arg in expr.args if arg.keyword is None]) > 1):
+        if func == "load" and (keyword_value(expr, "mmap_mode") is not None or _positional(expr) > 1):
             return _Array(fresh=False, file_backed=True)
-        fresh = func in _FRESH_FUNCS and keyword_arg(expr, "out") is None
+        fresh = func in _FRESH_FUNCS and keyword_value(expr, "out") is None
         if func == "array" and _has_false_keyword(expr, "copy"):
             fresh = False
-        dtype_arg = keyword_arg(expr, "dtype")
-        dtype = _numpy_dtype(a, dtype_arg.value) if dtype_arg is not None else None
-        if dtype_arg is None and func in _FLOAT64_BY_DEFAULT and (
-                func.startswith("random.") or len([x for x in expr.args if x.keyword is None]) <= 1):
+        dtype_arg = keyword_value(expr, "dtype")
+        dtype = _numpy_dtype(index, dtype_arg) if dtype_arg is not None else None
+        if dtype_arg is None and func in _FLOAT64_BY_DEFAULT and (func.startswith("random.") or _positional(expr) <= 1):
             dtype = "float64"
         return _Array(fresh=fresh, dtype=dtype)
     method = call_name(expr)
-    assert isinstance(expr.func, cst.Attribute)
+    assert isinstance(expr.func, ast.Attribute)
     if method == "numpy":
         return _Array(fresh=False)
-    base = _describe(a, expr.func.value, scope, depth + 1)
+    base = _describe(index, expr.func.value, scope, depth + 1)
     if base is None:
         return None
     if method in _COPYING_METHODS and not _has_false_keyword(expr, "copy"):
         dtype = base.dtype
         if method == "astype":
-            positional = [x for x in expr.args if x.keyword is None]
-            dtype_arg = positional[0] if positional else keyword_arg(expr, "dtype")
-            dtype = _numpy_dtype(a, dtype_arg.value) if dtype_arg is not None else None
+            arguments = call_arguments(expr)
+            positional = [value for keyword, value in arguments if keyword is None]
+            dtype_arg = positional[0] if positional else keyword_value(expr, "dtype")
+            dtype = _numpy_dtype(index, dtype_arg) if dtype_arg is not None else None
         return _Array(dtype=dtype)  # a new contiguous writable array
     if method in _VIEW_METHODS:
         dtype = base.dtype if method != "view" else None
@@ -393,33 +349,31 @@ def _describe(a: FileAnalysis, expr: cst.BaseExpression, scope: ScopeNode, depth
     return None
 
 
-def _describe_name(a: FileAnalysis, name: cst.Name, scope: ScopeNode, depth: int) -> Optional[_Array]:
-    # A name's description depends only on its scope's bindings: once per name, scope and depth, or a name
-    # rebound n times and used n times (a generated script) costs n*n.
-    memo = a.__dict__.setdefault("_tl104_name_memo", {})
-    key = (name.value, id(scope), depth)
-    if key not in memo:
-        memo[key] = _describe_name_uncached(a, name, scope, depth)
-    return memo[key]
+def _describe_name(index: AstIndex, name: ast.Name, scope: AstScope, depth: int) -> Optional[_Array]:
+    memo = index.shared.setdefault("tl104_names", {})
+    key = (name.id, id(scope), depth)
+    if key not in memo:  # type: ignore[operator]
+        memo[key] = _describe_name_uncached(index, name, scope, depth)  # type: ignore[index]
+    return memo[key]  # type: ignore[index]
 
 
-def _describe_name_uncached(a: FileAnalysis, name: cst.Name, scope: ScopeNode, depth: int) -> Optional[_Array]:
-    values = a.values_of(name.value, scope)
-    if not values and scope is not a.module:
-        values = a.values_of(name.value, a.module)
+def _describe_name_uncached(index: AstIndex, name: ast.Name, scope: AstScope, depth: int) -> Optional[_Array]:
+    values = index.values_of(name.id, scope)
+    if not values and scope is not index.tree:
+        values = index.values_of(name.id, index.tree)
     if not values or any(v is None for v in values):
         return None
     arrays = []
     for value in values:
-        array = _describe(a, value, scope, depth + 1)  # type: ignore[arg-type]
+        array = _describe(index, value, scope, depth + 1)  # type: ignore[arg-type]
         if array is None:
             return None  # one binding that is not an array settles it
         arrays.append(array)
-    dtypes: Set[Optional[str]] = {x.dtype for x in arrays}  # type: ignore[union-attr]
+    dtypes: Set[Optional[str]] = {x.dtype for x in arrays}
     return _Array(
         fresh=False,
-        read_only=any(x.read_only for x in arrays),  # type: ignore[union-attr]
-        negative_strides=any(x.negative_strides for x in arrays),  # type: ignore[union-attr]
-        file_backed=any(x.file_backed for x in arrays),  # type: ignore[union-attr]
+        read_only=any(x.read_only for x in arrays),
+        negative_strides=any(x.negative_strides for x in arrays),
+        file_backed=any(x.file_backed for x in arrays),
         dtype=dtypes.pop() if len(dtypes) == 1 else None,
     )

@@ -444,6 +444,20 @@ class AstIndex:
 
         return (*place(first_row, first_col), *place(last_row, last_col))
 
+    def literal_string(self, node: ast.AST) -> Optional[str]:
+        """The value of a string constant written as one literal (LibCST's ``SimpleString``), else None
+        (``"cu" "da"`` is one constant to ``ast``, a concatenation to LibCST)."""
+        if type(node) is not ast.Constant or type(node.value) is not str:  # type: ignore[attr-defined]
+            return None
+        text = self.source_of(node)
+        if text[:1] in "\"'" and text.count(text[0]) == 2 and "\\" not in text:
+            return node.value  # type: ignore[attr-defined]  # `"cuda"`: the common case, without tokenizing
+        try:
+            strings = sum(t.type == tokenize.STRING for t in tokenize.generate_tokens(io.StringIO(text).readline))
+        except (tokenize.TokenError, SyntaxError):
+            return None
+        return node.value if strings == 1 else None  # type: ignore[attr-defined]
+
     def source_of(self, node: Union[ast.AST, "Extent"]) -> str:
         """The text of ``node``'s span."""
         line, column, end_line, end_column = self.span(node)

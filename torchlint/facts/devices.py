@@ -10,9 +10,7 @@ of it (autocast, a half/bf16 model, a framework that manages precision).
 from __future__ import annotations
 
 import ast
-import io
 import re
-import tokenize
 from typing import Optional
 
 from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, keyword_value
@@ -41,9 +39,10 @@ def device_kind(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0
     if kind is ast.Constant:
         value = expr.value  # type: ignore[attr-defined]
         if isinstance(value, str):
-            if not _one_string_literal(index, expr):
+            text = index.literal_string(expr)
+            if text is None:
                 return UNKNOWN  # `"cu" "da"`: one constant to ast, a concatenation to LibCST
-            return CUDA if value.strip().startswith("cuda") else CPU
+            return CUDA if text.strip().startswith("cuda") else CPU
         if type(value) is int:  # `.to(0)`, `device=0`: a CUDA ordinal
             return CUDA
         return UNKNOWN
@@ -62,18 +61,6 @@ def device_kind(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0
         if value is not None:
             return device_kind(index, value, where, depth + 1)
     return UNKNOWN
-
-
-def _one_string_literal(index: AstIndex, node: ast.expr) -> bool:
-    line, column, end_line, end_column = index.span(node)
-    text = "\n".join(index._line_text(n) for n in range(line, end_line + 1))
-    text = text[column:len(text) - len(index._line_text(end_line)) + end_column]
-    if text[:1] in "\"'" and text.count(text[0]) == 2 and "\\" not in text:
-        return True  # `"cuda"`: the common case, without tokenizing
-    try:
-        return sum(t.type == tokenize.STRING for t in tokenize.generate_tokens(io.StringIO(text).readline)) == 1
-    except (tokenize.TokenError, SyntaxError):
-        return False
 
 
 def to_destination(index: AstIndex, call: ast.Call, scope: AstScope) -> Optional[str]:
