@@ -34,7 +34,10 @@ def run(checkout: Path, args: Sequence[str]) -> bytes:
 def findings(checkout: Path, trees: List[str], select: str, jobs: str) -> List[dict]:
     out = run(checkout, ["check", *trees, "--select", select, "--output-format", "json", "--no-cache",
                          "--exit-zero", "--jobs", jobs])
-    return sorted(json.loads(out or b"[]"), key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
+    found = json.loads(out or b"[]")
+    for d in found:  # paths are written relative to the folder torchlint runs in: each checkout's own
+        d["path"] = str((checkout / d["path"]).resolve())
+    return sorted(found, key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
 
 
 def fix_diff(checkout: Path, trees: List[str], select: str, jobs: str) -> List[str]:

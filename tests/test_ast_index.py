@@ -172,3 +172,9 @@ def test_code_for_node_splices_replacements_in():
     code = index.statement_code(statement)
     call, subscript = statement.value, statement.value.args[0]
     assert code.text(*code.place(call), replacements=[(*code.place(subscript), "a")]) == "g(a,\n      b)"
+
+
+def test_a_tuple_has_its_own_brackets_only_where_they_hold_it_alone():
+    source = "x[(a, b)]\nx[a, b]\nx[(a), b]\nx[()]\nx[(a), (b)]\nx[('é', b)]\n"
+    index = index_of(ast.parse(source), source)
+    assert [index.has_own_brackets(s.value.slice) for s in index.tree.body] == [True, False, False, True, False, True]

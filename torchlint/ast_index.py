@@ -389,6 +389,11 @@ class AstIndex:
                 return inside
         return line, column, end_line, end_column
 
+    def has_own_brackets(self, node: ast.Tuple) -> bool:
+        """Whether the tuple is written in brackets of its own: ``x[(a, b)]`` (one subscript element in
+        LibCST) against ``x[a, b]`` (two) and ``x[(a), b]``."""
+        return self.span(node)[:2] != (node.lineno, self._char_column(node.lineno, node.col_offset))
+
     def _inside_brackets(self, line: int, column: int, end_line: int, end_column: int,
                          own_only: bool) -> Optional[Tuple[int, int, int, int]]:
         """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
