@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, StatementCode, StatementLine, call_name, dotted_name, target_names
+from torchlint.ast_index import AstIndex, AstLoopInfo, StatementCode, call_name, dotted_name, target_names
 from torchlint.config import Settings
 from torchlint.rule import FixAvailability, IndexContext, Rule
 from torchlint.text_prefilter import call_text, has_method_call, search_method, search_word
@@ -251,7 +251,7 @@ def _is_zero(node: ast.AST) -> bool:
 
 def _read_body(index: AstIndex, loop: ast.For, name: str) -> Optional[_Body]:
     """Check that the body is a map over `name`: simple statements, known ops, no carried state."""
-    if loop.orelse or not isinstance(index.statement_line(loop.body[0]), StatementLine):
+    if loop.orelse or index.body_on_header_line(loop):
         return None  # an `else`, or a body on the header's line
     body = _Body(name)
     statements = loop.body

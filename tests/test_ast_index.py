@@ -125,7 +125,7 @@ CODE_SAMPLES = [
             b''' + (
                         t)
         """),
-    "x = [f(a) for a in b]\nif (a): y = (g)(h)[(0)]\nfor (i) in range((n)): pass\nz = (a, b), (c)\n",
+    "x = [f(a) for a in b]\nif (a): y = (g)(h)[(0)]\nfor (i) in range((n)): pass\nz = (a, b), (c)\nw = x[1 :  , 2 : ]\n",
     "out[i] = (x[i]\r\n    * 2)\r\nfor i in range(\r\n  len(x)): pass\r\n",
 ]
 
@@ -136,7 +136,7 @@ def _expression_pairs(source: str):
     from libcst.metadata import MetadataWrapper, PositionProvider
 
     kinds = {ast.Name: cst.Name, ast.Call: cst.Call, ast.Subscript: cst.Subscript, ast.Attribute: cst.Attribute,
-             ast.BinOp: cst.BinaryOperation, ast.Constant: cst.Integer}
+             ast.BinOp: cst.BinaryOperation, ast.Constant: cst.Integer, ast.Slice: cst.Slice}
     wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     positions = wrapper.resolve(PositionProvider)
     by_place = {}
@@ -178,3 +178,20 @@ def test_a_tuple_has_its_own_brackets_only_where_they_hold_it_alone():
     source = "x[(a, b)]\nx[a, b]\nx[(a), b]\nx[()]\nx[(a), (b)]\nx[('é', b)]\n"
     index = index_of(ast.parse(source), source)
     assert [index.has_own_brackets(s.value.slice) for s in index.tree.body] == [True, False, False, True, False, True]
+
+
+def test_a_body_on_the_header_line_is_one_logical_line_with_it():
+    source = ("for x in y: f(x)\nfor x in y: \\\n    f(x)\nfor x in y:  # c \\\n    f(x)\nfor x in (\n        y):\n    f(x)\n"
+              "if (x  # c\n      ): f(x); g(x)\nwhile x:\n    f(x)\n")
+    index = index_of(ast.parse(source), source)
+    assert [index.body_on_header_line(s) for s in index.tree.body] == [True, True, False, False, True, False]
+
+
+def test_a_slice_ending_in_a_colon_holds_the_space_after_it_as_in_libcst():
+    source = "w = x[1 :  , 2 : ]\n"
+    index = index_of(ast.parse(source), source)
+    statement = index.tree.body[0]
+    ours = [index.code_for_node(s, statement) for s in statement.value.slice.elts]
+    module = cst.parse_module(source)
+    elements = module.body[0].body[0].value.slice
+    assert ours == [module.code_for_node(e.slice) for e in elements] == ["1 :  ", "2 : "]

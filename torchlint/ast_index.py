@@ -451,6 +451,13 @@ class AstIndex:
     def statement_code(self, statement: ast.stmt) -> "StatementCode":
         return StatementCode(self, statement)
 
+    def body_on_header_line(self, statement: ast.stmt) -> bool:
+        """Whether a compound statement's body follows its header on one logical line (``for x in y: f(x)``,
+        also after a ``\\`` continuation): LibCST's ``SimpleStatementSuite``, not an ``IndentedBlock``."""
+        first = statement.body[0]  # type: ignore[attr-defined]
+        start = (first.lineno, self._char_column(first.lineno, first.col_offset))
+        return any(token.start == start for token in StatementCode(self, statement).tokens)
+
     def _offset(self, line: int, column: int) -> int:
         """The character offset in ``source`` of (line, character column)."""
         starts = self.__dict__.get("_line_starts")
@@ -549,6 +556,8 @@ class StatementCode:
         while (first > 0 and last + 1 < len(tokens) and tokens[first - 1].string == "("
                and tokens[last + 1].string == ")" and self._groups(first - 1)):
             first, last = first - 1, last + 1  # balanced between them: the two match
+        if type(node) is ast.Slice and tokens[last].string == ":" and last + 1 < len(tokens):
+            return tokens[first].start, tokens[last + 1].start  # `x[1: , 2]`: the colon's space is the slice's
         return tokens[first].start, tokens[last].end
 
     def _groups(self, at: int) -> bool:
