@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import libcst as cst
 import pytest
 
-from fixture_support import FIXTURES, fixture_settings
-from torchlint.analysis import FileAnalysis
+from fixture_support import FIXTURES, Unstaged, fixture_settings
 from torchlint.engine import rules_that_may_fire
 from torchlint.registry import all_rules
-from torchlint.rule import RuleContext, iter_reports
 
 SAMPLES = sorted(p for p in FIXTURES.rglob("*.py"))
 
@@ -20,9 +17,8 @@ def test_prefilter_never_hides_a_finding(rule):
     for path in SAMPLES:
         source = path.read_text(encoding="utf-8")
         settings = fixture_settings(source, rule.code)
-        ctx = RuleContext(FileAnalysis(cst.parse_module(source), source), settings)
         crashes: list = []
-        found = list(iter_reports([rule()], ctx, crashes))
+        found = Unstaged(source).reports(rule(), settings, crashes)
         assert not crashes
         if found:
             kept = rules_that_may_fire([rule()], source, settings)
@@ -111,6 +107,5 @@ def test_the_stages_keep_a_spelling_the_check_reports(code, source):
 
     rule = rules_by_code()[code]
     settings = fixture_settings(source, code)
-    ctx = RuleContext(FileAnalysis(cst.parse_module(source), source), settings)
-    assert list(iter_reports([rule()], ctx, [])), "the check must report the snippet"
+    assert Unstaged(source).reports(rule(), settings, []), "the check must report the snippet"
     assert rules_that_may_fire([rule()], source, settings), f"{code}'s stages rule out a file it reports on"
