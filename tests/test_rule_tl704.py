@@ -1,6 +1,5 @@
 """TL704 python-loop-over-tensor-elements: where loops count, what the body may do, and the suggested form."""
 
-import libcst as cst
 import pytest
 
 from fixture_support import lint
