@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,10 @@ HERE = Path(__file__).resolve().parent.parent
 
 
 def run(checkout: Path, args: Sequence[str]) -> bytes:
+    """torchlint of ``checkout``, run from the root folder so that both checkouts print the same paths."""
     command = [sys.executable, "-m", "torchlint", *args]
-    done = subprocess.run(command, cwd=checkout, capture_output=True)
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    done = subprocess.run(command, cwd="/", env=env, capture_output=True)
     if done.returncode not in (0, 1):
         raise SystemExit(f"{checkout}: {' '.join(command)} exited {done.returncode}:\n{done.stderr.decode()[-2000:]}")
     return done.stdout
@@ -34,10 +37,7 @@ def run(checkout: Path, args: Sequence[str]) -> bytes:
 def findings(checkout: Path, trees: List[str], select: str, jobs: str) -> List[dict]:
     out = run(checkout, ["check", *trees, "--select", select, "--output-format", "json", "--no-cache",
                          "--exit-zero", "--jobs", jobs])
-    found = json.loads(out or b"[]")
-    for d in found:  # paths are written relative to the folder torchlint runs in: each checkout's own
-        d["path"] = str((checkout / d["path"]).resolve())
-    return sorted(found, key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
+    return sorted(json.loads(out or b"[]"), key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
 
 
 def fix_diff(checkout: Path, trees: List[str], select: str, jobs: str) -> List[str]:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import PurePath
-from typing import Optional
+from typing import Optional, Union
 
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
+from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_value
 from torchlint.config import Settings
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, condition_around, may_train, runs_on_every_run
+from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run, training_loop_around
+from torchlint.rule import IndexContext, Rule
+from torchlint.script_facts import any_of, may_train
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -93,81 +92,73 @@ class DebugApiEnabled(Rule):
     summary = "Anomaly detection, profilers or gradcheck left on around training"
     # Text stage (may_fire): one of the APIs, and a training loop.
 
-    has_ast_prefilter = True
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return any_of(text, "detect_anomaly", "profile", "emit_nvtx", "gradcheck") and may_train(text)
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        facts = ast_facts(tree)
-        return facts.has_training_loop and any(name in facts.calls_by_name for name in _CALL_NAMES)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if _DEBUG_PURPOSE.search(PurePath(a.path).stem) or not a.training_loops():
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if _DEBUG_PURPOSE.search(PurePath(ctx.path).stem) or first_training_loop(index) is None:
             return
         for name in sorted(_CALL_NAMES):
-            for call in a.calls_by_name.get(name, ()):
-                message = self._finding(a, call)
-                if message is not None and not _in_debug_function(a, call):
-                    ctx.report(call, message=message)
+            for info in index.calls_by_name.get(name, ()):
+                message = self._finding(index, info.node)
+                if message is not None and not _in_debug_function(index, info.node):
+                    ctx.report(info.node, message=message)
 
-    def _finding(self, a: FileAnalysis, call: cst.Call) -> Optional[str]:
-        qualified = a.qualified_name(call.func) or ""
-        with_item = _with_of(a, call)
+    def _finding(self, index: AstIndex, call: ast.Call) -> Optional[str]:
+        qualified = index.qualified_name(call.func) or ""
+        with_node = _with_of(index, call)
         if qualified in _ANOMALY_SWITCH:
-            mode = keyword_arg(call, "mode") or (call.args[0] if call.args and call.args[0].keyword is None else None)
-            if mode is None or not is_literal(mode.value, "True"):
+            mode = keyword_value(call, "mode")
+            if mode is None:
+                arguments = call_arguments(call)
+                mode = arguments[0][1] if arguments and arguments[0][0] is None else None
+            if mode is None or not is_literal(mode, True):
                 return None
-            if with_item is not None:
-                return self._around_training(a, with_item, "anomaly detection")
-            if runs_on_every_run(a, call):
+            if with_node is not None:
+                return self._around_training(index, with_node, "anomaly detection")
+            if runs_on_every_run(index, call):
                 return (
                     "`set_detect_anomaly(True)` on every run: each op records a stack trace and each backward "
                     "checks for NaN, several times slower; turn it on with a debug flag"
                 )
             return None
         if qualified in _ANOMALY_CONTEXT:
-            return self._around_training(a, with_item, "anomaly detection") if with_item is not None else None
+            return self._around_training(index, with_node, "anomaly detection") if with_node is not None else None
         if qualified in _PROFILERS:
-            if with_item is None or keyword_arg(call, "enabled") is not None or keyword_arg(call, "schedule") is not None:
+            if with_node is None or keyword_value(call, "enabled") is not None or keyword_value(call, "schedule") is not None:
                 return None
-            return self._around_training(a, with_item, "the profiler")
+            return self._around_training(index, with_node, "the profiler")
         if qualified in _GRADCHECKS:
-            if a.training_loop_of(call) is not None and condition_around(a, call) is None:
+            if training_loop_around(index, call) is not None and condition_around(index, call) is None:
                 return "`gradcheck` in the training loop: finite differences in float64 on every step; move it to a test"
-            if runs_on_every_run(a, call):
+            if runs_on_every_run(index, call):
                 return "`gradcheck` on every run of a training script: finite differences in float64; move it to a test"
         return None
 
     @staticmethod
-    def _around_training(a: FileAnalysis, with_node: cst.With, what: str) -> Optional[str]:
-        if condition_around(a, with_node) is not None:
+    def _around_training(index: AstIndex, with_node: Union[ast.With, ast.AsyncWith], what: str) -> Optional[str]:
+        if condition_around(index, with_node) is not None:
             return None
-        if any(a.contains(with_node.body, loop.node) for loop in a.training_loops()):
+        if any(index.contains(statement, loop.node) for loop in index.loops if loop.is_training
+               for statement in with_node.body):
             return f"{what} is on around a whole training loop: every step pays for it; put it behind a debug flag"
-        if a.training_loop_of(with_node) is not None:
+        if training_loop_around(index, with_node) is not None:
             return f"{what} is on for every training step: put it behind a debug flag or limit it to a few steps"
         return None
 
 
-def _with_of(a: FileAnalysis, call: cst.Call) -> Optional[cst.With]:
+def _with_of(index: AstIndex, call: ast.Call) -> Optional[Union[ast.With, ast.AsyncWith]]:
     """The ``with`` statement that uses ``call`` as one of its context managers."""
-    item = a.parent(call)
-    if isinstance(item, cst.WithItem):
-        statement = a.parent(item)
-        if isinstance(statement, cst.With):
+    item = index.parent(call)
+    if isinstance(item, ast.withitem) and item.context_expr is call:
+        statement = index.parent(item)
+        if isinstance(statement, (ast.With, ast.AsyncWith)):
             return statement
     return None
 
 
-def _in_debug_function(a: FileAnalysis, node: cst.CSTNode) -> bool:
-    function = a.function_of(node)
-    while function is not None:
-        if _DEBUG_PURPOSE.search(function.name):
-            return True
-        function = function.parent
-    return False
-
+def _in_debug_function(index: AstIndex, node: ast.AST) -> bool:
+    return any(isinstance(ancestor, (ast.FunctionDef, ast.AsyncFunctionDef)) and _DEBUG_PURPOSE.search(ancestor.name)
+               for ancestor in index.ancestors(node))

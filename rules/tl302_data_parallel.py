@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ast
 import re
 
 from torchlint.config import Settings
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, may_train
+from torchlint.facts.script import first_training_loop
+from torchlint.rule import IndexContext, Rule
+from torchlint.script_facts import any_of, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -95,23 +95,16 @@ class DataParallel(Rule):
     default_enabled = False
     # Text stage (may_fire): DataParallel, a training loop, and no distributed path.
 
-    has_ast_prefilter = True
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (any_of(text, "DataParallel", "data_parallel") and may_train(text)
                 and not _DISTRIBUTED_TEXT.search(text))
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        facts = ast_facts(tree)
-        return facts.has_training_loop and ("DataParallel" in facts.calls_by_name or "data_parallel" in facts.calls_by_name)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if _DISTRIBUTED_TEXT.search(a.source) or not a.training_loops():
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if _DISTRIBUTED_TEXT.search(ctx.source) or first_training_loop(index) is None:
             return
         for name in ("DataParallel", "data_parallel"):
-            for call in a.calls_by_name.get(name, ()):
-                if (a.qualified_name(call.func) or "") in _DATA_PARALLEL:
-                    ctx.report(call.func)
+            for info in index.calls_by_name.get(name, ()):
+                if (index.qualified_name(info.node.func) or "") in _DATA_PARALLEL:
+                    ctx.report(info.node.func)

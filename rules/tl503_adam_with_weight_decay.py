@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import ast
-from typing import Optional
+from typing import Optional, Union
 
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
-from torchlint.config import Settings
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_facts
+from torchlint.ast_index import AstIndex, AstScope, Extent
+from torchlint.rule import IndexContext, Rule
 
 _ADAM = {"torch.optim.Adam", "torch.optim.adam.Adam"}
 _WEIGHT_DECAY_POSITION = 4  # Adam(params, lr, betas, eps, weight_decay, ...)
@@ -68,85 +64,70 @@ class AdamWithWeightDecay(Rule):
     )
     summary = "Adam with weight_decay (L2 through the moments) instead of AdamW"
     default_enabled = False
-    required_patterns = (r"Adam",)  # the ast stage finds the calls that pass a decay
+    required_patterns = (r"Adam",)  # every finding is an `Adam(...)` call
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        for info in ast_facts(tree).calls_by_name.get("Adam", ()):
-            node = info.node
-            if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in node.keywords):
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        for info in index.calls_by_name.get("Adam", ()):
+            call = info.node
+            if index.qualified_name(call.func) not in _ADAM:
                 continue
-            if (len(node.args) > _WEIGHT_DECAY_POSITION or any(k.arg == "weight_decay" for k in node.keywords)
-                    or (node.args and isinstance(node.args[0], (ast.List, ast.Tuple)))):
-                return True
-        return False
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        for call in a.calls_by_name.get("Adam", ()):
-            if not a.is_qualified(call.func, *_ADAM):
+            if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in call.keywords):
                 continue
-            if keyword_arg(call, "decoupled_weight_decay") is not None or any(arg.star == "**" for arg in call.args):
-                continue
-            decay = _weight_decay(a, call)
+            decay = _weight_decay(index, call)
             if decay is not None:
                 ctx.report(decay)
 
 
-def _weight_decay(a: FileAnalysis, call: cst.Call) -> Optional[cst.CSTNode]:
-    """The non-zero weight decay given to this Adam call, or None."""
-    keyword = keyword_arg(call, "weight_decay")
-    positional = [arg for arg in call.args if arg.keyword is None]
-    if any(arg.star for arg in positional):
+def _weight_decay(index: AstIndex, call: ast.Call) -> Optional[Union[ast.AST, Extent]]:
+    """The non-zero weight decay given to this Adam call (the argument, or a group's dict entry), or None."""
+    if any(isinstance(arg, ast.Starred) for arg in call.args):
         return None
-    if keyword is None and len(positional) > _WEIGHT_DECAY_POSITION:
-        keyword = positional[_WEIGHT_DECAY_POSITION]
+    scope = index.scope_of(call)
+    keyword = next((k for k in call.keywords if k.arg == "weight_decay"), None)
     if keyword is not None:
-        return keyword if _is_nonzero_constant(a, keyword.value) else None
-    groups = positional[0].value if positional else None
-    if isinstance(groups, (cst.List, cst.Tuple)):
-        for element in groups.elements:
-            if isinstance(element.value, cst.Dict):
-                for entry in element.value.elements:
-                    if (isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString)
-                            and entry.key.evaluated_value == "weight_decay" and _is_nonzero_constant(a, entry.value)):
-                        return entry
+        return keyword if _is_nonzero_constant(index, keyword.value, scope) else None
+    if len(call.args) > _WEIGHT_DECAY_POSITION:
+        value = call.args[_WEIGHT_DECAY_POSITION]
+        return value if _is_nonzero_constant(index, value, scope) else None
+    groups = call.args[0] if call.args else None
+    if isinstance(groups, (ast.List, ast.Tuple)):
+        for element in groups.elts:
+            if isinstance(element, ast.Dict):
+                for key, value in zip(element.keys, element.values):
+                    if (isinstance(key, ast.Constant) and key.value == "weight_decay"
+                            and _is_nonzero_constant(index, value, scope)):
+                        return Extent(key, value)
     return None
 
 
-def _is_nonzero_constant(a: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
+def _is_nonzero_constant(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0) -> bool:
     """A non-zero number (a literal or arithmetic on literals), or a name bound once to one (``decay = 1e-4``)."""
     value = _number(expr)
     if value is not None:
         return value != 0.0
-    if isinstance(expr, cst.Name) and depth < 3 and not is_literal(expr, "None"):
-        value = a.single_value(expr.value, a.scope_of(expr))
-        return value is not None and _is_nonzero_constant(a, value, depth + 1)
+    if isinstance(expr, ast.Name) and depth < 3:
+        bound, where = index.single_value_and_scope(expr.id, scope)
+        return bound is not None and _is_nonzero_constant(index, bound, where, depth + 1)
     return False
 
 
-def _number(expr: cst.BaseExpression) -> Optional[float]:
+_ARITHMETIC = {ast.Mult: lambda a, b: a * b, ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b}
+
+
+def _number(expr: ast.expr) -> Optional[float]:
     """The value of a number literal or of arithmetic on literals (``2.5 * 1e-5``), else None."""
-    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, (cst.Minus, cst.Plus)):
-        inner = _number(expr.expression)
-        return None if inner is None else (-inner if isinstance(expr.operator, cst.Minus) else inner)
-    if isinstance(expr, (cst.Integer, cst.Float)):
-        try:
-            return float(expr.value.replace("_", ""))
-        except ValueError:
-            return None
-    if isinstance(expr, cst.BinaryOperation):
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, (ast.USub, ast.UAdd)):
+        inner = _number(expr.operand)
+        return None if inner is None else (-inner if isinstance(expr.op, ast.USub) else inner)
+    if isinstance(expr, ast.Constant) and type(expr.value) in (int, float):
+        return float(expr.value)
+    if isinstance(expr, ast.BinOp):
         left, right = _number(expr.left), _number(expr.right)
         if left is None or right is None:
             return None
-        if isinstance(expr.operator, cst.Multiply):
-            return left * right
-        if isinstance(expr.operator, cst.Divide) and right != 0:
-            return left / right
-        if isinstance(expr.operator, cst.Add):
-            return left + right
-        if isinstance(expr.operator, cst.Subtract):
-            return left - right
+        if isinstance(expr.op, ast.Div):
+            return left / right if right != 0 else None
+        operation = _ARITHMETIC.get(type(expr.op))
+        return operation(left, right) if operation is not None else None
     return None

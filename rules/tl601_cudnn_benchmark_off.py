@@ -6,13 +6,12 @@ import ast
 import re
 from typing import List, Optional, Set
 
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis, call_name
+from torchlint.ast_index import AstIndex, call_name
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
+from torchlint.facts.devices import cuda_evidence
+from torchlint.facts.script import first_training_loop, loop_header
+from torchlint.rule import IndexContext, Rule
+from torchlint.script_facts import any_of, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")
@@ -108,83 +107,72 @@ class CudnnBenchmarkOff(Rule):
     default_enabled = False
     # Text stage (may_fire): convolutions or a model zoo, a training loop, a device, no cuDNN decision.
 
-    has_ast_prefilter = True
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (any_of(text, "Conv", "torchvision", "timm") and may_train(text) and may_use_cuda(text)
                 and not _decided(text))
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        facts = ast_facts(tree)
-        if facts.imported_roots & _FRAMEWORKS or not (facts.has_training_loop and facts.may_use_cuda):
-            return False
-        return bool(facts.imported_roots & {"torchvision", "timm"}) or any(_CONV.match(n) for n in facts.calls_by_name)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if _decided(a.source):
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if _decided(ctx.source):
             return
-        if any(target.split(".")[0] in _FRAMEWORKS for target in a.imports.values()):
+        if any(target.split(".")[0] in _FRAMEWORKS for target in index.imports.values()):
             return
-        loop = first_training_loop(a)
-        if loop is None or cuda_evidence(a) is None:
+        loop = first_training_loop(index)
+        if loop is None or cuda_evidence(index) is None:
             return
-        anchor = _conv_model_anchor(a)
+        anchor = _conv_model_anchor(index)
         if anchor is None:
             return
-        ctx.report(anchor if anchor is not a.module else loop_header(loop))
+        ctx.report(anchor if anchor is not index.tree else loop_header(loop))
 
 
-def _conv_model_anchor(a: FileAnalysis) -> Optional[cst.CSTNode]:
+def _conv_model_anchor(index: AstIndex) -> Optional[ast.AST]:
     """Where the file builds a convolutional model: the model-zoo call or the first instantiation of a
-    class of this file that holds convolutions; ``a.module`` when there are convolutions but no such line
+    class of this file that holds convolutions; the module when there are convolutions but no such line
     (the caller then points at the training loop); None without convolutions, or with a model zoo whose
     inputs vary in size."""
-    builds: List[cst.Call] = []
-    conv_layers: List[cst.Call] = []
-    for call in a.calls:
-        qualified = a.qualified_name(call.func if not isinstance(call.func, cst.Subscript) else call.func.value) or ""
+    builds: List[ast.Call] = []
+    conv_layers: List[ast.Call] = []
+    for info in index.calls:
+        call = info.node
+        func = call.func.value if isinstance(call.func, ast.Subscript) else call.func
+        qualified = index.qualified_name(func) or ""
         if qualified.startswith(_VARIABLE_SHAPE_ZOOS):
             return None
         last = qualified.rsplit(".", 1)[-1]
         if qualified.startswith("torch.nn.") and _CONV.match(last):
             conv_layers.append(call)
-        elif (isinstance(call.func, cst.Subscript) and qualified.startswith("torchvision.models")) or (
+        elif (isinstance(call.func, ast.Subscript) and qualified.startswith("torchvision.models")) or (
             qualified.startswith(_MODEL_ZOOS) and _ZOO_FACTORY.match(last) and last not in _NOT_FACTORIES
             and (qualified.startswith("torchvision.") or last == "create_model")
         ):  # `models.resnet50()`, `models.__dict__[args.arch]()`, `timm.create_model(...)`
-            in_class = any(isinstance(p, cst.ClassDef) for p in a.ancestors(call))
-            (conv_layers if in_class else builds).append(call)  # inside a class: the class is the model
+            (conv_layers if index.in_class(call) else builds).append(call)  # inside a class: the class is the model
     if not builds and not conv_layers:
         return None
-    conv_classes = _classes_holding(a, conv_layers)
+    conv_classes = _classes_holding(index, conv_layers)
     build_ids = {id(call) for call in builds}
-    for call in a.calls:
+    for info in index.calls:
+        call = info.node
         if id(call) in build_ids:
             return call
-        if (call_name(call) in conv_classes and isinstance(call.func, cst.Name)
-                and not any(isinstance(p, cst.ClassDef) for p in a.ancestors(call))):
+        if (call_name(call) in conv_classes and isinstance(call.func, ast.Name) and not index.in_class(call)):
             return call
     if conv_layers and not conv_classes:  # nn.Sequential(nn.Conv2d(...), ...) built in a function or at top level
-        statement = a.enclosing_statement(conv_layers[0])
-        return statement if statement is not None else a.module
-    return a.module
+        statement = index.enclosing_statement(conv_layers[0])
+        return statement if statement is not None else index.tree
+    return index.tree
 
 
-def _classes_holding(a: FileAnalysis, conv_layers: List[cst.Call]) -> Set[str]:
+def _classes_holding(index: AstIndex, conv_layers: List[ast.Call]) -> Set[str]:
     """Names of the classes of this file that build convolutions, directly or through other such classes."""
-    def class_of(node: cst.CSTNode) -> Optional[str]:
-        for ancestor in a.ancestors(node):
-            if isinstance(ancestor, cst.ClassDef):
-                return ancestor.name.value
-        return None
+    def class_of(node: ast.AST) -> Optional[str]:
+        return next((a.name for a in index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
 
     names = {name for name in map(class_of, conv_layers) if name is not None}
     for _ in range(3):  # Net uses Block, Block holds the Conv2d
-        users = {class_of(call) for name in names for call in a.calls_by_name.get(name, ())
-                 if isinstance(call.func, cst.Name)}
+        users = {class_of(info.node) for name in names for info in index.calls_by_name.get(name, ())
+                 if isinstance(info.node.func, ast.Name)}
         users = {u for u in users if u is not None} - names
         if not users:
             break

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 import re
+from typing import Iterator
 
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
+from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_value, walk
 from torchlint.config import Settings
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
+from torchlint.facts.script import first_training_loop, runs_on_every_run
+from torchlint.rule import IndexContext, Rule
+from torchlint.script_facts import may_train
 from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method, statement_end
 
 # The text stage: `use_deterministic_algorithms(` with a `True` in its arguments, or an assignment to a
@@ -98,7 +98,6 @@ class CudnnDeterministic(Rule):
     )
     summary = "cudnn.deterministic / use_deterministic_algorithms(True) set unconditionally"
     default_enabled = False
-    has_ast_prefilter = True
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
@@ -106,43 +105,30 @@ class CudnnDeterministic(Rule):
             return False
         return (bool(_USE_DETERMINISTIC_TEXT.search(text)) or _sets_deterministic_true(text)) and may_train(text)
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return ast_has_training_loop(tree) and _ast_may_set_deterministic(tree)  # the index first: no walk
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if not a.training_loops():
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if first_training_loop(index) is None:
             return
-        for node in _deterministic_settings(a):
-            if runs_on_every_run(a, node):
+        for node in _deterministic_settings(index):
+            if runs_on_every_run(index, node):
                 ctx.report(node)
 
 
-def _deterministic_settings(a: FileAnalysis):
+def _deterministic_settings(index: AstIndex) -> Iterator[ast.AST]:
     """``cudnn.deterministic = True`` statements and ``use_deterministic_algorithms(True)`` calls."""
-    for call in a.calls_by_name.get("use_deterministic_algorithms", ()):
-        if not a.is_qualified(call.func, "torch.use_deterministic_algorithms"):
+    for info in index.calls_by_name.get("use_deterministic_algorithms", ()):
+        call = info.node
+        if index.qualified_name(call.func) != "torch.use_deterministic_algorithms":
             continue
-        mode = keyword_arg(call, "mode") or (call.args[0] if call.args and call.args[0].keyword is None else None)
-        if mode is not None and is_literal(mode.value, "True"):
+        mode = keyword_value(call, "mode")
+        if mode is None:
+            arguments = call_arguments(call)
+            mode = arguments[0][1] if arguments and arguments[0][0] is None else None
+        if mode is not None and is_literal(mode, True):
             yield call
-    for node in a.order:  # every node, without a new walk; only files that set it get here
-        if type(node) is cst.Assign and is_literal(node.value, "True"):
+    for node in walk(index.tree):  # only files that set it get here
+        if type(node) is ast.Assign and is_literal(node.value, True):
             for target in node.targets:
-                attribute = target.target
-                if (isinstance(attribute, cst.Attribute) and attribute.attr.value == "deterministic"
-                        and a.is_qualified(attribute.value, _CUDNN)):
+                if (isinstance(target, ast.Attribute) and target.attr == "deterministic"
+                        and index.qualified_name(target.value) == _CUDNN):
                     yield node
-
-
-def _ast_may_set_deterministic(tree: ast.Module) -> bool:
-    """A ``X.deterministic = True`` or ``use_deterministic_algorithms(True)`` (a superset of the above)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and node.value.value is True:
-            if any(isinstance(t, ast.Attribute) and t.attr == "deterministic" for t in node.targets):
-                return True
-        elif isinstance(node, ast.Call) and ast_call_name(node) == "use_deterministic_algorithms":
-            return True
-    return False
-

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import ast
 import re
 
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence, mixed_precision_evidence, mixed_precision_in_ast
-from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
+from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
+from torchlint.facts.script import first_training_loop, loop_header
+from torchlint.rule import IndexContext, Rule
+from torchlint.script_facts import may_train, may_use_cuda
 
 # Any word about reduced precision (code, flags or comments, in any case): the author has considered it,
 # or a flag or configuration decides it elsewhere (`args.amp`, `cfg.SOLVER.AMP`, `use_fp16`), or a framework
@@ -146,27 +146,21 @@ class NoMixedPrecision(Rule):
     default_enabled = False
     # Text stage (may_fire): a training loop and a device, and no word about precision.
 
-    has_ast_prefilter = True
-
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (settings.torch_version >= (1, 6) and may_train(text) and may_use_cuda(text)
                 and not _requires_double(text) and not decided_elsewhere(text)
                 and not mentions_reduced_precision(text))
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        facts = ast_facts(tree)
-        return facts.has_training_loop and facts.may_use_cuda and not mixed_precision_in_ast(tree)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
         if ctx.torch_version < (1, 6):
             return
-        if _requires_double(a.source) or decided_elsewhere(a.source) or mentions_reduced_precision(a.source):
+        source = ctx.source
+        if _requires_double(source) or decided_elsewhere(source) or mentions_reduced_precision(source):
             return
-        loop = first_training_loop(a)
-        if loop is None or cuda_evidence(a) is None or mixed_precision_evidence(a) is not None:
+        loop = first_training_loop(index)
+        if loop is None or cuda_evidence(index) is None or mixed_precision_evidence(index) is not None:
             return
         message = self.message
         if ctx.torch_version < (1, 10):  # no torch.autocast and no bfloat16 autocast on CUDA yet

@@ -19,16 +19,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import List, Sequence, Tuple
 
-import ast
-
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex
 from torchlint.config import Settings, parse_torch_version
 from torchlint.engine import fix_source, lint_source
 from torchlint.registry import get_rule
-from torchlint.rule import Diagnostic, Edit, IndexContext, Report, Rule, RuleContext, iter_reports
+from torchlint.rule import Diagnostic, Edit
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 _HEADER = re.compile(r"^#\s*torchlint-fixture:\s*(?P<options>.+)$", re.MULTILINE)
@@ -103,24 +97,3 @@ def apply_edits(source: str, edits: Sequence[Edit]) -> str:
         end = starts[edit.end_line - 1] + edit.end_column - 1
         source = source[:start] + edit.content + source[end:]
     return source
-
-
-class Unstaged:
-    """Rules run on one source with no stage before them, as a rule detects: ``detect`` on the index for
-    the rules that detect there, ``check`` on LibCST's tree for the others (each tree built once)."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self._index: "AstIndex | None" = None
-        self._analysis: "FileAnalysis | None" = None
-
-    def reports(self, rule: Rule, settings: Settings, crashes: list) -> List[Report]:
-        if rule.detects_on_index():
-            if self._index is None:
-                self._index = AstIndex(ast.parse(self.source), self.source)
-            ctx: "IndexContext | RuleContext" = IndexContext(self._index, settings)
-        else:
-            if self._analysis is None:
-                self._analysis = FileAnalysis(cst.parse_module(self.source), self.source)
-            ctx = RuleContext(self._analysis, settings)
-        return list(iter_reports([rule], ctx, crashes))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
-from fixture_support import FIXTURES, Unstaged, fixture_settings
-from torchlint.engine import rules_that_may_fire
+from fixture_support import FIXTURES, fixture_settings
+from torchlint.analysis import FileAnalysis
+from torchlint.engine import reports_without_stages, rules_that_may_fire
 from torchlint.registry import all_rules
+from torchlint.rule import RuleContext, iter_reports
 
 SAMPLES = sorted(p for p in FIXTURES.rglob("*.py"))
 
@@ -18,7 +21,7 @@ def test_prefilter_never_hides_a_finding(rule):
         source = path.read_text(encoding="utf-8")
         settings = fixture_settings(source, rule.code)
         crashes: list = []
-        found = Unstaged(source).reports(rule(), settings, crashes)
+        found = reports_without_stages([rule()], source, settings, crashes)
         assert not crashes
         if found:
             kept = rules_that_may_fire([rule()], source, settings)
@@ -107,5 +110,6 @@ def test_the_stages_keep_a_spelling_the_check_reports(code, source):
 
     rule = rules_by_code()[code]
     settings = fixture_settings(source, code)
-    assert Unstaged(source).reports(rule(), settings, []), "the check must report the snippet"
+    ctx = RuleContext(FileAnalysis(cst.parse_module(source), source), settings)
+    assert list(iter_reports([rule()], ctx, [])), "the check must report the snippet"
     assert rules_that_may_fire([rule()], source, settings), f"{code}'s stages rule out a file it reports on"

@@ -89,11 +89,14 @@ class AstIndex:
         # node -> the node whose field holds it, for every node but the leaves (names, constants, contexts)
         self.parents: Dict[ast.AST, ast.AST] = {}
         self.loop_info: Dict[ast.AST, AstLoopInfo] = {}
+        # Facts rules compute once per file and share (``torchlint.facts``), by name.
+        self.shared: Dict[str, object] = {}
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.calls: List[AstCallInfo] = []
         self.calls_by_name: Dict[str, List[AstCallInfo]] = {}
         self.loops: List[AstLoopInfo] = []
         self.functions: List[Union[ast.FunctionDef, ast.AsyncFunctionDef]] = []
+        self.lambdas: List[ast.Lambda] = []
         self.class_of: Dict[ast.AST, Optional[ast.ClassDef]] = {}  # function -> the class it is defined in
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
@@ -144,7 +147,9 @@ class AstIndex:
                 if kind is ast.Call:
                     self._add_call(node, function, loop, body_loop)
                 elif kind in _FUNCTION_TYPES:
-                    if kind is not ast.Lambda:
+                    if kind is ast.Lambda:
+                        self.lambdas.append(node)
+                    else:
                         self.functions.append(node)
                         self.class_of[node] = klass
                         bind((node, scope, node.name, None))
@@ -259,6 +264,14 @@ class AstIndex:
                 return values[0] if len(values) == 1 else None
         return None
 
+    def single_value_and_scope(self, name: str, scope: Optional[AstScope]) -> Tuple[Optional[ast.AST], AstScope]:
+        """``single_value`` and the scope whose binding gave it (the value's own names are looked up there)."""
+        for candidate in (scope if scope is not None else self.tree, self.tree):
+            values = self.values_of(name, candidate)
+            if values:
+                return (values[0] if len(values) == 1 else None), candidate
+        return None, self.tree
+
     def is_backward_call(self, call: ast.Call) -> bool:
         if call_name(call) != "backward":
             return False
@@ -317,7 +330,13 @@ class AstIndex:
         return None
 
     def scope_of(self, node: ast.AST) -> AstScope:
-        function = self.function_of(node)
+        """The innermost def or lambda around ``node``, else the module. For a leaf (a name), which has no
+        parent link, the innermost one whose text holds it."""
+        if node in self.parents or node is self.tree:
+            function = self.function_of(node)
+        else:
+            around = [f for f in (*self.functions, *self.lambdas) if f is not node and self.contains(f, node)]
+            function = max(around, key=_position, default=None)
         return function if function is not None else self.tree
 
     def in_class(self, node: ast.AST) -> bool:
@@ -372,11 +391,11 @@ class AstIndex:
         return StatementLine(head, block[last])
 
     # --- where a node is, in LibCST's terms ----------------------------------------------------------
-    def span(self, node: Union[ast.AST, "StatementLine"]) -> Tuple[int, int, int, int]:
+    def span(self, node: Union[ast.AST, "Extent"]) -> Tuple[int, int, int, int]:
         """(line, column, end line, end column) as LibCST's PositionProvider gives them: lines 1-based,
         columns 0-based in characters (``ast`` counts UTF-8 bytes), parentheses around the node left out
         (``ast`` counts a tuple's and a generator expression's own)."""
-        first, last = (node.first, node.last) if isinstance(node, StatementLine) else (node, node)
+        first, last = (node.first, node.last) if isinstance(node, Extent) else (node, node)
         line, column = first.lineno, self._char_column(first.lineno, first.col_offset)  # type: ignore[attr-defined]
         end_line = last.end_lineno  # type: ignore[attr-defined]
         end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
@@ -492,13 +511,37 @@ def _source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
 
 
+def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
+    """The arguments as LibCST's ``Call.args`` lists them: in source order, as (keyword, value), the keyword
+    None for positional arguments and for ``*x`` and ``**x`` (as LibCST's ``Arg.keyword``)."""
+    found: List[Tuple[Tuple[int, int], Optional[str], ast.expr]] = []
+    for arg in call.args:
+        found.append((_position(arg), None, arg.value if type(arg) is ast.Starred else arg))
+    for keyword in call.keywords:
+        found.append((_position(keyword), keyword.arg, keyword.value))
+    if call.keywords and call.args:
+        found.sort(key=lambda entry: entry[0])
+    return [(name, value) for _, name, value in found]
+
+
+def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:
+    """The value of the first ``name=`` argument, as ``analysis.keyword_arg(...).value``."""
+    return next((keyword.value for keyword in call.keywords if keyword.arg == name), None)
+
+
 @dataclass(frozen=True)
-class StatementLine:
+class Extent:
+    """The text from ``first``'s start to ``last``'s end, where no one node spans it (a dict entry
+    ``"key": value``)."""
+
+    first: ast.AST
+    last: ast.AST
+
+
+@dataclass(frozen=True)
+class StatementLine(Extent):
     """Simple statements on one line (``a = 1; b = 2``): LibCST's ``SimpleStatementLine``, which rules
     report as one statement."""
-
-    first: ast.stmt
-    last: ast.stmt
 
 
 _NEWLINE_SPLIT = re.compile(r"\r\n?|\n")  # the line ends ``ast`` counts (a form feed is not one)

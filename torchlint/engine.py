@@ -71,6 +71,23 @@ def needs_libcst(candidates: Sequence[Rule], source: str) -> bool:
     return any(not rule.detects_on_index() for rule in candidates) or _stdlib_ast(source) is None
 
 
+def reports_without_stages(rules: Sequence[Rule], source: str, settings: Settings, crashes: list) -> List[Report]:
+    """What ``rules`` report on ``source`` with no gate or stage before them, before suppression: rules on
+    the index on the stdlib tree, the others on LibCST's (the tests hold the stages to this)."""
+    reports: List[Report] = []
+    on_index = [rule for rule in rules if rule.detects_on_index()]
+    if on_index:
+        index = _index_of(source)
+        assert index is not None, "reports_without_stages needs valid Python"
+        reports.extend(iter_reports(on_index, IndexContext(index, settings), crashes))
+    on_libcst = [rule for rule in rules if not rule.detects_on_index()]
+    if on_libcst:
+        analysis = FileAnalysis(cst.parse_module(source), source)
+        reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
+        analysis.release()
+    return reports
+
+
 def rules_for_path(rules: Sequence[Rule], path: str, root: Optional[Path] = None) -> Sequence[Rule]:
     """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``). A path below
     ``root`` (the project's folder) is judged from there: a folder named ``test`` above the project, as in

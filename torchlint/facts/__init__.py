@@ -1,0 +1,7 @@
+"""The program model's shared facts, read off one file's index (``torchlint.ast_index``).
+
+Each fact is written once, here, and every rule that needs it asks the same function: does this file train
+(``script``), where does its work run and in what precision (``devices``). They replace, rule group by rule
+group, the LibCST forms in ``torchlint/script_facts.py`` and ``torchlint/device_facts.py``
+(docs/architecture.md, "One program model").
+"""

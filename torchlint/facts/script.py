@@ -1,0 +1,87 @@
+"""Is this file a training script, and does a statement in it run on every run of it?
+
+File-level rules (mixed precision, cuDNN autotuning, fused optimizers, deterministic algorithms, debug
+APIs) report only in code that trains: a file with a training loop (a loop that calls ``backward()`` or
+steps an optimizer). Library code that defines models but never trains them has none, and stays silent.
+They also need to know whether a setting is made on every run, or only under a flag (``if args.debug:``),
+which is the author's decision and not a finding.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Optional
+
+from torchlint.ast_index import AstIndex, AstLoopInfo
+
+_MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
+_STOPS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+
+
+def first_training_loop(index: AstIndex) -> Optional[AstLoopInfo]:
+    """The first loop (in source order) that runs a training step per iteration."""
+    return next((loop for loop in index.loops if loop.is_training), None)
+
+
+def training_loop_around(index: AstIndex, node: ast.AST) -> Optional[AstLoopInfo]:
+    """The innermost loop around ``node`` (up to the enclosing def) that runs a training step per iteration."""
+    return next((loop for loop in index.enclosing_loops(node) if loop.is_training), None)
+
+
+def loop_header(loop: AstLoopInfo) -> ast.expr:
+    """What a file-level finding points at: the loop's iterable (``for x in loader``) or its test."""
+    node = loop.node
+    return node.test if isinstance(node, ast.While) else node.iter
+
+
+def is_main_guard(test: ast.expr) -> bool:
+    """``if __name__ == "__main__":``: the script's entry point, not a condition."""
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return False
+    sides = [test.left, test.comparators[0]]
+    return (any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def condition_around(index: AstIndex, node: ast.AST) -> Optional[ast.AST]:
+    """The innermost ``if``/``else``, conditional expression, ``and``/``or``, ``while`` test or ``except``
+    between ``node`` and its function (or module), or None. The ``__main__`` guard does not count. (An
+    ``else`` block is answered with the statement that owns it.)"""
+    child = node
+    for ancestor in index.ancestors(node):
+        if isinstance(ancestor, _STOPS):
+            return None
+        if isinstance(ancestor, ast.If):
+            if not (is_main_guard(ancestor.test) and any(s is child for s in ancestor.body)):
+                return ancestor
+        elif isinstance(ancestor, (ast.IfExp, ast.BoolOp, ast.ExceptHandler)):
+            return ancestor
+        elif isinstance(ancestor, ast.While) and child is ancestor.test:
+            return ancestor
+        elif (isinstance(ancestor, (ast.For, ast.AsyncFor, ast.While, ast.Try) + _TRY_STAR)
+              and any(s is child for s in ancestor.orelse)):
+            return ancestor  # a loop's or try's `else:` block
+        child = ancestor
+    return None
+
+
+_TRY_STAR = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
+
+
+def runs_on_every_run(index: AstIndex, node: ast.AST, depth: int = 0) -> bool:
+    """True where ``node`` runs whenever the script runs: at module level or in ``main()``, not under a
+    condition, and, inside a function, only if some call of that function in this file does too. A function
+    the file never calls (a helper for other files) is not known to run: False."""
+    if condition_around(index, node) is not None:
+        return False
+    function = index.function_of(node)
+    if function is None:
+        return True
+    if depth >= _MAX_CALL_DEPTH or isinstance(function, ast.Lambda):
+        return False
+    for call in index.calls_by_name.get(function.name, ()):
+        if index.contains(function, call.node):
+            continue  # recursion
+        if runs_on_every_run(index, call.node, depth + 1):
+            return True
+    return False
