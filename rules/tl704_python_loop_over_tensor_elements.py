@@ -9,6 +9,7 @@ from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
 from torchlint.ast_index import AstIndex, AstLoopInfo, StatementCode, call_name, dotted_name, target_names
 from torchlint.config import Settings
+from torchlint.facts.script import training_loop_around
 from torchlint.rule import FixAvailability, IndexContext, Rule
 from torchlint.text_prefilter import call_text, has_method_call, search_method, search_word
 
@@ -171,12 +172,7 @@ def _in_step_or_forward(index: AstIndex, loop: AstLoopInfo) -> bool:
             return True
         if function.name in _STEP_FUNCTIONS:
             return True
-    outer = loop.parent
-    while outer is not None:
-        if outer.is_training:
-            return True
-        outer = outer.parent
-    return False
+    return training_loop_around(index, loop.node) is not None
 
 
 def _arguments(call: ast.Call) -> List[ast.AST]:
