@@ -16,8 +16,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.script_facts import may_train
-from torchlint.text_prefilter import call_text, search_method, search_word
+from torchlint.text_prefilter import call_text, may_train, search_method, search_word
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 _CONVERSIONS = ("float", "int", "bool")

@@ -11,7 +11,7 @@ from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_va
 from torchlint.config import Settings
 from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run, training_loop_around
 from torchlint.rule import IndexContext, Rule
-from torchlint.script_facts import any_of, may_train
+from torchlint.text_prefilter import any_of, may_train
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -23,7 +23,6 @@ _GRADCHECKS = {
     "torch.autograd.gradcheck", "torch.autograd.gradgradcheck", "torch.autograd.gradcheck.gradcheck",
     "torch.autograd.gradcheck.gradgradcheck",
 }
-_CALL_NAMES = {"set_detect_anomaly", "detect_anomaly", "profile", "emit_nvtx", "gradcheck", "gradgradcheck"}
 # Files and functions whose purpose is profiling or debugging: the overhead is what they are for.
 _DEBUG_PURPOSE = re.compile(r"profil|bench|debug|anomal", re.IGNORECASE)
 
@@ -100,11 +99,10 @@ class DebugApiEnabled(Rule):
         index = ctx.index
         if _DEBUG_PURPOSE.search(PurePath(ctx.path).stem) or first_training_loop(index) is None:
             return
-        for name in sorted(_CALL_NAMES):
-            for info in index.calls_by_name.get(name, ()):
-                message = self._finding(index, info.node)
-                if message is not None and not _in_debug_function(index, info.node):
-                    ctx.report(info.node, message=message)
+        for info in index.calls_to(*_ANOMALY_SWITCH, *_ANOMALY_CONTEXT, *_PROFILERS, *_GRADCHECKS):  # aliases too
+            message = self._finding(index, info.node)
+            if message is not None and not _in_debug_function(index, info.node):
+                ctx.report(info.node, message=message)
 
     def _finding(self, index: AstIndex, call: ast.Call) -> Optional[str]:
         qualified = index.qualified_name(call.func) or ""

@@ -7,7 +7,7 @@ import re
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import IndexContext, Rule
-from torchlint.script_facts import any_of, may_train
+from torchlint.text_prefilter import any_of, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -104,7 +104,5 @@ class DataParallel(Rule):
         index = ctx.index
         if _DISTRIBUTED_TEXT.search(ctx.source) or first_training_loop(index) is None:
             return
-        for name in ("DataParallel", "data_parallel"):
-            for info in index.calls_by_name.get(name, ()):
-                if (index.qualified_name(info.node.func) or "") in _DATA_PARALLEL:
-                    ctx.report(info.node.func)
+        for info in index.calls_to(*_DATA_PARALLEL):  # however imported: `from torch.nn import DataParallel as DP`
+            ctx.report(info.node.func)

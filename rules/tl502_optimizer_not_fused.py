@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import _OPTIMIZER_NAME, FileAnalysis, dotted_name
+from torchlint.analysis import _OPTIMIZER_NAME
+from torchlint.ast_index import AstIndex, call_arguments, dotted_name, is_literal, walk
 from torchlint.comments import has_comment
 from torchlint.config import Settings
-from torchlint.device_facts import cuda_evidence
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, may_train, may_use_cuda
+from torchlint.facts.devices import cuda_evidence
+from torchlint.facts.script import first_training_loop
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import any_of, may_train, may_use_cuda
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 # The first PyTorch version with a fused CUDA implementation of each optimizer.
 FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}
@@ -26,20 +31,27 @@ _QUALIFIED.update({"torch.optim.adam.Adam": "Adam", "torch.optim.adamw.AdamW": "
 # Arguments that decide the implementation, or make fused=True an error.
 _EXCLUSIVE = ("fused", "foreach", "differentiable")
 # The fused kernels take real floating-point, dense parameters and gradients: complex parameters and
-# sparse gradients (nn.Embedding(sparse=True)) raise.
-# `complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b` in the text: see `_unsupported`.
-_SPARSE_TEXT = re.compile(r"sparse\s*=\s*True")
-_COMPLEX_DTYPE_TEXT = re.compile(r"\bcfloat\b|\bcdouble\b")
+# sparse gradients (nn.Embedding(sparse=True)) raise. The code decides (`_unsupported`), not a word in it.
+_COMPLEX_DTYPES = {f"torch.{name}" for name in ("complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf")}
+_COMPLEX_METHODS = ("cfloat", "cdouble", "chalf")
 
 
-def _unsupported(text: str) -> bool:
-    """The text may use complex or sparse parameters. Plain substring tests first: a regex runs only on the
-    few files that hold its literal."""
-    if "complex" in text:
+def _unsupported(index: AstIndex) -> bool:
+    """The file may train complex parameters or sparse gradients: it names a complex dtype (`torch.cfloat`,
+    `from torch import complex64`), converts with `.cfloat()` and the like, or passes `sparse=True`.
+    (Complex values inside `forward`, as `torch.view_as_complex` in rotary embeddings, are not parameters.)"""
+    if any(target in _COMPLEX_DTYPES for target in index.imports.values()):
         return True
-    if "sparse" in text and _SPARSE_TEXT.search(text):
+    if any(isinstance(info.node.func, ast.Attribute) for name in _COMPLEX_METHODS
+           for info in index.calls_by_name.get(name, ())):
         return True
-    return ("cfloat" in text or "cdouble" in text) and bool(_COMPLEX_DTYPE_TEXT.search(text))
+    if any(keyword.arg == "sparse" and is_literal(keyword.value, True) for info in index.calls
+           for keyword in info.node.keywords):
+        return True
+    return any(type(node) is ast.Attribute and index.qualified_name(node) in _COMPLEX_DTYPES
+               for node in walk(index.tree))
+
+
 # Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is
 # covered by EVERY_DEVICE_SINCE.)
 # Any case: `DistributedType.XLA`, `"xla"`, `TPU` (TPUs run through XLA).
@@ -118,42 +130,26 @@ class OptimizerNotFused(Rule):
     summary = "Adam/AdamW/SGD trained on CUDA without fused=True"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
-    # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
-
-    has_ast_prefilter = True
+    # Text gate (may_fire): an optimizer's name, a training loop's calls, a device.
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (settings.torch_version >= FUSED_SINCE["Adam"] and any_of(text, "Adam", "SGD") and may_train(text)
-                and may_use_cuda(text) and not _unsupported(text))
+                and may_use_cuda(text))
 
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        facts = ast_facts(tree)
-        if not (facts.has_training_loop and facts.may_use_cuda):
-            return False
-        return any(
-            not any(k.arg is None or k.arg in _EXCLUSIVE for k in info.node.keywords)
-            and not any(isinstance(arg, ast.Starred) for arg in info.node.args)
-            for name, since in FUSED_SINCE.items() if settings.torch_version >= since
-            for info in facts.calls_by_name.get(name, ())
-        )
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if _unsupported(a.source):
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if first_training_loop(index) is None or cuda_evidence(index) is None or _unsupported(index):
             return
-        if not a.training_loops() or cuda_evidence(a) is None:
-            return
-        other_device = _OTHER_DEVICE_TEXT.search(a.source)
-        for name in FUSED_SINCE:
-            for call in a.calls_by_name.get(name, ()):
-                optimizer = _QUALIFIED.get(a.qualified_name(call.func) or "")
-                if optimizer is None or ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
-                    continue
-                self._report(ctx, a, call, optimizer, other_device)
+        other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
+        for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
+            call = info.node
+            optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+                continue
+            self._report(ctx, call, optimizer, other_device)
 
-    def _report(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, optimizer: str, other_device) -> None:
+    def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device) -> None:
         message = (
             f"`{optimizer}` on CUDA without `fused=True`: the fused kernel does the whole update in one launch "
             "per tensor list instead of one per operation"
@@ -176,47 +172,48 @@ class OptimizerNotFused(Rule):
                 "fused support this rule does not check)"
             ))
             return
-        new_call = append_keyword(a, call, "fused", cst.Name("True"))
-        if new_call is None:
-            ctx.report(call.func, message=f"{message} (not fixed automatically: it would move a comment)")
-            return
-        if _resumes_optimizer(a):
+        refused = message + " (not fixed automatically: {reason})"
+        if _resumes_optimizer(ctx.index):
             message += (
                 "; after `load_state_dict` of a checkpoint saved without it, set `group[\"fused\"] = True` in "
                 "each param group, or the restored settings turn it off again"
             )
-        ctx.report(call.func, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
+        ctx.report(call.func, message=message, rewrite=Rewrite(_pass_fused, refused, call))
 
 
-def _resumes_optimizer(a: FileAnalysis) -> bool:
+def _pass_fused(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
+    new_call = append_keyword(call, "fused", cst.Name("True"))
+    return Fix.replace(call, new_call, Applicability.UNSAFE) if new_call is not None else "it would move a comment"
+
+
+def _resumes_optimizer(index: AstIndex) -> bool:
     """The file restores an optimizer's state: ``optimizer.load_state_dict(...)``."""
-    for call in a.calls_by_name.get("load_state_dict", ()):
-        owner = dotted_name(call.func.value) if isinstance(call.func, cst.Attribute) else None
+    for info in index.calls_by_name.get("load_state_dict", ()):
+        func = info.node.func
+        owner = dotted_name(func.value) if isinstance(func, ast.Attribute) else None
         if owner is not None and _OPTIMIZER_NAME.search(owner.split(".")[-1]):
             return True
     return False
 
 
-def _decides_nothing(call: cst.Call) -> bool:
+def _decides_nothing(call: ast.Call) -> bool:
     """No argument that chooses the implementation or could (``**kwargs``, ``*args``, param-group keys)."""
-    for arg in call.args:
-        if arg.star:
-            return False
-        if arg.keyword is not None and arg.keyword.value in _EXCLUSIVE:
-            return False
-    first = call.args[0].value if call.args and call.args[0].keyword is None else None
-    if isinstance(first, (cst.List, cst.Tuple)):
-        for element in first.elements:
-            if isinstance(element.value, cst.Dict) and any(
-                isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString)
-                and entry.key.evaluated_value in _EXCLUSIVE
-                for entry in element.value.elements
+    if any(isinstance(arg, ast.Starred) for arg in call.args):
+        return False
+    if any(keyword.arg is None or keyword.arg in _EXCLUSIVE for keyword in call.keywords):
+        return False
+    arguments = call_arguments(call)
+    first = arguments[0][1] if arguments and arguments[0][0] is None else None
+    if isinstance(first, (ast.List, ast.Tuple)):
+        for element in first.elts:
+            if isinstance(element, ast.Dict) and any(
+                isinstance(key, ast.Constant) and key.value in _EXCLUSIVE for key in element.keys
             ):
                 return False
     return True
 
 
-def append_keyword(a: FileAnalysis, call: cst.Call, name: str, value: cst.BaseExpression) -> Optional[cst.Call]:
+def append_keyword(call: cst.Call, name: str, value: cst.BaseExpression) -> Optional[cst.Call]:
     """``call`` with ``name=value`` added last, in the call's own layout; None where a comment would move."""
     if has_comment(call):  # a real comment: a `#` in a string moves nothing
         return None

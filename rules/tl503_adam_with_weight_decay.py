@@ -68,10 +68,8 @@ class AdamWithWeightDecay(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        for info in index.calls_by_name.get("Adam", ()):
+        for info in index.calls_to(*_ADAM):  # however imported: `from torch.optim import Adam as A`
             call = info.node
-            if index.qualified_name(call.func) not in _ADAM:
-                continue
             if any(k.arg is None or k.arg == "decoupled_weight_decay" for k in call.keywords):
                 continue
             decay = _weight_decay(index, call)

@@ -11,7 +11,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.script_facts import any_of, may_train, may_use_cuda
+from torchlint.text_prefilter import any_of, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")

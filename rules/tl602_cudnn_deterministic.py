@@ -10,13 +10,10 @@ from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_va
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop, runs_on_every_run
 from torchlint.rule import IndexContext, Rule
-from torchlint.script_facts import may_train
-from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method, statement_end
+from torchlint.text_prefilter import CALL_GAP, may_train, search_method, statement_end
 
-# The text stage: `use_deterministic_algorithms(` with a `True` in its arguments, or an assignment to a
-# `.deterministic` whose statement says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however
-# spaced (see text_prefilter).
-_USE_DETERMINISTIC_TEXT = call_with_text("use_deterministic_algorithms", "True")
+# The text gate: `use_deterministic_algorithms` named, or an assignment to a `.deterministic` whose statement
+# says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however spaced (see text_prefilter).
 _DETERMINISTIC_ASSIGN_TEXT = re.compile(r"deterministic" + CALL_GAP + r"=(?!=)")  # with search_method
 
 
@@ -103,7 +100,8 @@ class CudnnDeterministic(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "deterministic" not in text or "True" not in text:
             return False
-        return (bool(_USE_DETERMINISTIC_TEXT.search(text)) or _sets_deterministic_true(text)) and may_train(text)
+        # the function's name, not its call: an import spells it where an alias calls it (`uda(True)`)
+        return ("use_deterministic_algorithms" in text or _sets_deterministic_true(text)) and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
@@ -116,10 +114,8 @@ class CudnnDeterministic(Rule):
 
 def _deterministic_settings(index: AstIndex) -> Iterator[ast.AST]:
     """``cudnn.deterministic = True`` statements and ``use_deterministic_algorithms(True)`` calls."""
-    for info in index.calls_by_name.get("use_deterministic_algorithms", ()):
+    for info in index.calls_to("torch.use_deterministic_algorithms"):  # aliases included
         call = info.node
-        if index.qualified_name(call.func) != "torch.use_deterministic_algorithms":
-            continue
         mode = keyword_value(call, "mode")
         if mode is None:
             arguments = call_arguments(call)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional, Tuple
+from functools import partial
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, call_name
+from torchlint.ast_index import AstIndex
 from torchlint.config import Settings
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.script_facts import may_train, may_use_cuda
-from torchlint.text_prefilter import with_newline_ends
+from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
+from torchlint.facts.script import loop_header
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import may_train, may_use_cuda, with_newline_ends
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
@@ -135,116 +138,75 @@ class Fp32MatmulWithoutTf32(Rule):
             return False
         return not ("32" in text and _TF32_SETTING_TEXT.search(text))
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """``check``'s gates on the shared index: a training loop, at module level or in a script with a
-        `__main__` block; a sign of CUDA; no certain sign of mixed precision or fp64."""
-        index = index_of(tree)
-        training = [loop for loop in index.loops if loop.is_training]
-        if not training:
-            return False
-        if not any(loop.function is None for loop in training) and not any(_is_main_guard_ast(s) for s in tree.body):
-            return False
-        if not _ast_may_use_cuda(index) or _ast_uses_fp64(index, text):
-            return False
-        return not _ast_mixed_precision(index)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        if ctx.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(a.source):
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        if ctx.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(ctx.source):
             return
-        training = a.training_loops()
+        training = [loop for loop in index.loops if loop.is_training]
         if not training:
             return
         module_level = any(loop.function is None for loop in training)
-        guard = _main_guard(a.module)
+        guard = _main_guard_on_index(index)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
-        evidence = cuda_evidence(a)
-        if evidence is None or mixed_precision_evidence(a) is not None or _uses_fp64(a):
+        evidence = cuda_evidence(index)
+        if evidence is None or mixed_precision_evidence(index) is not None or _uses_fp64(index, ctx.source):
             return
-        where = a.module.code_for_node(evidence).split("\n")[0]
+        where = index.source_of(evidence).split("\n")[0]
         where = where if len(where) <= 50 else where[:47] + "..."
         message = (
             f"this script trains on CUDA (`{where}`) in fp32 and never enables TF32: "
             "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
             "(Ampere or newer), keeping fp32 weights and ranges"
         )
-        if not _has_matmuls(a) and _has_convolutions(a):
+        if not _has_matmuls(index, ctx.source) and _has_convolutions(index):
             message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
-        fix, why_not = self._fix(a, guard if not module_level else None)
-        if fix is None:
-            message += f" (not fixed automatically: {why_not})"
+        in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
-        anchor = guard.test if guard is not None and not module_level else _first_module_level_loop(training)
-        ctx.report(anchor, message=message, fix=fix)
+        anchor = guard.test if in_guard else loop_header(next(loop for loop in training if loop.function is None))
+        rewrite = Rewrite(partial(self._fix, in_guard=in_guard), message + " (not fixed automatically: {reason})")
+        ctx.report(anchor, message=message, rewrite=rewrite)
 
-    def _fix(self, a: FileAnalysis, guard: Optional[cst.If]) -> Tuple[Optional[Fix], str]:
+    @staticmethod
+    def _fix(module: cst.Module, a: FileAnalysis, in_guard: bool) -> Union[Fix, str]:
+        """The setting as the first statement of the `__main__` block (``in_guard``), else after the leading
+        imports; or why it cannot go there."""
+        guard = _main_guard(module) if in_guard else None
         if any(a.qualified_name(call.func) in _SPAWN_CALLS for call in a.calls):
-            return None, "its worker processes do not run the `__main__` block; set it at the start of each worker"
+            return "its worker processes do not run the `__main__` block; set it at the start of each worker"
         alias = a.module_alias("torch")
         imports = () if alias is not None else (ImportRequest("torch"),)
         statement = cst.parse_statement(f'{alias or "torch"}.set_float32_matmul_precision("high")\n')
         if guard is not None:
             if alias is not None and not _imports_torch_by(a, guard):
-                return None, "`torch` is not imported at module level before the `__main__` block"
+                return "`torch` is not imported at module level before the `__main__` block"
             body = guard.body
             if not isinstance(body, cst.IndentedBlock):
-                return None, "the `__main__` block is on one line"
+                return "the `__main__` block is on one line"
             new_guard = guard.with_changes(body=body.with_changes(body=[statement, *body.body]))
-            return Fix({guard: new_guard}, Applicability.UNSAFE, imports), ""
-        anchor = _last_leading_import(a.module)
+            return Fix({guard: new_guard}, Applicability.UNSAFE, imports)
+        anchor = _last_leading_import(module)
         if alias is not None and not _imports_torch_by(a, anchor):
-            return None, "`torch` is imported after the script's first statements"
+            return "`torch` is imported after the script's first statements"
         if anchor is None:
-            first = a.module.body[0] if a.module.body else None
+            first = module.body[0] if module.body else None
             if first is None or _is_docstring(first):
-                return None, "the script has no leading imports to put it after"
-            return Fix({first: cst.FlattenSentinel([statement, first])}, Applicability.UNSAFE, imports), ""
+                return "the script has no leading imports to put it after"
+            return Fix({first: cst.FlattenSentinel([statement, first])}, Applicability.UNSAFE, imports)
         statement = statement.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
-        return Fix({anchor: cst.FlattenSentinel([anchor, statement])}, Applicability.UNSAFE, imports), ""
+        return Fix({anchor: cst.FlattenSentinel([anchor, statement])}, Applicability.UNSAFE, imports)
 
 
-def _is_main_guard_ast(statement: ast.stmt) -> bool:
-    if not isinstance(statement, ast.If) or not isinstance(statement.test, ast.Compare):
-        return False
-    names = [statement.test.left, *statement.test.comparators]
-    return any(isinstance(n, ast.Name) and n.id == "__name__" for n in names) and any(
-        isinstance(n, ast.Constant) and n.value == "__main__" for n in names)
-
-
-def _ast_may_use_cuda(index: AstIndex) -> bool:
-    """A superset of ``cuda_evidence``: a ``.cuda()`` or ``.to(...)`` call, or a ``device=`` argument."""
-    if any(type(info.node.func) is ast.Attribute for info in index.calls_by_name.get("cuda", ())):
-        return True
-    if any(type(info.node.func) is ast.Attribute and (info.node.args or info.node.keywords)
-           for info in index.calls_by_name.get("to", ())):
-        return True
-    return any(keyword.arg == "device" for info in index.calls for keyword in info.node.keywords)
-
-
-def _ast_mixed_precision(index: AstIndex) -> bool:
-    """``device_facts.mixed_precision_in_ast`` on the shared index (no walk of its own): only signs that
-    ``mixed_precision_evidence`` certainly counts: a precision framework in the import table, an autocast or
-    GradScaler call, a ``.half()``/``.bfloat16()`` call, a ``precision=`` argument."""
-    if any(target.split(".")[0] in _PRECISION_FRAMEWORKS for target in index.imports.values()):
-        return True
-    if index.calls_by_name.get("autocast") or index.calls_by_name.get("GradScaler"):
-        return True
-    for name in ("half", "bfloat16"):
-        if any(type(info.node.func) is ast.Attribute and not info.node.args and not info.node.keywords
-               for info in index.calls_by_name.get(name, ())):
-            return True
-    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
-
-
-def _ast_uses_fp64(index: AstIndex, text: str) -> bool:
-    """``_uses_fp64``."""
-    if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
-        return True
-    return bool(_FP64_TEXT.search(text))
+def _main_guard_on_index(index: AstIndex) -> Optional[ast.If]:
+    """The module-level ``if __name__ == "__main__":`` (as ``_main_guard`` finds it on LibCST's tree)."""
+    for statement in index.tree.body:
+        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
+            parts = [statement.test.left, *statement.test.comparators]
+            if any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts) and any(
+                isinstance(p, ast.Constant) and p.value == "__main__" for p in parts
+            ):
+                return statement
+    return None
 
 
 def _main_guard(module: cst.Module) -> Optional[cst.If]:
@@ -293,31 +255,23 @@ def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
     return False
 
 
-def _uses_fp64(a: FileAnalysis) -> bool:
-    for call in a.calls:
-        if call_name(call) == "double" and not call.args:
-            return True
-    return bool(_FP64_TEXT.search(a.source))
+def _uses_fp64(index: AstIndex, source: str) -> bool:
+    if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
+        return True
+    return bool(_FP64_TEXT.search(source))
 
 
 _FP64_TEXT = re.compile(r"\btorch\.(float64|double)\b|set_default_dtype")
-
-
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
                  "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
                  "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}
 
 
-def _has_convolutions(a: FileAnalysis) -> bool:
-    return any(name in a.calls_by_name for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "conv2d"))
+def _has_convolutions(index: AstIndex) -> bool:
+    return any(name in index.calls_by_name for name in ("Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "conv2d"))
 
 
-def _first_module_level_loop(training) -> cst.CSTNode:
-    loop = next(loop for loop in training if loop.function is None).node
-    return loop.iter if isinstance(loop, cst.For) else loop.test
-
-
-def _has_matmuls(a: FileAnalysis) -> bool:
-    if "@" in a.source and re.search(r"\w\s*@\s*\w", a.source):
+def _has_matmuls(index: AstIndex, source: str) -> bool:
+    if "@" in source and re.search(r"\w\s*@\s*\w", source):
         return True
-    return any(name in a.calls_by_name for name in _MATMUL_CALLS)
+    return any(name in index.calls_by_name for name in _MATMUL_CALLS)

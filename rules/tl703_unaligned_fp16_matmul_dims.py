@@ -6,13 +6,10 @@ import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-import libcst as cst
-
-from torchlint.analysis import FileAnalysis, dotted_name, keyword_arg, walk
+from torchlint.ast_index import AstIndex, AstScope, StatementLine, dotted_name, keyword_value, walk
 from torchlint.config import Settings
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.device_facts import may_compute_in_reduced_precision_in_ast, reduced_precision_evidence
-from torchlint.rule import FixAvailability, Rule, RuleContext
+from torchlint.facts.devices import reduced_precision_evidence
+from torchlint.rule import FixAvailability, IndexContext, Rule
 from torchlint.text_prefilter import GAP, search_method, search_word
 
 # Sizes below this are cheap layers (a 10-class head, a 3-channel input): padding them gains nothing worth
@@ -118,47 +115,27 @@ class UnalignedFp16MatmulDims(Rule):
         return any(match.group(1) or _unaligned(int(match.group(2).replace("_", ""))) for match in _INTEGER_TEXT.finditer(text))
     default_enabled = False  # opt-in: padding is a model change a project may have declined (see the docs)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """``check``'s gates: a ``torch.nn.Linear``/``Embedding`` call with a size that is an unaligned
-        integer, or a name or attribute (whose value ``check`` reads from some integer in the file), and a
-        sign of fp16/bf16 compute."""
-        index = index_of(tree)
-        sizes = []
-        for info in (*index.calls_by_name.get("Linear", ()), *index.calls_by_name.get("Embedding", ())):
-            qualified = index.qualified_name(info.node.func)
-            if qualified in ("torch.nn.Linear", "torch.nn.Embedding"):
-                dims = _LINEAR_DIMS if qualified == "torch.nn.Linear" else _EMBEDDING_DIMS
-                sizes += [(arg, info.function) for position, keyword in dims
-                          for arg in [_ast_argument(info.node, position, keyword)] if arg is not None]
-        answers = {_ast_may_be_unaligned(index, size, scope) for size, scope in sizes}
-        if True not in answers and not (None in answers and _ast_has_unaligned_int(tree)):  # one walk at most
-            return False
-        return may_compute_in_reduced_precision_in_ast(tree)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        layers = [call for name in ("Linear", "Embedding") for call in a.calls_by_name.get(name, ())
-                  if a.qualified_name(call.func) in ("torch.nn.Linear", "torch.nn.Embedding")]
-        if not layers or reduced_precision_evidence(a) is None:
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        layers = [info.node for info in index.calls_to("torch.nn.Linear", "torch.nn.Embedding")]  # aliases too
+        if not layers or reduced_precision_evidence(index) is None:
             return
-        fields = _config_defaults(a.module)
-        tied = _tied_names(a)
+        fields = _config_defaults(index)
+        tied = _tied_names(index, ctx.source)
         # A tied vocabulary is one weight: report it once, at the output layer, when the file has one.
         linear_outputs = {
-            _int_value(a, arg.value, fields) for call in layers if a.qualified_name(call.func) == "torch.nn.Linear"
+            _int_value(index, arg, index.scope_of(call), fields) for call in layers
+            if index.qualified_name(call.func) == "torch.nn.Linear"
             for arg in [_argument(call, 1, "out_features")] if arg is not None
         }
-        for call in sorted(layers, key=a.order.__getitem__):
-            is_linear = a.qualified_name(call.func) == "torch.nn.Linear"
+        for call in layers:
+            is_linear = index.qualified_name(call.func) == "torch.nn.Linear"
             problems = []
             for position, keyword in _LINEAR_DIMS if is_linear else _EMBEDDING_DIMS:
-                if keyword == "num_embeddings" and _layer_name(a, call) not in tied:
+                if keyword == "num_embeddings" and _layer_name(index, call) not in tied:
                     continue  # an untied embedding lookup is a gather, not a matmul
                 arg = _argument(call, position, keyword)
-                value = _int_value(a, arg.value, fields) if arg is not None else None
+                value = _int_value(index, arg, index.scope_of(call), fields) if arg is not None else None
                 if keyword == "num_embeddings" and value in linear_outputs:
                     continue
                 if value is not None and _unaligned(value):
@@ -185,114 +162,76 @@ def _suggestion(value: int) -> str:
     return str(eight)
 
 
-def _argument(call: cst.Call, position: int, keyword: str) -> Optional[cst.Arg]:
-    found = keyword_arg(call, keyword)
+def _argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:
+    """The ``keyword=`` argument's value, else the position-th positional argument that is not ``*args``."""
+    found = keyword_value(call, keyword)
     if found is not None:
         return found
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
-    return positional[position] if position < len(positional) else None
-
-
-def _ast_argument(call: ast.Call, position: int, keyword: str) -> Optional[ast.expr]:
-    """As ``_argument``: the keyword, else the position-th positional argument that is not ``*args``."""
-    for given in call.keywords:
-        if given.arg == keyword:
-            return given.value
     positional = [arg for arg in call.args if not isinstance(arg, ast.Starred)]
     return positional[position] if position < len(positional) else None
 
 
-def _ast_may_be_unaligned(index: AstIndex, size: ast.expr, scope: Optional[ast.AST]) -> Optional[bool]:
-    """Whether ``_int_value`` may read an unaligned size: a literal is read as it is, a name through its
-    single binding (as ``check``); None where it reads further (a name's name, a config field), whose value
-    is then some integer literal of the file."""
-    if type(size) is ast.Constant:
-        return type(size.value) is int and _unaligned(size.value)
-    if isinstance(size, ast.Name):
-        value = index.single_value(size.id, scope)
-        if type(value) is ast.Constant:
-            return type(value.value) is int and _unaligned(value.value)
-        return None if isinstance(value, (ast.Name, ast.Attribute)) else False
-    return None if isinstance(size, ast.Attribute) and isinstance(size.value, (ast.Name, ast.Attribute)) else False
-
-
-def _ast_has_unaligned_int(tree: ast.Module) -> bool:
-    return any(type(node) is ast.Constant and type(node.value) is int and _unaligned(node.value)
-               for node in ast.walk(tree))
-
-
-def _int_value(a: FileAnalysis, expr: cst.BaseExpression, fields: Dict[str, int], depth: int = 0) -> Optional[int]:
+def _int_value(index: AstIndex, expr: ast.expr, scope: AstScope, fields: Dict[str, int], depth: int = 0) -> Optional[int]:
     """The integer a size expression certainly is, from the file alone; None where it cannot be read."""
     if depth > 4:
         return None
-    if isinstance(expr, cst.Integer):
-        return int(expr.evaluated_value)
-    if isinstance(expr, cst.Name):
-        value = a.single_value(expr.value, a.scope_of(expr))
-        if value is not None:
-            return _int_value(a, value, fields, depth + 1)
-        return None
-    if isinstance(expr, cst.Attribute) and isinstance(expr.value, (cst.Name, cst.Attribute)):
+    if type(expr) is ast.Constant:
+        return expr.value if type(expr.value) is int else None  # type: ignore[attr-defined]
+    if isinstance(expr, ast.Name):
+        value, where = index.single_value_and_scope(expr.id, scope)
+        return _int_value(index, value, where, fields, depth + 1) if value is not None else None
+    if isinstance(expr, ast.Attribute) and isinstance(expr.value, (ast.Name, ast.Attribute)):
         # `config.vocab_size`: the default of a config class's field, when the file has exactly one.
-        return fields.get(expr.attr.value)
+        return fields.get(expr.attr)
     return None
 
 
-def _config_defaults(module: cst.Module) -> Dict[str, int]:
+def _config_defaults(index: AstIndex) -> Dict[str, int]:
     """Integer defaults of class-level fields (`vocab_size: int = 50257`), for names with one value in the
-    file. A name with several values, or one also assigned elsewhere (`config.vocab_size = ...`), is dropped."""
+    file. A name with several values, or one also assigned elsewhere (`config.vocab_size = ...`), is dropped.
+    A class whose body follows its header on one line (`class C: n = 1`) has no fields to read."""
     values: Dict[str, Set[int]] = {}
-    reassigned: Set[str] = set()
-    for statement in _class_defs(module):
-        if isinstance(statement, cst.ClassDef):
-            for line in statement.body.body:
-                if not isinstance(line, cst.SimpleStatementLine):
-                    continue
-                for small in line.body:
-                    target, value = _simple_assignment(small)
-                    if target is not None and isinstance(value, cst.Integer):
-                        values.setdefault(target, set()).add(int(value.evaluated_value))
-    for node in _all_assign_targets(module):
-        if isinstance(node, cst.Attribute):
-            reassigned.add(node.attr.value)
+    for klass in (node for node in walk(index.tree) if type(node) is ast.ClassDef):
+        if not klass.body or not isinstance(index.statement_line(klass.body[0]), StatementLine):
+            continue
+        for statement in klass.body:
+            target, value = _simple_assignment(statement)
+            if target is not None and type(value) is ast.Constant and type(value.value) is int:
+                values.setdefault(target, set()).add(value.value)
+    reassigned = {target.attr for target, _ in _assignments(index) if isinstance(target, ast.Attribute)}
     return {name: next(iter(found)) for name, found in values.items() if len(found) == 1 and name not in reassigned}
 
 
-def _simple_assignment(small: cst.BaseSmallStatement) -> Tuple[Optional[str], Optional[cst.BaseExpression]]:
-    if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
-        return small.target.value, small.value
-    if isinstance(small, cst.Assign) and len(small.targets) == 1 and isinstance(small.targets[0].target, cst.Name):
-        return small.targets[0].target.value, small.value
+def _simple_assignment(statement: ast.stmt) -> Tuple[Optional[str], Optional[ast.expr]]:
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return statement.target.id, statement.value
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        return statement.targets[0].id, statement.value
     return None, None
 
 
-def _class_defs(module: cst.Module) -> List[cst.CSTNode]:
-    return [node for node in walk(module) if isinstance(node, cst.ClassDef)]
-
-
-def _all_assign_targets(module: cst.Module) -> List[cst.CSTNode]:
-    targets: List[cst.CSTNode] = []
-    for node in walk(module):
-        if isinstance(node, cst.Assign):
-            targets.extend(t.target for t in node.targets)
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-            targets.append(node.target)
-    return targets
+def _assignments(index: AstIndex) -> List[Tuple[ast.expr, Optional[ast.expr]]]:
+    """Every assignment target of the file, with the value where it is a plain ``=``."""
+    found: List[Tuple[ast.expr, Optional[ast.expr]]] = []
+    for node in walk(index.tree):
+        if type(node) is ast.Assign:
+            found.extend((target, node.value) for target in node.targets)
+        elif type(node) in (ast.AnnAssign, ast.AugAssign):
+            found.append((node.target, None))
+    return found
 
 
 _WEIGHT = re.compile(r"\.weight$")
 
 
-def _tied_names(a: FileAnalysis) -> Set[str]:
+def _tied_names(index: AstIndex, source: str) -> Set[str]:
     """Last names of the layers in ``self.lm_head.weight = self.transformer.wte.weight`` (both sides)."""
     names: Set[str] = set()
-    if ".weight" not in a.source:
+    if ".weight" not in source:
         return names
-    for target in _all_assign_targets(a.module):
+    for target, assigned in _assignments(index):
         written = dotted_name(target)
-        holder = a.parent(target)
-        assign = a.parent(holder) if isinstance(holder, cst.AssignTarget) else None
-        value = dotted_name(assign.value) if isinstance(assign, cst.Assign) else None
+        value = dotted_name(assigned) if assigned is not None else None
         if written is None or value is None or "." not in value or not (_WEIGHT.search(written) or _WEIGHT.search(value)):
             continue
         for side in (written, value):
@@ -302,12 +241,12 @@ def _tied_names(a: FileAnalysis) -> Set[str]:
     return names
 
 
-def _layer_name(a: FileAnalysis, call: cst.Call) -> Optional[str]:
+def _layer_name(index: AstIndex, call: ast.Call) -> Optional[str]:
     """``wte`` for ``self.wte = nn.Embedding(...)`` or ``dict(wte=nn.Embedding(...))``."""
-    parent = a.parent(call)
-    if isinstance(parent, cst.Arg) and parent.keyword is not None:
-        return parent.keyword.value
-    if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-        written = dotted_name(parent.targets[0].target)
+    parent = index.parent(call)
+    if isinstance(parent, ast.keyword) and parent.arg is not None:
+        return parent.arg
+    if isinstance(parent, ast.Assign) and len(parent.targets) == 1:
+        written = dotted_name(parent.targets[0])
         return written.split(".")[-1] if written else None
     return None

@@ -5,7 +5,7 @@ import pytest
 
 from torchlint.analysis import FileAnalysis
 from torchlint.device_facts import (
-    CPU, CUDA, cuda_evidence, is_test_path, mixed_precision_evidence, to_destination,
+    CPU, CUDA, cuda_evidence, mixed_precision_evidence, to_destination,
 )
 
 
@@ -66,16 +66,6 @@ def test_no_mixed_precision_in_a_plain_fp32_script():
     assert mixed_precision_evidence(analyse(source)) is None
 
 
-@pytest.mark.parametrize(
-    "path, expected",
-    [("tests/test_train.py", True), ("pkg/tests/helpers.py", True), ("conftest.py", True),
-     ("model_test.py", True), ("train.py", False), ("contest/train.py", False),
-     ("torch/testing/_internal/common_fsdp.py", True)],
-)
-def test_is_test_path(path, expected):
-    assert is_test_path(path) is expected
-
-
 # The default rule set (Rule.default_enabled) lives in config.selected_codes; tested here beside the other
 # shared facts that the opinionated rules rely on.
 from torchlint.config import Settings, selected_codes  # noqa: E402
@@ -90,29 +80,6 @@ def test_default_set_leaves_out_opt_in_rules_until_selected():
     assert selected_codes(Settings(ignore=("TL1",)), codes, default_codes=defaults) == ()
 
 
-@pytest.mark.parametrize(
-    "source, certain",
-    [
-        ("import torch\nwith torch.autocast('cuda'):\n    pass\n", True),
-        ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n", True),
-        ("model = model.half()\n", True),
-        ("trainer = Trainer(precision=16)\n", True),
-        ("import lightning.pytorch as pl\n", True),
-        ("from accelerate import Accelerator\n", True),
-        ("from accelerate import *\n", False),  # a star import is not in the analysis' import table
-        ("from .accelerate import helper\n", False),  # a relative import is the project's own module
-        ("import torch\nx = torch.zeros(3, dtype=torch.float16)\n", False),  # needs names: left to LibCST
-        ("model = model.half(memory_format)\n", False),
-        ("import torch\nmodel.cuda()\n", False),
-    ],
-)
-def test_mixed_precision_in_ast_only_where_the_analysis_certainly_agrees(source, certain):
-    from torchlint.device_facts import mixed_precision_in_ast
-    import ast
-
-    assert mixed_precision_in_ast(ast.parse(source)) is certain
-    if certain:
-        assert mixed_precision_evidence(analyse(source)) is not None
 from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
 
 
@@ -131,27 +98,3 @@ def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_
     assert (reduced_precision_evidence(analyse(source)) is not None) is expected
     if expected:
         assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one
-
-
-@pytest.mark.parametrize(
-    "source",
-    [
-        "import torch\nwith torch.autocast('cuda'):\n    pass\n",
-        "from torch import autocast as ac\nwith ac('cuda'):\n    pass\n",
-        "import torch\nscaler = torch.cuda.amp.GradScaler()\n",
-        "import torch\nmodel = model.bfloat16()\n",
-        "import torch\nx = torch.zeros(3, dtype=torch.half)\n",
-        "from torch import float16\nx = y.to(float16)\n",
-        "import torch\nx = y.to(*[torch.bfloat16])\n",
-        "import torch\nx = torch.zeros(3)\n",
-        "import torch\nx = y.half(0)\n",
-        "from accelerate import Accelerator\n",
-    ],
-)
-def test_reduced_precision_in_ast_says_no_only_where_the_analysis_finds_nothing(source):
-    import ast
-
-    from torchlint.device_facts import may_compute_in_reduced_precision_in_ast
-
-    if reduced_precision_evidence(analyse(source)) is not None:
-        assert may_compute_in_reduced_precision_in_ast(ast.parse(source))

@@ -11,12 +11,10 @@ import textwrap
 import pytest
 
 from fixture_support import FIXTURES
-from torchlint.ast_index import _LEAVES, _children, index_of
+from torchlint.ast_index import _LEAVES, _children
 from torchlint.config import Settings
-from torchlint.device_facts import _PRECISION_FRAMEWORKS, mixed_precision_in_ast
 from torchlint.loader_prefilter import is_move_without_non_blocking, _names_a_loader, loop_may_move_batch
 from torchlint.registry import get_rule
-from torchlint.script_facts import ast_facts
 from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, search_word
 
 FIXTURE_SOURCES = [path.read_text(encoding="utf-8") for path in sorted(FIXTURES.rglob("*.py"))]
@@ -233,31 +231,6 @@ def trees():
 
 # --- references: the whole-tree walks the stages made before ------------------------------------------
 
-def reference_facts(tree):
-    """script_facts' walk: calls by name, a backward/step call in a loop, a cuda sign, imported roots."""
-    names, training, cuda, roots = set(), False, False, set()
-    stack = [(tree, False)]
-    while stack:
-        node, in_loop = stack.pop()
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name is not None:
-                names.add(name)
-                training = training or (in_loop and name in ("backward", "step"))
-                cuda = cuda or name in ("cuda", "to")
-            cuda = cuda or any(keyword.arg == "device" for keyword in node.keywords)
-        elif isinstance(node, ast.Import):
-            roots.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if not node.level and node.module is not None and not any(alias.name == "*" for alias in node.names):
-                roots.add(node.module.split(".")[0])
-        stops = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-        inner = False if isinstance(node, stops) else in_loop or isinstance(node, (ast.For, ast.AsyncFor, ast.While))
-        stack.extend((child, inner) for child in ast.iter_child_nodes(node))
-    return names, training, cuda, roots
-
-
 def reference_loop_may_move_batch(tree, text):
     loops, loader_valued = [], set()
     for node in ast.walk(tree):
@@ -273,27 +246,6 @@ def reference_loop_may_move_batch(tree, text):
             continue
         if any(is_move_without_non_blocking(inner) for stmt in loop.body for inner in ast.walk(stmt)):
             return True
-    return False
-
-
-def reference_mixed_precision(tree):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
-                return True
-        elif isinstance(node, ast.ImportFrom):
-            if (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
-                    and not any(alias.name == "*" for alias in node.names)):
-                return True
-        elif isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-            if name in {"autocast", "GradScaler"}:
-                return True
-            if name in {"half", "bfloat16"} and isinstance(func, ast.Attribute) and not node.args and not node.keywords:
-                return True
-            if any(keyword.arg == "precision" for keyword in node.keywords):
-                return True
     return False
 
 
@@ -319,30 +271,11 @@ def test_the_index_walk_finds_children_of_a_field_first_seen_empty():
     assert _children(second) == [call, call]
 
 
-def test_file_facts_read_off_the_index_are_those_of_a_whole_tree_walk():
-    for _, tree in trees():
-        names, training, cuda, roots = reference_facts(tree)
-        facts = ast_facts(tree)
-        assert set(facts.calls_by_name) == names
-        assert facts.has_training_loop is training
-        assert facts.may_use_cuda is cuda
-        assert facts.imported_roots == roots
-
-
 def test_loader_loops_moving_batches_are_found_as_a_whole_tree_walk_finds_them():
     answers = set()
     for source, tree in trees():
         expected = reference_loop_may_move_batch(tree, source)
         assert loop_may_move_batch(tree, source) is expected, source[:300]
-        answers.add(expected)
-    assert answers == {True, False}
-
-
-def test_mixed_precision_signs_read_off_the_index_are_those_of_a_whole_tree_walk():
-    answers = set()
-    for _, tree in trees():
-        expected = reference_mixed_precision(tree)
-        assert mixed_precision_in_ast(tree) is expected
         answers.add(expected)
     assert answers == {True, False}
 
@@ -441,13 +374,11 @@ def test_tl403_text_stage_keeps_what_its_plain_regexes_matched():
 
 
 def test_text_helpers_answer_as_their_plain_regexes():
-    from torchlint.rules.tl502_optimizer_not_fused import _unsupported
     from torchlint.rules.tl601_cudnn_benchmark_off import _decided
     from torchlint.rules.tl701_no_mixed_precision import _requires_double, decided_elsewhere
     from torchlint.rules.tl703_unaligned_fp16_matmul_dims import _LAYER_TEXTS, _may_be_reduced
 
     plain = [
-        (_unsupported, r"complex|sparse\s*=\s*True|\bcfloat\b|\bcdouble\b", 0),
         (_decided, r"cudnn|\bbenchmark\s*=", re.IGNORECASE),
         (_requires_double, r"float64|\.double\(\)|torch\.double\b|set_default_dtype|set_default_tensor_type", 0),
         (_may_be_reduced, r"autocast|GradScaler|bfloat16|float16|" + DOT + r"half\b|\bhalf\b(?=[\s\S]*\bfrom"

@@ -18,11 +18,9 @@ import libcst as cst
 import pytest
 
 from fixture_support import fixture_settings, flagged_fixtures
-from torchlint.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.engine import reports_without_stages, rules_that_may_fire
 from torchlint.registry import all_rules, get_rule
-from torchlint.rule import RuleContext, iter_reports
 
 _LAYOUT = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER,
            tokenize.ENCODING}

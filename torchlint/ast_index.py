@@ -104,13 +104,13 @@ class AstIndex:
         self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
         # The walk's order is not the source's; rules read "the first call" and "the last binding" in it.
-        self.calls.sort(key=lambda info: _source_order(info.node))
-        self.loops.sort(key=lambda info: _source_order(info.node))
+        self.calls.sort(key=lambda info: source_order(info.node))
+        self.loops.sort(key=lambda info: source_order(info.node))
         self.functions.sort(key=_position)
         for by_name in self.calls_by_name.values():
-            by_name.sort(key=lambda info: _source_order(info.node))
+            by_name.sort(key=lambda info: source_order(info.node))
         for loop in self.loops:
-            loop.direct_calls.sort(key=_source_order)
+            loop.direct_calls.sort(key=source_order)
         self._call_starts = [_position(info.node) for info in self.calls]
         for loop in self.loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c, loop.function)
@@ -447,6 +447,15 @@ class AstIndex:
 
         return (*place(first_row, first_col), *place(last_row, last_col))
 
+    def source_of(self, node: Union[ast.AST, "Extent"]) -> str:
+        """The text of ``node``'s span."""
+        line, column, end_line, end_column = self.span(node)
+        if line == end_line:
+            return self._line_text(line)[column:end_column]
+        lines = [self._line_text(line)[column:], *map(self._line_text, range(line + 1, end_line)),
+                 self._line_text(end_line)[:end_column]]
+        return "\n".join(lines)
+
     def _line_text(self, line: int) -> str:
         lines = self.__dict__.get("_lines")
         if lines is None:
@@ -498,14 +507,14 @@ class AstIndex:
         if len(qualified) == 1:
             return by_qualified.get(qualified[0], [])
         return sorted((info for name in qualified for info in by_qualified.get(name, ())),
-                      key=lambda info: _source_order(info.node))
+                      key=lambda info: source_order(info.node))
 
 
 def _position(node: ast.AST) -> Tuple[int, int]:
     return node.lineno, node.col_offset  # type: ignore[attr-defined]
 
 
-def _source_order(node: ast.AST) -> Tuple[int, int, int, int]:
+def source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     """Pre-order in the source: by start, and of two nodes that start together (``a.b(x).c(y)`` and
     ``a.b(x)``) the outer first, as LibCST's walk meets them."""
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]

@@ -1,4 +1,6 @@
-"""Where a file's tensors live and in what precision it trains: facts several rules share.
+"""Where a file's tensors live and in what precision it trains, on LibCST's tree, for the rules that still
+detect there (the index's forms are in ``torchlint/facts/devices.py``; ``tests/test_facts.py`` holds them
+equal until the last of these rules moves).
 
 Rules about host-to-device copies, pinned memory, mixed precision, TF32 and fused optimizers all ask the
 same questions: does this file put work on a CUDA device, and does it already train in reduced precision?
@@ -9,16 +11,12 @@ of it (autocast, a half/bf16 model, a framework that manages precision).
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import PurePath
 from typing import Optional
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, receiver
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.ast_index import call_name as ast_call_name, dotted_name as ast_dotted_name
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -34,15 +32,6 @@ _AUTOCAST_NAMES = {
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
     "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.GradScaler",
 }
-_TEST_FILE = re.compile(r"^(test_.*|.*_test|conftest)\.py$")
-
-
-def is_test_path(path: str) -> bool:
-    """A pytest file or a file under a tests/ (or testing/) folder: one-off code whose speed does not matter."""
-    pure = PurePath(path)
-    return bool(_TEST_FILE.match(pure.name)) or any(part in {"tests", "test", "testing"} for part in pure.parts[:-1])
-
-
 def device_kind(analysis: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
     """CUDA, CPU or UNKNOWN for an expression used as a device."""
     if depth > 4:
@@ -142,61 +131,6 @@ def _computes_in_reduced_precision(analysis: FileAnalysis, call: cst.Call) -> bo
     if dtype is not None and is_reduced_dtype(analysis, dtype.value):
         return True
     return call_name(call) == "to" and any(a.keyword is None and is_reduced_dtype(analysis, a.value) for a in call.args)
-
-
-# --- the same facts on the stdlib ast, for pre-filter stages ------------------------------------------
-
-
-def mixed_precision_in_ast(tree: ast.Module) -> bool:
-    """True only where ``mixed_precision_evidence`` certainly finds a sign: an autocast or GradScaler call,
-    a ``.half()`` / ``.bfloat16()`` call, a ``precision=`` argument, a precision framework's import. (Signs
-    that need qualified names, such as a reduced ``dtype=``, are left to the LibCST check.)"""
-    index = index_of(tree)  # the shared index holds every import and call: no walk of our own
-    for node in index.import_statements:
-        if isinstance(node, ast.Import):
-            if any(alias.name.split(".")[0] in _PRECISION_FRAMEWORKS for alias in node.names):
-                return True
-        elif (not node.level and node.module is not None and node.module.split(".")[0] in _PRECISION_FRAMEWORKS
-                and not any(alias.name == "*" for alias in node.names)):
-            return True
-    if _ast_calls_autocast_or_half(index):
-        return True
-    return any(keyword.arg == "precision" for info in index.calls for keyword in info.node.keywords)
-
-
-def _ast_calls_autocast_or_half(index: AstIndex) -> bool:
-    """An ``autocast``/``GradScaler`` call by name or an argument-less ``x.half()`` / ``x.bfloat16()``: the
-    signs both precision facts read the same way on the ast."""
-    by_name = index.calls_by_name
-    if "autocast" in by_name or "GradScaler" in by_name:
-        return True
-    return any(isinstance(info.node.func, ast.Attribute) and not info.node.args and not info.node.keywords
-               for name in ("half", "bfloat16") for info in by_name.get(name, ()))
-
-
-def may_compute_in_reduced_precision_in_ast(tree: ast.Module) -> bool:
-    """False only where ``reduced_precision_evidence`` certainly finds nothing: no autocast or GradScaler
-    call, no argument-less ``.half()`` / ``.bfloat16()``, no ``dtype=`` or ``.to(...)`` naming a reduced
-    dtype (by its last name: the check's qualified-name test can only say no more often)."""
-
-    def names_reduced_dtype(node: ast.AST) -> bool:
-        name = ast_dotted_name(node)
-        return name is not None and name.rsplit(".", 1)[-1] in _REDUCED_DTYPES
-
-    index = index_of(tree)
-    if _ast_calls_autocast_or_half(index):
-        return True
-    for info in index.calls:
-        call = info.node
-        name = ast_call_name(call)
-        if (index.qualified_name(call.func) or "") in _AUTOCAST_NAMES:  # `from torch import autocast as ac`
-            return True
-        if any(keyword.arg == "dtype" and names_reduced_dtype(keyword.value) for keyword in call.keywords):
-            return True
-        if name == "to" and any(names_reduced_dtype(arg.value if isinstance(arg, ast.Starred) else arg)
-                                for arg in call.args):
-            return True
-    return False
 
 
 def reduced_precision_evidence(analysis: FileAnalysis) -> Optional[cst.CSTNode]:

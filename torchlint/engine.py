@@ -8,7 +8,6 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
@@ -16,8 +15,9 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis
 from torchlint.ast_index import AstIndex, forget_last_index, index_of
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
+from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
+from torchlint.fileio import split_lines
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
@@ -55,7 +55,7 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     for its kind of file, then a text stage; of the rules that still detect on LibCST, those an ``ast``
     stage keeps, where the ``ast`` tree is built anyway or every such rule has one (it is cheaper than the
     LibCST parse it can save). Rules that detect on the index are kept: the index is their detection."""
-    candidates = [rule for rule in rules_for_path(rules, path, settings.root) if rule.may_fire(source, settings)]
+    candidates = [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
     on_libcst = [rule for rule in candidates if not rule.detects_on_index()]
     if on_libcst and (len(on_libcst) < len(candidates) or all(rule.has_ast_prefilter for rule in on_libcst)):
         tree = _stdlib_ast(source)
@@ -88,22 +88,12 @@ def reports_without_stages(rules: Sequence[Rule], source: str, settings: Setting
     return reports
 
 
-def rules_for_path(rules: Sequence[Rule], path: str, root: Optional[Path] = None) -> Sequence[Rule]:
-    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``). A path below
-    ``root`` (the project's folder) is judged from there: a folder named ``test`` above the project, as in
-    the absolute path an editor sends, says nothing about the file."""
-    if path and is_test_path(_below(path, root)):
+def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings] = None) -> Sequence[Rule]:
+    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``), as the
+    ``test-paths`` settings say, judged from the project root (``discovery.is_test_file``)."""
+    if path and is_test_file(path, settings if settings is not None else Settings()):
         return [rule for rule in rules if not rule.silent_in_test_files]
     return rules
-
-
-def _below(path: str, root: Optional[Path]) -> str:
-    if root is None:
-        return path
-    try:
-        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
-    except ValueError:  # outside the project (or another drive): the path as given
-        return path
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
@@ -177,6 +167,14 @@ def _run_rules(
                                      and not rule.detects_on_index()], ctx, crashes))
     else:
         assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
+    pending = [report for report in reports if report.rewrite is not None]
+    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree of the file
+        if module is None:
+            module = parse(source, path)  # SyntaxProblem: the callers report the file as before
+        if analysis is None:
+            analysis = FileAnalysis(module, source, path)
+        assert index is not None
+        _make_rewrites(pending, index, analysis)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -189,12 +187,14 @@ def _run_rules(
         placed = [r for r in found if r.span is None]  # LibCST's reports: placed here, all at once
         positions, fix_edits = {}, None
         if placed:
-            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
             from torchlint.positions import node_spans
 
             wanted = [r.node for r in placed] + [n for r in placed if r.fix for n in r.fix.replacements]
             positions = node_spans(module, wanted, analysis.parents, source)
-            fix_edits = FixEdits(module, analysis, path, source) if with_edits else None
+        if with_edits and any(r.fix for r in found):
+            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
+
+            fix_edits = FixEdits(module, analysis, path, source)
         for report in found:
             line, column, end_line, end_column = report.span or positions[report.node]
             key = (report.rule.code, line, column, report.message)
@@ -237,10 +237,38 @@ def _run_rules(
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
+def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
+    """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
+    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call) or
+    on the module, or its ``refused`` message where the rewrite cannot be made."""
+    calls = [info.node for info in index.calls]
+    if len(calls) == len(analysis.calls):
+        twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
+    else:  # never seen: the two parsers disagree on the calls; match them by place instead
+        from torchlint.positions import node_spans
+
+        by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
+                                                           analysis.source).items()}
+        twins = {id(call): by_span.get(index.span(call)) for call in calls}
+    for report in reports:
+        rewrite = report.rewrite
+        assert rewrite is not None
+        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
+        if twin is None:
+            continue  # reported without a fix, as found
+        if rewrite.call is not None:
+            report.node = twin
+        made = rewrite.make(twin, analysis)
+        if isinstance(made, str):
+            report.message = rewrite.refused.replace("{reason}", made)
+        else:
+            report.fix = made
+
+
 def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
     """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
-    old_lines = before.splitlines(keepends=True)
-    new_lines = after.splitlines(keepends=True)
+    old_lines = split_lines(before)  # Python's lines: a form feed inside one is no line end
+    new_lines = split_lines(after)
     starts = [0]
     for line in old_lines:
         starts.append(starts[-1] + len(line))
@@ -282,8 +310,11 @@ def lint_source(
             module = parse(source, path)
         except SyntaxProblem as exc:
             return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
-    _, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
-    return LintOutcome(diagnostics, parsed=module is not None)
+    try:
+        analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
+    except SyntaxProblem as exc:  # a fix on the index needed LibCST's tree, and LibCST cannot parse the file
+        return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
+    return LintOutcome(diagnostics, parsed=analysis is not None)
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
@@ -303,21 +334,22 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             remaining = []
             break
         index = _index_of(current) if any(rule.detects_on_index() for rule in candidates) else None
-        if not needs_libcst(candidates, current):  # rules on the index render no fix: what they find stays
-            _, _, remaining = _run_rules(None, current, path, candidates, settings, selected=selected, index=index)
-            break
-        if module is None:
-            try:
+        try:
+            if module is None and needs_libcst(candidates, current):
                 module = parse(current, path)
-            except SyntaxProblem as exc:
-                if current == source:
-                    outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
-                    return outcome
-                raise AssertionError("a verified fix produced unparsable code") from exc
-        else:
-            forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
-        analysis, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
-                                                  index=index)
+            elif module is not None:
+                forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
+            # (a finding on the index that proposes a fix parses the file here, where `module` is None)
+            analysis, reports, remaining = _run_rules(module, current, path, candidates, settings,
+                                                      selected=selected, index=index)
+        except SyntaxProblem as exc:
+            if current == source:
+                outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
+                return outcome
+            raise AssertionError("a verified fix produced unparsable code") from exc
+        if analysis is None:
+            break  # no finding proposes a fix: what was found stays
+        module = analysis.module
         fixable = [
             r for r in reports
             if r.fix is not None and r.fix.applicability in allowed

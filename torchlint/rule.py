@@ -7,13 +7,13 @@ import enum
 import re
 from functools import lru_cache
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
-    from torchlint.ast_index import AstIndex, StatementLine
+    from torchlint.ast_index import AstIndex, Extent, StatementLine
     from torchlint.config import Settings
 
 RULE_CODE = re.compile(r"^TL\d{3}$")
@@ -78,6 +78,19 @@ class Fix:
         return cls({node: new}, applicability, tuple(imports))
 
 
+@dataclass(frozen=True)
+class Rewrite:
+    """The fix a finding on the index proposes. It is made on LibCST's tree only where a fix is shown or
+    applied (``fix``, ``[*]``, JSON/SARIF/full edits): ``make(node, analysis)`` gets the LibCST twin of
+    ``call`` (the same call, found by its place among the file's calls), or the module where ``call`` is
+    None, and returns the ``Fix``, or why it cannot be made in the user's layout; the finding then reads
+    ``refused`` with that answer in place of ``{reason}``."""
+
+    make: "Callable[[cst.CSTNode, FileAnalysis], Union[Fix, str]]"
+    refused: str
+    call: Optional[ast.Call] = None
+
+
 @dataclass
 class Report:
     """What a rule says about one node, before suppressions are known. A rule that detects on the index
@@ -89,6 +102,7 @@ class Report:
     message: str
     fix: Optional[Fix] = None
     span: Optional[Tuple[int, int, int, int]] = None
+    rewrite: Optional[Rewrite] = None  # a finding on the index: its fix, made where LibCST has parsed the file
 
 
 @dataclass(frozen=True)
@@ -164,9 +178,11 @@ class IndexContext:
     def torch_version(self) -> Tuple[int, int]:
         return self.settings.torch_version
 
-    def report(self, node: Union[ast.AST, "StatementLine"], message: Optional[str] = None) -> None:
+    def report(self, node: Union[ast.AST, "Extent"], message: Optional[str] = None,
+               rewrite: Optional[Rewrite] = None) -> None:
         assert self._rule is not None
-        self.reports.append(Report(self._rule, node, message or self._rule.message, span=self.index.span(node)))
+        self.reports.append(Report(self._rule, node, message or self._rule.message, span=self.index.span(node),
+                                   rewrite=rewrite))
 
 
 class Rule:
@@ -189,9 +205,10 @@ class Rule:
     # off by default, as Ruff keeps opinionated rules out of its defaults: `--extend-select TLxxx` or
     # `select = ["ALL"]` turns them on.
     default_enabled: ClassVar[bool] = True
-    # The rule reports nothing in test code (``device_facts.is_test_path``: pytest files, files under a
-    # tests/, test/ or testing/ folder), whose speed does not matter. The engine leaves it out for such a
-    # file before any stage, so its ``check`` does not test the path and no huge test file is parsed for it.
+    # The rule reports nothing in test code (``discovery.is_test_file``: the ``test-paths`` setting, by
+    # default pytest files and files under a tests/, test/ or testing/ folder), whose speed does not matter.
+    # The engine leaves it out for such a file before any stage, so its ``check`` does not test the path and
+    # no huge test file is parsed for it.
     silent_in_test_files: ClassVar[bool] = False
 
     def detect(self, ctx: IndexContext) -> None:  # pragma: no cover - abstract

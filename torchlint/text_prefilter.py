@@ -200,3 +200,25 @@ def _scan_line(line: str, balance: int, quote: str) -> "tuple[int, str]":
     if len(quote) == 1 and not line.rstrip("\r").endswith("\\"):
         quote = ""  # a one-quote string ends with its line (unless a `\\` continues it)
     return balance, quote
+
+
+# --- the gates several rules share ---------------------------------------------------------------------
+# A training loop calls `backward(` (a method, or `torch.autograd.backward` imported by its name) or a
+# `.step(` method (`AstIndex.is_backward_call`, `is_optimizer_step`), spaced as Python allows:
+# `loss .backward ()`, `(optimizer\n .step())`.
+_BACKWARD_CALL_TEXT = call_text("backward")
+
+
+def may_train(text: str) -> bool:
+    """The text gate of "this file has a training loop" (``facts.script.first_training_loop``)."""
+    return ("backward" in text and search_word(_BACKWARD_CALL_TEXT, text) is not None) or has_method_call(text, "step")
+
+
+def may_use_cuda(text: str) -> bool:
+    """The text gate of ``facts.devices.cuda_evidence``: ``.cuda()``, ``.to(...)`` or a device."""
+    return "cuda" in text or "device" in text or has_method_call(text, "to")
+
+
+def any_of(text: str, *words: str) -> bool:
+    """Some word occurs in the text (plain substring searches: faster than a regex alternation)."""
+    return any(word in text for word in words)

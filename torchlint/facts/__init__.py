@@ -2,6 +2,6 @@
 
 Each fact is written once, here, and every rule that needs it asks the same function: does this file train
 (``script``), where does its work run and in what precision (``devices``). They replace, rule group by rule
-group, the LibCST forms in ``torchlint/script_facts.py`` and ``torchlint/device_facts.py``
-(docs/architecture.md, "One program model").
+group, the LibCST forms of ``torchlint/device_facts.py`` and ``torchlint/loaders.py`` (docs/architecture.md,
+"One program model"); the script facts' LibCST forms are gone with their last user.
 """
