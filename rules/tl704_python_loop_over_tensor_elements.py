@@ -7,7 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, StatementCode, call_name, dotted_name, target_names
+from torchlint.ast_index import (
+    AstIndex, AstLoopInfo, StatementCode, call_arguments, call_name, dotted_name, target_names,
+)
 from torchlint.config import Settings
 from torchlint.facts.script import training_loop_around
 from torchlint.rule import FixAvailability, IndexContext, Rule
@@ -175,13 +177,9 @@ def _in_step_or_forward(index: AstIndex, loop: AstLoopInfo) -> bool:
     return training_loop_around(index, loop.node) is not None
 
 
-def _arguments(call: ast.Call) -> List[ast.AST]:
-    """The call's arguments as LibCST lists them: positional, `*args`, keywords and `**kwargs` in source order."""
-    return sorted([*call.args, *call.keywords], key=lambda arg: (arg.lineno, arg.col_offset))  # type: ignore[attr-defined]
-
-
-def _value(argument: ast.AST) -> ast.AST:
-    return argument.value if isinstance(argument, (ast.Starred, ast.keyword)) else argument  # type: ignore[return-value]
+def _unstarred(element: ast.AST) -> ast.AST:
+    """A subscript element's value, as LibCST's ``Index.value``: `a` for `*a`."""
+    return element.value if isinstance(element, ast.Starred) else element
 
 
 def _receiver(call: ast.Call) -> Optional[ast.AST]:
@@ -199,9 +197,9 @@ def _fills_tensor(index: AstIndex, loop: ast.For, body: _Body) -> bool:
     after = (loop.lineno, loop.col_offset)
     for info in index.calls if scope is index.tree else index.calls_in(scope):
         call = info.node
-        arguments = _arguments(call) if index.qualified_name(call.func) in ("torch.stack", "torch.cat") else ()
+        arguments = call_arguments(call) if index.qualified_name(call.func) in ("torch.stack", "torch.cat") else ()
         if arguments and (call.lineno, call.col_offset) > after:
-            first = _value(arguments[0])
+            first = arguments[0][1]
             if isinstance(first, ast.Name) and first.id in body.appended:
                 return True
     return False
@@ -226,9 +224,9 @@ def _range_over_tensor(index: AstIndex, loop: ast.For) -> Optional[str]:
         value = index.single_value(bound.id, index.scope_of(loop))
         bound = value if value is not None else bound
     owner: Optional[ast.AST] = None
-    if isinstance(bound, ast.Call) and len(_arguments(bound)) == 1:
+    if isinstance(bound, ast.Call) and len(call_arguments(bound)) == 1:
         if isinstance(bound.func, ast.Name) and bound.func.id == "len":
-            owner = _value(_arguments(bound)[0])
+            owner = call_arguments(bound)[0][1]
         elif call_name(bound) == "size":
             owner = _receiver(bound)
     elif (isinstance(bound, ast.Subscript) and isinstance(bound.value, ast.Attribute)
@@ -270,11 +268,11 @@ def _read_body(index: AstIndex, loop: ast.For, name: str) -> Optional[_Body]:
             _read_expression(index, small.value, body, assigned, bound)
             _read_target(index, small.target, body, assigned)
         elif isinstance(small, ast.Expr) and isinstance(small.value, ast.Call) and call_name(small.value) == "append":
-            owner, arguments = _receiver(small.value), _arguments(small.value)
+            owner, arguments = _receiver(small.value), call_arguments(small.value)
             if not isinstance(owner, ast.Name) or len(arguments) != 1:
                 body.stop("an append to something other than a list name")
                 continue
-            _read_expression(index, _value(arguments[0]), body, assigned, bound)
+            _read_expression(index, arguments[0][1], body, assigned, bound)
             body.appended.add(owner.id)
         else:
             body.stop("control flow, or a statement other than an assignment or an append")
@@ -356,7 +354,7 @@ def _elements(index: AstIndex, subscript: ast.Subscript) -> List[ast.AST]:
 
 def _slice_elements(index: AstIndex, subscript: ast.Subscript) -> List[ast.AST]:
     """The elements' values (a `*a`'s is `a`); slices as they are."""
-    return [_value(element) for element in _elements(index, subscript)]
+    return [_unstarred(element) for element in _elements(index, subscript)]
 
 
 def _mentions(nodes: Sequence[ast.AST], name: str) -> bool:
@@ -416,8 +414,8 @@ def _vectorized_hint(index: AstIndex, loop: ast.For, body: _Body) -> str:
                 filled = index.code_for_node(small.targets[0].value, small)
                 kind = "gathers by an index tensor" if body.gathers else "is elementwise in `" + name + "`"
                 return f"the body {kind}: one expression does it (`{filled} = {value}`, shapes permitting)"
-        if isinstance(small, ast.Expr) and isinstance(small.value, ast.Call) and _arguments(small.value):
-            value = _vectorize(index, small, _value(_arguments(small.value)[0]), name, count)
+        if isinstance(small, ast.Expr) and isinstance(small.value, ast.Call) and call_arguments(small.value):
+            value = _vectorize(index, small, call_arguments(small.value)[0][1], name, count)
             if value is not None:
                 return (f"the body maps each element: compute `{value}` once for the whole dimension instead of "
                         f"appending per element and stacking (shapes permitting)")
@@ -470,10 +468,10 @@ def _whole_subscript(index: AstIndex, code: StatementCode, subscript: ast.Subscr
     if _first_index_only(index, subscript, name):
         return _whole(index, code, subscript.value, name, count)
     elements = _elements(index, subscript)
-    gathers = any(not _is_index(_value(e), name) and _mentions([_value(e)], name) for e in elements)
+    gathers = any(not _is_index(_unstarred(e), name) and _mentions([_unstarred(e)], name) for e in elements)
     parts = []
     for element in elements:
-        value = None if isinstance(element, ast.Slice) else _value(element)
+        value = None if isinstance(element, ast.Slice) else _unstarred(element)
         if value is not None and _is_index(value, name):
             parts.append(f"torch.arange({count})" if gathers else ":")
         elif value is not None and _mentions([value], name):
