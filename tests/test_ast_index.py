@@ -100,3 +100,98 @@ def test_the_walk_records_every_node_type_it_has_a_branch_for():
                     compared.update(getattr(ast_index, operand.id))
     assert {ast.Call, ast.Assign, ast.For, ast.FunctionDef, ast.Module, ast.If} <= compared
     assert compared <= ast_index._RECORDED_TYPES
+
+
+# Expressions whose text LibCST writes otherwise than the source slice `ast` places: parentheses (around a
+# bound, a callee, a receiver), lines continued inside brackets (indentation), comments, `\` continuations.
+CODE_SAMPLES = [
+    textwrap.dedent(
+        """\
+        class M:
+            def forward(self, x):
+                for i in (  # the bound
+                        range(
+                    x . shape[0])):
+                    out[i] = (torch.sigmoid((x)[i])
+                    if True else w[(i)])
+                    y = f(a,
+                  b) + \\
+                         c
+                    (out)[i] = ((x[i]))  ;  z = print (x) (y)
+                    rows.append(x[i, ::2] @ y[
+                        # a comment line
+                        i])
+                    s = '''a
+            b''' + (
+                        t)
+        """),
+    "x = [f(a) for a in b]\nif (a): y = (g)(h)[(0)]\nfor (i) in range((n)): pass\nz = (a, b), (c)\nw = x[1 :  , 2 : ]\n",
+    "out[i] = (x[i]\r\n    * 2)\r\nfor i in range(\r\n  len(x)): pass\r\n",
+]
+
+
+def _expression_pairs(source: str):
+    """(ast node, its statement, LibCST node) for the names, calls, subscripts, attributes, operations and
+    numbers of every simple statement and `for` header, matched by their places."""
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    kinds = {ast.Name: cst.Name, ast.Call: cst.Call, ast.Subscript: cst.Subscript, ast.Attribute: cst.Attribute,
+             ast.BinOp: cst.BinaryOperation, ast.Constant: cst.Integer, ast.Slice: cst.Slice}
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    by_place = {}
+    for node, where in positions.items():
+        if type(node) in kinds.values():
+            by_place[(type(node), where.start.line, where.start.column, where.end.line, where.end.column)] = node
+    index = index_of(ast.parse(source), source)
+    for statement in ast.walk(index.tree):
+        if not isinstance(statement, ast.stmt) or isinstance(statement, (ast.ClassDef, ast.FunctionDef, ast.If)):
+            continue
+        roots = [statement.target, statement.iter] if isinstance(statement, ast.For) else [statement]
+        for node in (n for root in roots for n in ast.walk(root)):
+            if type(node) in kinds:
+                found = by_place.get((kinds[type(node)], *index.span(node)))
+                if found is not None:
+                    yield index, node, statement, wrapper.module, found
+
+
+@pytest.mark.parametrize("source", CODE_SAMPLES)
+def test_code_for_node_writes_what_libcst_writes(source):
+    compared = 0
+    for index, node, statement, module, cst_node in _expression_pairs(source):
+        assert index.code_for_node(node, statement) == module.code_for_node(cst_node), ast.dump(node)
+        assert index.code_for_node(node, statement, newline="\n") == cst.Module([]).code_for_node(cst_node)
+        compared += 1
+    assert compared > 10
+
+
+def test_code_for_node_splices_replacements_in():
+    source = "def f():\n    y = g(a[i],\n          b)\n"
+    index = index_of(ast.parse(source), source)
+    statement = index.tree.body[0].body[0]
+    code = index.statement_code(statement)
+    call, subscript = statement.value, statement.value.args[0]
+    assert code.text(*code.place(call), replacements=[(*code.place(subscript), "a")]) == "g(a,\n      b)"
+
+
+def test_a_tuple_has_its_own_brackets_only_where_they_hold_it_alone():
+    source = "x[(a, b)]\nx[a, b]\nx[(a), b]\nx[()]\nx[(a), (b)]\nx[('é', b)]\n"
+    index = index_of(ast.parse(source), source)
+    assert [index.has_own_brackets(s.value.slice) for s in index.tree.body] == [True, False, False, True, False, True]
+
+
+def test_a_body_on_the_header_line_is_one_logical_line_with_it():
+    source = ("for x in y: f(x)\nfor x in y: \\\n    f(x)\nfor x in y:  # c \\\n    f(x)\nfor x in (\n        y):\n    f(x)\n"
+              "if (x  # c\n      ): f(x); g(x)\nwhile x:\n    f(x)\n")
+    index = index_of(ast.parse(source), source)
+    assert [index.body_on_header_line(s) for s in index.tree.body] == [True, True, False, False, True, False]
+
+
+def test_a_slice_ending_in_a_colon_holds_the_space_after_it_as_in_libcst():
+    source = "w = x[1 :  , 2 : ]\n"
+    index = index_of(ast.parse(source), source)
+    statement = index.tree.body[0]
+    ours = [index.code_for_node(s, statement) for s in statement.value.slice.elts]
+    module = cst.parse_module(source)
+    elements = module.body[0].body[0].value.slice
+    assert ours == [module.code_for_node(e.slice) for e in elements] == ["1 :  ", "2 : "]

@@ -1,6 +1,5 @@
 """TL704 python-loop-over-tensor-elements: where loops count, what the body may do, and the suggested form."""
 
-import libcst as cst
 import pytest
 
 from fixture_support import lint
@@ -62,3 +61,51 @@ def test_only_in_forward_or_training_and_not_in_tests():
     forward = _forward(["for i in range(x.shape[0]):", "    out[i] = x[i] * 2"])
     settings = Settings(select=("TL704",))
     assert lint_source(forward, "tests/test_model.py", [get_rule("TL704")()], settings).diagnostics == []
+
+
+_LOOP = "        out = torch.zeros_like(x)\n        for i in range(x.shape[0]):\n            out[i] = x[i] * 2\n"
+
+
+@pytest.mark.parametrize(
+    "source, lines",
+    [
+        # a model's forward: a method, `async def` too, and a def nested in a method (still the class's)
+        ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n" + _LOOP, [5]),
+        ("import torch\nclass M(torch.nn.Module):\n    async def forward(self, x):\n" + _LOOP, [5]),
+        ("import torch\nclass M(torch.nn.Module):\n    def build(self, x):\n      def forward(x):\n" + _LOOP, [6]),
+        ("import torch\nclass M(torch.nn.Module):\n    def build(self, x):\n" + _LOOP, []),
+        ("import torch\ndef forward(x):\n" + _LOOP.replace("        ", "    "), []),  # no class: not a model's
+        ("import torch\ndef training_step(x):\n" + _LOOP.replace("        ", "    "), [4]),
+        # under a loop that runs a training step (`async for` too), however deep
+        ("import torch\ndef train(data, opt):\n    for x in data:\n" + _LOOP + "        opt.step()\n", [5]),
+        ("import torch\nasync def train(data, loss):\n    async for x in data:\n" + _LOOP + "        loss.backward()\n",
+         [5]),
+        ("import torch\nfor epoch in range(3):\n    for x in data:\n      if x:\n" + _LOOP + "    loss.backward()\n", [6]),
+        ("import torch\ndef train(data, sched):\n    for x in data:\n" + _LOOP + "        sched.step()\n", []),
+        # `async for` over the elements, and a body on the header's line, are no such loop
+        ("import torch\nclass M(torch.nn.Module):\n    async def forward(self, x):\n"
+         + _LOOP.replace("for i", "async for i"), []),
+        ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        out = torch.zeros_like(x)\n"
+         "        for i in range(x.shape[0]): \\\n            out[i] = x[i] * 2\n", []),
+    ],
+)
+def test_loops_count_in_a_forward_pass_or_a_training_step(source, lines):
+    assert [d.line for d in lint(source, "TL704")] == lines
+
+
+def test_the_text_gate_asks_for_the_range_a_length_and_a_context():
+    rule = get_rule("TL704")
+    source = _forward(["for i in range(x.shape[0]):", "    out[i] = x[i] * w[i]"])
+    assert rule.may_fire(source, Settings()) and len(lint(source, "TL704")) == 1
+    for word, other in [("range", "rang"), ("shape", "shap"), ("forward", "forwar")]:
+        assert not rule.may_fire(source.replace(word, other), Settings()), word
+    spaced = source.replace("x.shape[0]", "(\n            x  # rows\n            . shape[0])").replace("\n", "\r")
+    assert rule.may_fire(spaced, Settings()) and len(lint(spaced, "TL704")) == 1
+
+
+def test_messages_quote_the_code_as_written():
+    loop = ["for i in range(  # rows", "        x . shape[0]):", "    (out)[i] = (torch.sigmoid(x[i])", "        * w[(i)])"]
+    [finding] = lint(_forward(loop), "TL704")
+    assert finding.message.startswith("Python loop `for i in range(  # rows\n        x . shape[0])` over")
+    # as LibCST's code_for_node writes them: a line continued in brackets loses its statement's indentation
+    assert "(`(out) = (torch.sigmoid(x)\n    * w)`, shapes permitting)" in finding.message

@@ -249,26 +249,6 @@ def reference_loop_may_move_batch(tree, text):
     return False
 
 
-def reference_tl704_ast(tree):
-    from torchlint.rules.tl704_python_loop_over_tensor_elements import (
-        _CONTEXT_FUNCTIONS, _ast_candidate_loop, _ast_own_nodes)
-
-    def regions():
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef) and _CONTEXT_FUNCTIONS.match(item.name):
-                        yield item
-            elif isinstance(node, ast.FunctionDef) and node.name in ("training_step", "train_step", "train_one_step"):
-                yield node
-            elif isinstance(node, (ast.For, ast.While)) and any(
-                    isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-                    and n.func.attr in ("backward", "step") for n in _ast_own_nodes(node)):
-                yield node
-
-    return any(_ast_candidate_loop(loop) for region in regions() for loop in _ast_own_nodes(region))
-
-
 # --- the stages against the references -----------------------------------------------------------------
 
 def test_the_index_walk_enters_every_child_that_is_not_a_leaf():
@@ -296,17 +276,6 @@ def test_loader_loops_moving_batches_are_found_as_a_whole_tree_walk_finds_them()
     for source, tree in trees():
         expected = reference_loop_may_move_batch(tree, source)
         assert loop_may_move_batch(tree, source) is expected, source[:300]
-        answers.add(expected)
-    assert answers == {True, False}
-
-
-def test_tl704_regions_from_the_index_are_those_of_a_whole_tree_walk():
-    rule = get_rule("TL704")
-    settings = Settings()
-    answers = set()
-    for source, tree in trees():
-        expected = reference_tl704_ast(tree)
-        assert rule.may_fire_in_ast(tree, source, settings) is expected, source[:300]
         answers.add(expected)
     assert answers == {True, False}
 
@@ -425,27 +394,13 @@ def test_text_helpers_answer_as_their_plain_regexes():
 
 
 def test_tl704_text_stage_answers_as_its_plain_regexes():
-    from torchlint.rules.tl704_python_loop_over_tensor_elements import _FOR_RANGE_TEXT, _loop_text, _text_may_be_map
-
     patterns = [r"range", DOT + r"shape\b|" + DOT + call("size") + r"|\b" + call("len"),
                 r"def[\s\\]+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|"
                 + DOT + call("step")]
-    for_range = re.compile(r"\b" + _FOR_RANGE_TEXT.pattern)
-
-    def plain(text):
-        if not all(re.search(p, text) for p in patterns):
-            return False
-        for match in for_range.finditer(text):
-            index_use = re.compile(r"[\[,:]" + GAP + r"(?:\(" + GAP + r")*" + re.escape(match.group(1)) + CALL_GAP
-                                   + r"[\],:]")
-            loop = _loop_text(text, match)
-            if index_use.search(loop) and _text_may_be_map(loop):
-                return True
-        return False
-
     rule = get_rule("TL704")
     answers = set()
     for text in SNIPPETS + FIXTURE_SOURCES:
-        answers.add(plain(text))
-        assert rule.may_fire(text, Settings()) is plain(text), text[:200]
+        plain = all(re.search(p, text) for p in patterns)
+        answers.add(plain)
+        assert rule.may_fire(text, Settings()) is plain, text[:200]
     assert answers == {True, False}

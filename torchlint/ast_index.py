@@ -14,10 +14,11 @@ from __future__ import annotations
 import ast
 import bisect
 import io
+import keyword
 import re
 import tokenize
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 # What names say a variable holds, where nothing else tells (an optimizer's `.step()`, a loader).
 OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
@@ -410,6 +411,11 @@ class AstIndex:
                 return inside
         return line, column, end_line, end_column
 
+    def has_own_brackets(self, node: ast.Tuple) -> bool:
+        """Whether the tuple is written in brackets of its own: ``x[(a, b)]`` (one subscript element in
+        LibCST) against ``x[a, b]`` (two) and ``x[(a), b]``."""
+        return self.span(node)[:2] != (node.lineno, self._char_column(node.lineno, node.col_offset))
+
     def _inside_brackets(self, line: int, column: int, end_line: int, end_column: int,
                          own_only: bool) -> Optional[Tuple[int, int, int, int]]:
         """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
@@ -479,6 +485,31 @@ class AstIndex:
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
 
+    # --- a node's text in LibCST's terms ----------------------------------------------------------------
+    def code_for_node(self, node: ast.AST, statement: ast.stmt, newline: Optional[str] = None) -> str:
+        """``node``'s text as LibCST's ``Module.code_for_node`` writes it, for messages that quote the code:
+        see ``StatementCode``. ``statement`` holds ``node`` in its first logical line (a simple statement,
+        or a compound statement's header)."""
+        code = self.statement_code(statement)
+        return code.text(*code.place(node), newline=newline)
+
+    def statement_code(self, statement: ast.stmt) -> "StatementCode":
+        return StatementCode(self, statement)
+
+    def body_on_header_line(self, statement: ast.stmt) -> bool:
+        """Whether a compound statement's body follows its header on one logical line (``for x in y: f(x)``,
+        also after a ``\\`` continuation): LibCST's ``SimpleStatementSuite``, not an ``IndentedBlock``."""
+        first = statement.body[0]  # type: ignore[attr-defined]
+        start = (first.lineno, self._char_column(first.lineno, first.col_offset))
+        return any(token.start == start for token in StatementCode(self, statement).tokens)
+
+    def _offset(self, line: int, column: int) -> int:
+        """The character offset in ``source`` of (line, character column)."""
+        starts = self.__dict__.get("_line_starts")
+        if starts is None:
+            starts = self.__dict__["_line_starts"] = [0] + [m.end() for m in _NEWLINE_SPLIT.finditer(self.source)]
+        return starts[line - 1] + column if line <= len(starts) else len(self.source)
+
     # --- calls by what they call -------------------------------------------------------------------
     def calls_to(self, *qualified: str) -> List[AstCallInfo]:
         """Calls of these qualified names, however the file spells them (``import torch as t``,
@@ -540,6 +571,102 @@ class StatementLine(Extent):
 
 
 _NEWLINE_SPLIT = re.compile(r"\r\n?|\n")  # the line ends ``ast`` counts (a form feed is not one)
+
+
+Place = Tuple[int, int]  # (line, column in characters)
+
+
+class StatementCode:
+    """The text of one statement's first logical line as LibCST writes its parts (``code_for_node``), read
+    from its tokens: a node with the parentheses around it (LibCST's ``lpar``/``rpar``; ``ast`` leaves them
+    out, but for a tuple's own), and each line continued inside brackets without the statement's
+    indentation (LibCST keeps that on the block, so ``code_for_node`` writes none). A line continued by a
+    ``\\`` or inside a string keeps its text as written."""
+
+    def __init__(self, index: AstIndex, statement: ast.stmt) -> None:
+        self.index = index
+        first = index._line_text(statement.lineno)
+        self.indent = first[: len(first) - len(first.lstrip(" \t"))]
+        self.tokens: List[tokenize.TokenInfo] = []  # up to the logical line's end, layout left out
+        self.broken_lines = set()  # lines that end inside brackets (LibCST's ParenthesizedWhitespace)
+        line = statement.lineno
+
+        def readline() -> str:
+            nonlocal line
+            start, end = index._offset(line, 0), index._offset(line + 1, 0)
+            line += 1
+            text = index.source[start:end]
+            return text[:-1] + "\n" if text.endswith("\r") else text  # tokenize ends lines at "\n" only
+
+        try:
+            for token in tokenize.generate_tokens(readline):
+                if token.type == tokenize.NL:
+                    self.broken_lines.add(token.start[0] + statement.lineno - 1)
+                elif token.type in (tokenize.NEWLINE, tokenize.ENDMARKER):
+                    break
+                elif token.type not in (tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                    self.tokens.append(token._replace(start=(token.start[0] + statement.lineno - 1, token.start[1]),
+                                                      end=(token.end[0] + statement.lineno - 1, token.end[1])))
+        except (tokenize.TokenError, SyntaxError):  # the line starts inside another statement's string
+            self.tokens = []
+
+    def place(self, node: ast.AST) -> Tuple[Place, Place]:
+        """Where ``node`` starts and ends with the parentheses LibCST gives it."""
+        index = self.index
+        start = (node.lineno, index._char_column(node.lineno, node.col_offset))  # type: ignore[attr-defined]
+        end = (node.end_lineno, index._char_column(node.end_lineno, node.end_col_offset))  # type: ignore[attr-defined]
+        tokens = self.tokens
+        first = next((i for i, t in enumerate(tokens) if t.start == start), None)
+        last = next((i for i, t in enumerate(tokens) if t.end == end), None)
+        if first is None or last is None:
+            return start, end
+        if type(node) is ast.GeneratorExp and not self._groups(first):  # `f(x for x in y)`: the call's
+            first, last = first + 1, last - 1
+        while (first > 0 and last + 1 < len(tokens) and tokens[first - 1].string == "("
+               and tokens[last + 1].string == ")" and self._groups(first - 1)):
+            first, last = first - 1, last + 1  # balanced between them: the two match
+        if type(node) is ast.Slice and tokens[last].string == ":" and last + 1 < len(tokens):
+            return tokens[first].start, tokens[last + 1].start  # `x[1: , 2]`: the colon's space is the slice's
+        return tokens[first].start, tokens[last].end
+
+    def _groups(self, at: int) -> bool:
+        """The bracket at ``tokens[at]`` groups an expression: it opens no call, def or class."""
+        if at == 0:
+            return True
+        before = self.tokens[at - 1]
+        if before.type == tokenize.NAME:
+            return keyword.iskeyword(before.string)
+        return not (before.type in (tokenize.STRING, tokenize.NUMBER) or before.string in (")", "]", "}"))
+
+    def text(self, start: Place, end: Place, newline: Optional[str] = None,
+             replacements: Sequence[Tuple[Place, Place, str]] = ()) -> str:
+        """The text from ``start`` to ``end``, each of ``replacements`` (start, end, text; not overlapping)
+        put in; ``newline``: what line breaks inside brackets become where they are the file's own
+        (LibCST's ``Module([])`` writes "\\n"), else they stay as written."""
+        out, at = [], start
+        for where, until, new in sorted(replacements):
+            out.append(self._between(at, where, newline))
+            out.append(new)
+            at = until
+        out.append(self._between(at, end, newline))
+        return "".join(out)
+
+    def _between(self, start: Place, end: Place, newline: Optional[str]) -> str:
+        index = self.index
+        default = _NEWLINE_SPLIT.search(index.source)
+        out = []
+        for line in range(start[0], end[0] + 1):
+            text = index.source[index._offset(line, 0): index._offset(line + 1, 0)]
+            text = text[: end[1]] if line == end[0] else text
+            if line == start[0]:
+                text = text[start[1]:]
+            elif line - 1 in self.broken_lines and text.startswith(self.indent):
+                text = text[len(self.indent):]
+            if (newline is not None and line != end[0] and line in self.broken_lines
+                    and text.endswith(default.group() if default else "\n")):
+                text = text[: len(text) - len(default.group() if default else "\n")] + newline
+            out.append(text)
+        return "".join(out)
 
 
 def _loop_header(loop: AstLoop) -> Tuple[ast.AST, ...]:
