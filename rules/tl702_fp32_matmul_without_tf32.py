@@ -152,7 +152,8 @@ class Fp32MatmulWithoutTf32(Rule):
         evidence = cuda_evidence(index)
         if evidence is None or mixed_precision_evidence(index) is not None or _uses_fp64(index, ctx.source):
             return
-        where = index.source_of(evidence).split("\n")[0]
+        statement = next(a for a in index.ancestors(evidence) if isinstance(a, ast.stmt))
+        where = index.code_for_node(evidence, statement).split("\n")[0]
         where = where if len(where) <= 50 else where[:47] + "..."
         message = (
             f"this script trains on CUDA (`{where}`) in fp32 and never enables TF32: "

@@ -455,7 +455,7 @@ class AstIndex:
         (``"cu" "da"`` is one constant to ``ast``, a concatenation to LibCST)."""
         if type(node) is not ast.Constant or type(node.value) is not str:  # type: ignore[attr-defined]
             return None
-        text = self.source_of(node)
+        text = self._span_text(node)
         if text[:1] in "\"'" and text.count(text[0]) == 2 and "\\" not in text:
             return node.value  # type: ignore[attr-defined]  # `"cuda"`: the common case, without tokenizing
         try:
@@ -464,8 +464,8 @@ class AstIndex:
             return None
         return node.value if strings == 1 else None  # type: ignore[attr-defined]
 
-    def source_of(self, node: Union[ast.AST, "Extent"]) -> str:
-        """The text of ``node``'s span."""
+    def _span_text(self, node: Union[ast.AST, "Extent"]) -> str:
+        """The text of ``node``'s span (``code_for_node`` quotes a node as LibCST writes it)."""
         line, column, end_line, end_column = self.span(node)
         if line == end_line:
             return self._line_text(line)[column:end_column]
