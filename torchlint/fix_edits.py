@@ -5,7 +5,7 @@ diffing it against the source, once per report, cost a transform of the whole tr
 every statement and a diff of every line. Here only the innermost statement that holds the fix's
 replacements is rendered, before and after (with the indentation of its block, as ``positions.py`` locates
 nodes); its old text is found at exactly one line start of the source, and the edits are the line diff of
-that statement's two texts (``engine._text_edits``), moved to where the statement starts. Applied to the
+that statement's two texts (``text_edits``), moved to where the statement starts. Applied to the
 source, they give exactly the module rendered with the fix. Where the statement cannot be rendered alone
 (the fix adds imports, removes a statement at module level, the text is not unique, LibCST does not
 reproduce the source byte for byte), the whole-module path runs as before.
@@ -17,12 +17,13 @@ round trip of the original (``engine._carry_to_original``) has to be generated.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.engine import _line_col, _text_edits
-from torchlint.fixer import FixApplier, _Replacer
+from torchlint.fileio import split_lines
+from torchlint.fixer import FixApplier, Replacer
 from torchlint.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
                                  reproduced_exactly)
 from torchlint.rule import Edit, Report
@@ -44,7 +45,7 @@ class FixEdits:
         local = self._local_edits(report)
         if local is not None:
             return local
-        return _text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
+        return text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
 
     def _local_edits(self, report: Report) -> Optional[Tuple[Edit, ...]]:
         fix = report.fix
@@ -139,7 +140,7 @@ class FixEdits:
             if not nodes:
                 return None
         else:
-            result = statement.visit(_Replacer(dict(replacements)))
+            result = statement.visit(Replacer(dict(replacements)))
             if not isinstance(result, cst.CSTNode):
                 return None
             nodes = [result]
@@ -149,7 +150,36 @@ class FixEdits:
 
     def _diff(self, offset: int, old: str, new: str) -> Tuple[Edit, ...]:
         """The edits that turn ``old`` at ``offset`` (a line start) into ``new``, in the source's lines."""
-        line, column = _line_col(self.source, offset)
+        line, column = line_col(self.source, offset)
         assert column == 1
         return tuple(Edit(e.line + line - 1, e.column, e.end_line + line - 1, e.end_column, e.content)
-                     for e in _text_edits(old, new))
+                     for e in text_edits(old, new))
+
+
+def text_edits(before: str, after: str) -> Tuple[Edit, ...]:
+    """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
+    old_lines = split_lines(before)  # Python's lines: a form feed inside one is no line end
+    new_lines = split_lines(after)
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
+    edits = []
+    import difflib
+
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
+        prefix = len(os.path.commonprefix([old, new]))
+        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+        start, end = starts[i1] + prefix, starts[i2] - suffix
+        edits.append(Edit(*line_col(before, start), *line_col(before, end), new[prefix:len(new) - suffix]))
+    return tuple(edits)
+
+
+def line_col(text: str, offset: int) -> Tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    line = text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
+    return line, offset - line_start + 1

@@ -21,7 +21,7 @@ class PassResult:
     whole_module: bool = False  # ``code`` is LibCST's rendering of the whole module (not the source spliced)
 
 
-class _Replacer(cst.CSTTransformer):
+class Replacer(cst.CSTTransformer):
     """Swaps the replaced nodes in. With ``on_path`` (every node above a replaced one), it enters only those
     nodes: LibCST rebuilds each node a transformer enters, and rebuilding the whole module for a fix or two
     was most of the time `fix` took."""
@@ -96,7 +96,7 @@ class FixApplier:
             assert report.fix is not None
             replacements.update(report.fix.replacements)
             imports.extend(report.fix.imports)
-        module = self.module.visit(_Replacer(replacements, self._path_to(replacements)))
+        module = self.module.visit(Replacer(replacements, self._path_to(replacements)))
         if imports:
             module = _add_imports(module, imports)
         return module.code
