@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchlint.cache import Cache
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
-from torchlint.fileio import SourceError, read_bytes, write_atomic
+from torchlint.fileio import NotWritten, SourceError, read_bytes, write_atomic
 from torchlint.rule import Diagnostic, Edit
 from torchlint.runner import FileResult, Job, rules_for
 
@@ -41,6 +41,11 @@ class NotebookError(Exception):
 
 def is_ipython_line(line: str) -> bool:
     return bool(_MAGIC.match(line) or _HELP.match(line))
+
+
+def _is_text(source: Any) -> bool:
+    """nbformat's multiline string: a string or a list of strings."""
+    return isinstance(source, str) or (isinstance(source, list) and all(isinstance(s, str) for s in source))
 
 
 def cell_source(cell: Dict[str, Any]) -> str:
@@ -66,6 +71,8 @@ class NotebookProgram:
             notebook = json.loads(raw)
         except ValueError as exc:
             raise NotebookError(f"not a valid notebook: {exc}") from None
+        except RecursionError:
+            raise NotebookError("not a valid notebook: its JSON is nested too deeply to read") from None
         cells = notebook.get("cells") if isinstance(notebook, dict) else None
         if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
             raise NotebookError("not a valid notebook: no list of cells (nbformat 4 is required)")
@@ -73,6 +80,8 @@ class NotebookProgram:
         line_map: List[Tuple[int, int]] = [(0, 0)]
         program = cls(notebook, raw, "", line_map, [])
         for index, cell in enumerate(cells):
+            if not _is_text(cell.get("source", "")):
+                raise NotebookError(f"not a valid notebook: the source of cell {index + 1} is not text")
             source = cell_source(cell)
             if cell.get("cell_type") != "code" or source.lstrip().startswith("%%"):
                 continue  # markdown, raw, or a cell magic (%%bash, %%timeit...): not Python
@@ -87,6 +96,12 @@ class NotebookProgram:
                 lines.append(line)
                 line_map.append((number, line_number))
         program.text = "\n".join(lines) + "\n" if lines else ""
+        try:
+            program.text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's "\ud800": no Python source can hold a lone surrogate
+            line = program.text.count("\n", 0, exc.start) + 1
+            raise NotebookError(f"cell {line_map[line][0]} holds a lone surrogate ({program.text[exc.start]!r}), "
+                                "which no Python source can contain") from None
         return program
 
     # --- positions -----------------------------------------------------------------------------
@@ -138,6 +153,8 @@ class NotebookProgram:
                 placeholder = _PLACEHOLDER_LINE.match(line)
                 if placeholder:
                     used.append(int(placeholder.group(2)))
+                    if used[-1] >= len(self.magics):  # the cell's own text looks like a placeholder
+                        return None
                     line = placeholder.group(1) + self.magics[used[-1]]
                 restored.append(line)
             original = cell_source(self.notebook["cells"][number - 1])
@@ -348,6 +365,7 @@ def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> F
         try:
             write_atomic(Path(os.path.realpath(path)), rewritten.encode("utf-8"))
             result.written = True
-        except OSError as exc:
-            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
+        except (NotWritten, OSError) as exc:  # NotWritten: another user's file, whose owner a write would change
+            reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
+            result.diagnostics.insert(0, error_diagnostic(shown, reason))
     return result
