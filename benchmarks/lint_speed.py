@@ -139,8 +139,10 @@ def diff_lines(output: bytes, tree: Path) -> List[str]:
 def stage_costs(tree: Path) -> Dict[str, float]:
     """Where a cold, serial run spends its time, stage by stage, and how many files each stage lets through
     (in this process, every rule selected, no profiler: each stage timed around its own calls)."""
+    from torchlint.ast_index import index_of
     from torchlint.config import Settings
     from torchlint.engine import _run_rules, _stdlib_ast, parse, rules_for_path
+    from torchlint.rule import IndexContext, iter_reports
     from torchlint.fileio import SourceError, decode_source
     from torchlint.guard import call_with_deep_stack
     from torchlint.registry import all_rules
@@ -149,7 +151,8 @@ def stage_costs(tree: Path) -> Dict[str, float]:
     settings = Settings(root=tree, project_root=tree)  # as the CLI judges test files in a repository at tree
     rules = [rule() for rule in all_rules()]
     out = {name: 0.0 for name in ("files", "text stage", "LibCST", "with a finding", "text s", "ast.parse s",
-                                  "ast stage s", "LibCST parse s", "LibCST parse (with a finding) s", "rules s")}
+                                  "index s", "index rules s", "ast stage s", "LibCST parse s",
+                                  "LibCST parse (with a finding) s", "rules s")}
 
     def clock(key: str, func, *args):
         start = time.perf_counter()
@@ -165,12 +168,22 @@ def stage_costs(tree: Path) -> Dict[str, float]:
         if not candidates:
             return
         out["text stage"] += 1
-        if all(rule.has_ast_prefilter for rule in candidates):
-            parsed = clock("ast.parse s", _stdlib_ast, text)
-            if parsed is not None:
-                candidates = clock("ast stage s", lambda: [r for r in candidates if r.may_fire_in_ast(parsed, text, settings)])
-        if not candidates:
+        # as engine.lint_source: the index for every file past the text gate; the rules on it detect there,
+        # the others keep their ast stage; LibCST parses where one of those is left or a finding has a fix
+        parsed = clock("ast.parse s", _stdlib_ast, text)
+        index = clock("index s", index_of, parsed, text) if parsed is not None else None
+        on_index = [r for r in candidates if r.detects_on_index()]
+        on_libcst = [r for r in candidates if not r.detects_on_index()]
+        if parsed is not None and on_libcst:
+            on_libcst = clock("ast stage s", lambda: [r for r in on_libcst if not r.has_ast_prefilter
+                                                      or r.may_fire_in_ast(parsed, text, settings)])
+        found = []
+        if on_index and index is not None:
+            found = clock("index rules s", lambda: list(iter_reports(on_index, IndexContext(index, settings, shown), [])))
+        if parsed is not None and not on_libcst and not any(report.rewrite for report in found):
+            out["with a finding"] += bool(found)
             return
+        candidates = on_index + on_libcst
         out["LibCST"] += 1
         start = time.perf_counter()
         try:
@@ -179,7 +192,8 @@ def stage_costs(tree: Path) -> Dict[str, float]:
             return
         parse_s = time.perf_counter() - start
         out["LibCST parse s"] += parse_s
-        diagnostics = clock("rules s", lambda: _run_rules(module, text, shown, candidates, settings)[2])
+        # (the rules on the index detect again in here: "rules s" holds them twice for these files)
+        diagnostics = clock("rules s", lambda: _run_rules(module, text, shown, candidates, settings, index=index)[2])
         if diagnostics:
             out["with a finding"] += 1
             out["LibCST parse (with a finding) s"] += parse_s
@@ -280,7 +294,8 @@ def bench_tree(source_tree: Path, args: argparse.Namespace) -> None:
           + " ".join(f"{code}={sum(1 for f in ours if f[0] == code)}" for code in sorted({f[0] for f in ours})))
     print("Stages of a cold serial run (.py files, in-process), seconds and x ast.parse of every file: "
           + "; ".join(f"{name[:-2]} {stages[name]:.2f} ({stages[name] / floor:.2f}x)" for name in
-                      ("text s", "ast.parse s", "ast stage s", "LibCST parse s", "rules s"))
+                      ("text s", "ast.parse s", "index s", "index rules s", "ast stage s", "LibCST parse s",
+                       "rules s"))
           + f". LibCST parse of the {stages['with a finding']:.0f} files with a finding alone: "
           f"{stages['LibCST parse (with a finding) s']:.2f} s ({stages['LibCST parse (with a finding) s'] / floor:.2f}x): "
           "the floor of a design that parses every file with a finding with LibCST.")
