@@ -18,7 +18,9 @@ defer_import("libcst.matchers")
 
 from torchlint import __version__  # noqa: E402 - after defer_import
 from torchlint.cache import CACHE_DIR_NAME
-from torchlint.config import ConfigError, Settings, parse_selectors, parse_size, parse_torch_version
+from torchlint.config import (
+    DEFAULT_TORCH_VERSION, ConfigError, Settings, parse_selectors, parse_size, parse_torch_version,
+)
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
 from torchlint.progress import Progress
 from torchlint.discovery import cached_spec, discover, exclude_patterns
@@ -80,7 +82,9 @@ def common_options(func: Callable) -> Callable:
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
         click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable."),
         click.option("--config", type=click.Path(dir_okay=False), help="Read settings from this TOML file."),
-        click.option("--torch-version", help="The PyTorch version the checked code targets, e.g. 1.13 or 2.4."),
+        click.option("--torch-version", help="The PyTorch version the checked code targets (any PEP 440 version: "
+                     "2.4, 2.4.0+cu121); default: the lowest the project's torch requirement allows, else "
+                     f"{'.'.join(map(str, DEFAULT_TORCH_VERSION))}."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None,
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
         click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,

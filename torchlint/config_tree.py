@@ -11,7 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional, Tuple
 
-from torchlint.config import Settings, find_config, load_config
+from torchlint.config import Settings, find_config, load_config, with_declared_torch
+from torchlint.torch_requirement import declared_torch_version
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class CliOverrides:
         if self.ignore:
             changes["ignore"] = settings.ignore + self.ignore
         if self.torch_version is not None:
-            changes["torch_version"] = self.torch_version
+            changes["torch_version"], changes["torch_version_origin"] = self.torch_version, "--torch-version"
         if self.unsafe_fixes is not None:
             changes["unsafe_fixes"] = self.unsafe_fixes
         if self.max_file_size is not None:
@@ -70,7 +71,10 @@ def _settings_for_folder_as_given(tree: ConfigTree, folder: str) -> Settings:
 @lru_cache(maxsize=1024)
 def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
     path = tree.config if tree.config is not None else find_config(folder)
-    return tree.overrides.apply(_load(path) if path is not None else Settings(root=tree.cwd))
+    settings = tree.overrides.apply(_load(path) if path is not None else Settings(root=tree.cwd))
+    # No torch version set: the project's own torch requirement, read from the configuration's folder (else
+    # the file's) upwards.
+    return with_declared_torch(settings, path.parent.resolve() if path is not None else folder)
 
 
 @lru_cache(maxsize=256)
@@ -83,3 +87,4 @@ def forget_configuration_files() -> None:
     _settings_for_folder.cache_clear()
     _settings_for_folder_as_given.cache_clear()
     _load.cache_clear()
+    declared_torch_version.cache_clear()
