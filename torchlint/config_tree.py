@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from torchlint.config import Settings, find_config, load_config, with_declared_torch
-from torchlint.torch_requirement import declared_torch_version
+from torchlint.torch_requirement import declared_torch_version, project_folder
 
 
 @dataclass(frozen=True)
@@ -88,3 +88,4 @@ def forget_configuration_files() -> None:
     _settings_for_folder_as_given.cache_clear()
     _load.cache_clear()
     declared_torch_version.cache_clear()
+    project_folder.cache_clear()

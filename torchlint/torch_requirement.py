@@ -159,15 +159,16 @@ def _declarations(root: Path) -> List[Tuple[str, str]]:
     return found
 
 
-def project_folder(start: Path) -> Optional[Path]:
-    """The nearest folder at or above ``start`` that declares requirements (a pyproject.toml or a
-    requirements*.txt), not looking above a repository root (a folder holding ``.git``)."""
-    for folder in (start, *start.parents):
-        if (folder / "pyproject.toml").is_file() or any(folder.glob("requirements*.txt")):
-            return folder
-        if (folder / ".git").exists():
-            return None
-    return None
+@lru_cache(maxsize=1024)
+def project_folder(folder: Path) -> Optional[Path]:
+    """The nearest folder at or above ``folder`` that declares requirements (a pyproject.toml or a
+    requirements*.txt), not looking above a repository root (a folder holding ``.git``). Cached per folder,
+    so the folders of a large tree share their parents' answers."""
+    if (folder / "pyproject.toml").is_file() or any(folder.glob("requirements*.txt")):
+        return folder
+    if (folder / ".git").exists() or folder.parent == folder:
+        return None
+    return project_folder(folder.parent)
 
 
 @lru_cache(maxsize=256)
