@@ -16,7 +16,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.script_facts import may_train
+from torchlint.script_facts import TRAINING_WORDS, may_train
 from torchlint.text_prefilter import call_text, search_method, search_word
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
@@ -204,6 +204,8 @@ class SyncInTrainingLoop(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     # The text stage: a training step (`may_train`: the rarer test first, most files stop there), then a
     # sync, conversion or print call, or formatting (`%`, `.format(`, an f-string), spaced as Python allows.
+    text_gate = (TRAINING_WORDS,)
+
     @classmethod
     def may_fire(cls, text: str, settings) -> bool:
         return may_train(text) and _may_sync_or_format(text)

@@ -12,7 +12,7 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, condition_around, may_train, runs_on_every_run
+from torchlint.script_facts import TRAINING_WORDS, any_of, ast_facts, condition_around, may_train, runs_on_every_run
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -94,6 +94,8 @@ class DebugApiEnabled(Rule):
     # Text stage (may_fire): one of the APIs, and a training loop.
 
     has_ast_prefilter = True
+
+    text_gate = (("detect_anomaly", "profile", "emit_nvtx", "gradcheck"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

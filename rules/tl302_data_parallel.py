@@ -7,7 +7,7 @@ import re
 
 from torchlint.config import Settings
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, may_train
+from torchlint.script_facts import TRAINING_WORDS, any_of, ast_facts, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -96,6 +96,8 @@ class DataParallel(Rule):
     # Text stage (may_fire): DataParallel, a training loop, and no distributed path.
 
     has_ast_prefilter = True
+
+    text_gate = (("DataParallel", "data_parallel"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

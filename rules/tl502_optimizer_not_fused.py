@@ -13,7 +13,7 @@ from torchlint.comments import has_comment
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, may_train, may_use_cuda
+from torchlint.script_facts import TRAINING_WORDS, any_of, ast_facts, may_train, may_use_cuda
 
 # The first PyTorch version with a fused CUDA implementation of each optimizer.
 FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}
@@ -121,6 +121,8 @@ class OptimizerNotFused(Rule):
     # Text stage (may_fire): an optimizer name, a training loop, a device, and nothing the kernels reject.
 
     has_ast_prefilter = True
+
+    text_gate = (("Adam", "SGD"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

@@ -69,6 +69,7 @@ class AdamWithWeightDecay(Rule):
     summary = "Adam with weight_decay (L2 through the moments) instead of AdamW"
     default_enabled = False
     required_patterns = (r"Adam",)  # the ast stage finds the calls that pass a decay
+    text_gate = (("Adam",),)
 
     has_ast_prefilter = True
 

@@ -12,7 +12,7 @@ from torchlint.analysis import FileAnalysis, call_name
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
+from torchlint.script_facts import TRAINING_WORDS, any_of, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")
@@ -109,6 +109,8 @@ class CudnnBenchmarkOff(Rule):
     # Text stage (may_fire): convolutions or a model zoo, a training loop, a device, no cuDNN decision.
 
     has_ast_prefilter = True
+
+    text_gate = (("Conv", "torchvision", "timm"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

@@ -10,7 +10,7 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis, is_literal, keyword_arg
 from torchlint.config import Settings
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
+from torchlint.script_facts import TRAINING_WORDS, ast_call_name, ast_has_training_loop, may_train, runs_on_every_run
 from torchlint.text_prefilter import CALL_GAP, call_with_text, search_method, statement_end
 
 # The text stage: `use_deterministic_algorithms(` with a `True` in its arguments, or an assignment to a
@@ -99,6 +99,8 @@ class CudnnDeterministic(Rule):
     summary = "cudnn.deterministic / use_deterministic_algorithms(True) set unconditionally"
     default_enabled = False
     has_ast_prefilter = True
+
+    text_gate = (("deterministic",), ("True",), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

@@ -8,7 +8,7 @@ import re
 from torchlint.config import Settings
 from torchlint.device_facts import cuda_evidence, mixed_precision_evidence, mixed_precision_in_ast
 from torchlint.rule import Rule, RuleContext
-from torchlint.script_facts import ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
+from torchlint.script_facts import TRAINING_WORDS, ast_facts, first_training_loop, loop_header, may_train, may_use_cuda
 
 # Any word about reduced precision (code, flags or comments, in any case): the author has considered it,
 # or a flag or configuration decides it elsewhere (`args.amp`, `cfg.SOLVER.AMP`, `use_fp16`), or a framework
@@ -147,6 +147,8 @@ class NoMixedPrecision(Rule):
     # Text stage (may_fire): a training loop and a device, and no word about precision.
 
     has_ast_prefilter = True
+
+    text_gate = (TRAINING_WORDS,)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

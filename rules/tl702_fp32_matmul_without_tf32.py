@@ -13,7 +13,7 @@ from torchlint.config import Settings
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.device_facts import _PRECISION_FRAMEWORKS, cuda_evidence, mixed_precision_evidence
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.script_facts import may_train, may_use_cuda
+from torchlint.script_facts import TRAINING_WORDS, may_train, may_use_cuda
 from torchlint.text_prefilter import with_newline_ends
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
@@ -122,6 +122,8 @@ class Fp32MatmulWithoutTf32(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     # The text stage: a device (`may_use_cuda`), a training call (`may_train`), an entry point (a `__main__`
     # block or a module-level loop, maybe inside a module-level `try:`/`if`/`with`), no TF32 setting.
+    text_gate = (TRAINING_WORDS,)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """Each regex behind a literal its matches must hold."""

@@ -135,6 +135,8 @@ class PythonLoopOverTensorElements(Rule):
     # The text stage: a `for i in range(` (see `_FOR_RANGE_TEXT`, which holds `\brange\s*\(`) after a length
     # (`.shape`, `.size(`, `len(`) and a forward method or a training step, whose next lines index something
     # with `i`. Literal-first searches, rarest and cheapest first (see torchlint.text_prefilter).
+    text_gate = (("range",), ("shape", "len", "size"), ("backward", "step", "def"))
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "range" not in text:

@@ -73,9 +73,9 @@ def with_declared_torch(settings: Settings, start: Path) -> Settings:
 
 def parse_selectors(values: Iterable[str], where: str) -> Tuple[str, ...]:
     """Codes, prefixes or ALL, comma-separated or repeated; each must select at least one rule."""
-    from torchlint.registry import all_rules  # the registry imports this module
+    from torchlint.registry import rule_codes  # the registry imports this module
 
-    codes = [rule.code for rule in all_rules()]
+    codes = rule_codes()
     out = []
     for raw in values:
         for part in str(raw).split(","):

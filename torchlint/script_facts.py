@@ -30,6 +30,11 @@ _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its cal
 _BACKWARD_CALL_TEXT = call_text("backward")
 
 
+# Every text ``may_train`` (and ``loader_prefilter.may_step``) accepts holds one of these words: the text gate
+# (``Rule.text_gate``) of the rules that need a training loop.
+TRAINING_WORDS = ("backward", "step")
+
+
 def may_train(text: str) -> bool:
     """The text stage of "this file has a training loop"."""
     return ("backward" in text and search_word(_BACKWARD_CALL_TEXT, text) is not None) or has_method_call(text, "step")
