@@ -7,7 +7,7 @@ import sys
 from dataclasses import replace
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import click
 
@@ -463,20 +463,37 @@ def bench(ctx: click.Context) -> None:
     try:
         from torchlint.runtime import harness  # imports torch: only here, never on check/fix
     except ImportError as exc:
-        click.echo(f"torchlint bench needs PyTorch: pip install 'torchlint[runtime]' ({exc})", err=True)
-        sys.exit(EXIT_ERROR)
+        _missing("bench", exc, "runtime")
     sys.exit(harness.main(list(ctx.args)))
 
 
 @cli.command()
 def server() -> None:
-    """Run the Language Server for editors (LSP over stdio; needs pip install 'torchlint[server]')."""
+    """Run the Language Server for editors (LSP over stdio; needs pygls, the [server] extra)."""
     try:
         from torchlint.server import main as serve  # imports pygls: only here
     except ImportError as exc:
-        click.echo(f"torchlint server needs pygls: pip install 'torchlint[server]' ({exc})", err=True)
-        sys.exit(EXIT_ERROR)
+        _missing("server", exc, "server")
     serve()
+
+
+# What to install for a module an extra brings (pygls brings lsprotocol); torch from its CPU index, since
+# PyPI's Linux wheels bring several GB of CUDA libraries.
+_PACKAGE_OF = {"lsprotocol": "pygls", "torch": "torch --index-url https://download.pytorch.org/whl/cpu"}
+GITHUB = "git+https://github.com/torchlint/torchlint"  # there is no torchlint on PyPI
+
+
+def _missing(command: str, error: ImportError, extra: str) -> NoReturn:
+    """Exit 2 naming the package that is not installed and the install that works."""
+    module = (error.name or "").split(".")[0]
+    if not module or module == "torchlint":  # not a missing package: torchlint's own import failed
+        click.echo(f"torchlint {command}: internal error while importing: {error}; please report it", err=True)
+        sys.exit(EXIT_ERROR)
+    install = _PACKAGE_OF.get(module, module)
+    click.echo(f"torchlint {command} needs {module}, which is not installed: pip install {install} (or install "
+               f"torchlint with its extra: pip install \"torchlint[{extra}] @ {GITHUB}\", in a clone "
+               f"pip install '.[{extra}]')", err=True)
+    sys.exit(EXIT_ERROR)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
