@@ -516,6 +516,313 @@ print("ok")
     return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1][:150]
 
 
+# --- notebooks, the editor server, links out of the tree, codecs, Python's lines (issue 27, items 1-5, 12) -
+
+NOTEBOOK_CELL = ["model = torch.nn.Linear(4, 2)\n", FINDING + "\n"]
+
+
+def notebook(*sources) -> str:
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": src}
+             for src in (HEADER, *sources)]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+def cell_text(path: Path, index: int = 1) -> str:
+    import json
+
+    source = json.loads(path.read_bytes().decode("utf-8-sig"))["cells"][index]["source"]
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _notebook_refused(prepare: Callable[[Path], None], what: str) -> Case:
+    """A notebook that must not be written: left as it was, said so, nothing counted as fixed."""
+    def run(tmp: Path) -> Optional[str]:
+        path = write(tmp, "nb.ipynb", notebook(NOTEBOOK_CELL))
+        before = path.read_bytes()
+        prepare(path)
+        out = torchlint(["fix", "--apply", "--no-cache", "nb.ipynb"], tmp)
+        return first(sound(out), None if path.read_bytes() == before else f"a {what} notebook was rewritten",
+                     None if b"TL000" in out.stdout else "no TL000 said why it was not written",
+                     None if b"Fixed 0 problems in 0 files" in out.stdout else "an unwritten fix was counted",
+                     None if b"TL501" in out.stdout else "its findings were hidden")
+    return run
+
+
+case("notebook writes", "read-only notebook (0444)", fast=True)(_notebook_refused(lambda p: p.chmod(0o444), "read-only"))
+case("notebook writes", "hard-linked notebook")(_notebook_refused(lambda p: os.link(p, p.with_name("twin.ipynb")),
+                                                                  "hard-linked"))
+
+_NOTEBOOK_EDITED = """
+import torchlint.notebook as nb
+real = nb.fix_source
+def fix_then_edit(*args, **kwargs):  # between the read and the write
+    result = real(*args, **kwargs)
+    text = open("nb.ipynb").read()
+    open("nb.ipynb", "w").write(text.replace("Linear(4, 2)", "Linear(4, 3)"))
+    return result
+nb.fix_source = fix_then_edit
+from torchlint.cli import main
+main(["fix", "--apply", "--no-cache", "--jobs", "1", "nb.ipynb"])
+"""
+
+
+@case("notebook writes", "edited in Jupyter during fix --apply")
+def _notebook_edited(tmp: Path) -> Optional[str]:
+    path = write(tmp, "nb.ipynb", notebook(NOTEBOOK_CELL))
+    subprocess.run([sys.executable, "-c", _NOTEBOOK_EDITED], cwd=tmp, capture_output=True, timeout=TIMEOUT)
+    return None if "Linear(4, 3)" in cell_text(path) else "the user's edit was overwritten"
+
+
+@case("notebook writes", "over max-file-size")
+def _notebook_size(tmp: Path) -> Optional[str]:
+    write(tmp, "nb.ipynb", notebook(NOTEBOOK_CELL))
+    out = torchlint(["check", "--no-cache", "--max-file-size", "100", "nb.ipynb"], tmp)
+    return first(sound(out), None if b"max-file-size" in out.stdout else "a notebook over the limit was checked")
+
+
+def _notebook_kept(cell: str, name: str = "nb.ipynb", bom: bool = False) -> Case:
+    """A safe fix in a cell changes its line and nothing else: odd characters, line ends, the BOM."""
+    def run(tmp: Path) -> Optional[str]:
+        data = notebook(cell).encode("utf-8")
+        path = write(tmp, name, (b"\xef\xbb\xbf" if bom else b"") + data)
+        out = torchlint(["fix", "--apply", "--no-cache", name], tmp)
+        if bom and not path.read_bytes().startswith(b"\xef\xbb\xbf"):
+            return "the BOM was dropped"
+        return first(sound(out), None if cell_text(path) == cell.replace(FINDING, FIXED) else
+                     f"the cell became {cell_text(path)[:80]!r}")
+    return run
+
+
+for _label, _cell in {
+    "\\u2028 in a string": 'model = 1\ns = """a\u2028b"""\n' + FINDING + "\n",
+    "\\x1c and \\x85 in a string": 'model = 1\ns = "a\x1cb\x85c"\n' + FINDING + "\n",
+    "a form feed line above the fix": "model = 1\n\x0c\n" + FINDING + "\n",
+    "CRLF line ends": "model = 1\r\n" + FINDING + "\r\nx = 2\r\n",
+    "CR line ends": "model = 1\r" + FINDING + "\rx = 2\r",
+}.items():
+    case("notebook writes", f"fix keeps {_label}")(_notebook_kept(_cell))
+case("notebook writes", "fix keeps the BOM")(_notebook_kept("model = 1\n" + FINDING + "\n", bom=True))
+
+
+@case("notebook writes", "stdin keeps the BOM")
+def _notebook_stdin_bom(tmp: Path) -> Optional[str]:
+    data = b"\xef\xbb\xbf" + notebook("model = 1\n" + FINDING + "\n").encode()
+    out = torchlint(["fix", "-", "--stdin-filename", "nb.ipynb", "--apply", "--no-cache"], tmp, stdin=data)
+    return first(sound(out), None if out.stdout.startswith(b"\xef\xbb\xbf") and FIXED.encode() in out.stdout
+                 else "the BOM was dropped")
+
+
+@case("links out of the tree", "fix --apply on a link to a file outside", fast=True)
+def _link_out(tmp: Path) -> Optional[str]:
+    ok_file(tmp)
+    outside = tmp / "outside"
+    outside.mkdir()
+    target = write(outside, "target.py", with_finding(""))
+    (tmp / "project").mkdir()
+    os.symlink(target, tmp / "project" / "link.py")
+    os.symlink(tmp / "ok.py", tmp / "project" / "ok.py")
+    out = torchlint(["fix", "--apply", "--no-cache", "."], tmp / "project")
+    return first(sound(out), None if target.read_text() == with_finding("") else "the file outside was rewritten",
+                 None if b"symbolic link" in out.stdout else "no TL000 said what was left alone")
+
+
+def _cache_links(plant: Callable[[Path, Path], None]) -> Case:
+    """``check`` with a cache folder holding links out of the tree: nothing is written there."""
+    def run(tmp: Path) -> Optional[str]:
+        project, outside = tmp / "project", tmp / "outside"
+        project.mkdir()
+        outside.mkdir()
+        ok_file(project)
+        plant(project / ".torchlint_cache", outside)
+        out = torchlint(["check", "--jobs", "1", "."], project)
+        written = sorted(p.name for p in outside.rglob("*"))
+        return first(sound(out), sibling_reported(out), None if not written else f"wrote {written} outside the tree")
+    return run
+
+
+def _dangling_markers(cache: Path, outside: Path) -> None:
+    cache.mkdir()
+    os.symlink(outside / "planted_tag", cache / "CACHEDIR.TAG")
+    os.symlink(outside / "planted_ignore", cache / ".gitignore")
+
+
+def _linked_version_folder(cache: Path, outside: Path) -> None:
+    from torchlint import __version__
+
+    cache.mkdir()
+    os.symlink(outside, cache / f"v{__version__}")
+
+
+case("links out of the tree", "dangling links in .torchlint_cache/")(_cache_links(_dangling_markers))
+case("links out of the tree", "a linked folder inside .torchlint_cache/")(_cache_links(_linked_version_folder))
+case("links out of the tree", ".torchlint_cache itself a link")(_cache_links(lambda cache, outside: os.symlink(outside, cache)))
+
+
+def _codec_case(codec: str, line: str) -> Case:
+    def run(tmp: Path) -> Optional[str]:
+        data = (f"# -*- coding: {codec} -*-\n{line}\n" + with_finding("")).encode("ascii")
+        path = write(tmp, "odd.py", data)
+        checked = torchlint(["check", "--no-cache", "odd.py"], tmp)
+        out = torchlint(["fix", "--apply", "--no-cache", "odd.py"], tmp)
+        return first(sound(checked), sound(out), None if b"TL501" in checked.stdout else "check lost the finding",
+                     None if path.read_bytes() == data else "lines no fix touched were re-encoded",
+                     None if codec.encode() in out.stdout else "no TL000 named the codec")
+    return run
+
+
+case("source codecs", "unicode_escape")(_codec_case("unicode_escape", 's = "caf\\u00e9"'))
+case("source codecs", "raw_unicode_escape")(_codec_case("raw_unicode_escape", 's = "caf\\u00e9"'))
+case("source codecs", "utf-7")(_codec_case("utf-7", 's = "caf+AOk-"'))
+
+
+@case("python lines", "check --add-noqa after a form feed in a string")
+def _noqa_form_feed(tmp: Path) -> Optional[str]:
+    text = 's = "a\x0cb"\nt = """c\x0cd\n"""\n' + with_finding("")
+    path = write(tmp, "f.py", text)
+    out = torchlint(["check", "--add-noqa", "--no-cache", "f.py"], tmp)
+    want = text.replace(FINDING, FINDING + "  # noqa: TL501")
+    return first(sound(out), None if path.read_text() == want else "the noqa landed on another line")
+
+
+class _Lsp:
+    """A minimal editor: LSP messages over the server's stdio."""
+
+    def __init__(self, command: Sequence[str], cwd: Path) -> None:
+        import json
+        import queue
+        import threading
+
+        self.json, self.process = json, subprocess.Popen(list(command), cwd=cwd, stdin=subprocess.PIPE,
+                                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.messages: "queue.Queue[dict]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.request(1, "initialize", {"processId": None, "rootUri": cwd.as_uri(), "capabilities": {}})
+        self.send({"method": "initialized", "params": {}})
+
+    def _read(self) -> None:
+        stream = self.process.stdout
+        while True:
+            length = 0
+            for line in iter(stream.readline, b"\r\n"):
+                if not line:
+                    return
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            self.messages.put(self.json.loads(stream.read(length)))
+
+    def send(self, message: dict) -> None:
+        body = self.json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.process.stdin.flush()
+
+    def request(self, id: int, method: str, params) -> dict:
+        self.send({"id": id, "method": method, "params": params})
+        return self.wait(lambda m: m.get("id") == id and "method" not in m)
+
+    def wait(self, matches, timeout: float = 30.0) -> dict:
+        while True:
+            message = self.messages.get(timeout=timeout)
+            if matches(message):
+                return message
+
+    def published(self, timeout: float = 30.0) -> dict:
+        return self.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics", timeout)["params"]
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def _lsp_insert(uri: str, version: int, line: int, text: str) -> dict:
+    at = {"line": line, "character": 0}
+    return {"method": "textDocument/didChange", "params": {"textDocument": {"uri": uri, "version": version},
+            "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]}}
+
+
+def _lsp_open(uri: str, text: str) -> dict:
+    return {"method": "textDocument/didOpen",
+            "params": {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}}}
+
+
+def _server_case(odd: str) -> Case:
+    """Insert a line below one holding ``odd``: "Fix all" must give the editor's text back, fixed."""
+    def run(tmp: Path) -> Optional[str]:
+        try:
+            import pygls  # noqa: F401
+        except ImportError:
+            return None  # no server extra: nothing to try
+        text = HEADER + odd + "\nmodel = 1\n" + FINDING + "\n"
+        uri = (tmp / "f.py").as_uri()
+        lsp = _Lsp([sys.executable, "-m", "torchlint", "server"], tmp)
+        try:
+            lsp.send(_lsp_open(uri, text))
+            lsp.published()
+            lsp.send(_lsp_insert(uri, 2, 2, "y = 3\n"))
+            lsp.published()
+            whole = {"start": {"line": 0, "character": 0}, "end": {"line": 9, "character": 0}}
+            actions = lsp.request(2, "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": whole,
+                                  "context": {"diagnostics": [], "only": ["source.fixAll"]}})["result"]
+        finally:
+            lsp.close()
+        want = (HEADER + odd + "\ny = 3\nmodel = 1\n" + FINDING + "\n").replace(FINDING, FIXED)
+        got = actions[0]["edit"]["changes"][uri][0]["newText"] if actions else None
+        return None if got == want else f"Fix all gave {got!r:.90}"
+    return run
+
+
+for _label, _odd in {"a form feed line": "\x0c", "\\u2028 in a string": 's = "a\u2028b"',
+                     "\\x1e and \\x85 in a string": 's = "a\x1eb\x85c"'}.items():
+    case("editor server", f"an edit below {_label}", fast=_label == "a form feed line")(_server_case(_odd))
+
+_SLOW_SERVER = """
+import os, sys, time
+import torchlint.server as server
+real = server.lint_source
+def slow(text, *args, **kwargs):
+    if "SLOW_DOCUMENT" in text:
+        deadline = time.monotonic() + 60
+        while not os.path.exists("release") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return real(text, *args, **kwargs)
+server.lint_source = slow
+server.main()
+"""
+
+
+@case("editor server", "five keystrokes on a slow file hold up no other document")
+def _server_slow(tmp: Path) -> Optional[str]:
+    try:
+        import pygls  # noqa: F401
+    except ImportError:
+        return None
+    write(tmp, "slow_server.py", _SLOW_SERVER)
+    slow, fast = (tmp / "slow.py").as_uri(), (tmp / "fast.py").as_uri()
+    lsp = _Lsp([sys.executable, "slow_server.py"], tmp)
+    try:
+        lsp.send(_lsp_open(slow, "# SLOW_DOCUMENT\n" + with_finding("")))
+        for version in range(2, 7):
+            lsp.send(_lsp_insert(slow, version, 0, "#"))
+        lsp.send(_lsp_open(fast, with_finding("")))
+        try:
+            answered = lsp.published(timeout=20)["uri"]
+        except Exception:
+            answered = None
+        (tmp / "release").write_text("")
+        later = [lsp.published(timeout=30)]
+        try:
+            while True:
+                later.append(lsp.published(timeout=2))
+        except Exception:
+            pass
+    finally:
+        lsp.close()
+    slow_versions = [p.get("version") for p in later if p["uri"] == slow]
+    return first(None if answered == fast else "the other document waited for the slow one",
+                 None if slow_versions == [6] else f"the slow document was answered for versions {slow_versions}")
+
+
 # --- driver --------------------------------------------------------------------------------------------
 
 def run_cases(fast: bool = False, only: str = "") -> List[tuple]:

@@ -731,7 +731,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="small: seconds on a CPU (the tests); full: sized for a GPU (default: %(default)s)")
     p.add_argument("--select", action="append", default=[],
                    help="only these rules (codes or prefixes, comma separated, repeatable)")
-    p.add_argument("--fixtures", type=Path, default=FIXTURES, help="the fixtures folder (default: the project's)")
+    p.add_argument("--fixtures", type=Path, default=FIXTURES,
+                   help="the fixtures folder whose bench_*.py workloads are run; their code is executed, so give "
+                        "only code you trust (default: the project's)")
     p.add_argument("--repeats", type=int, help="timed runs per form (default: the workload's, else 5 small / 10 full)")
     p.add_argument("--warmup", type=int, help="untimed runs per form first (default: the workload's, else 1 / 2)")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurements")

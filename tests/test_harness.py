@@ -247,3 +247,11 @@ def test_cli_forwards_to_harness(tmp_path):
     result = CliRunner().invoke(cli, ["bench", "--list", "--fixtures", str(Path(harness.FIXTURES))])
     assert result.exit_code == 0, result.output
     assert "TL201" in result.output and "bench_zero_grad.py" in result.output
+
+
+def test_the_readme_and_the_help_say_that_fixtures_code_is_run(capsys):
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`torchlint bench --fixtures DIR` runs the workloads of that folder instead, and running them means " \
+           "executing their code" in readme
+    assert harness.main(["--help"]) == 0
+    assert "their code is executed" in " ".join(capsys.readouterr().out.split())

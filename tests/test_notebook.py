@@ -146,3 +146,105 @@ def test_notebook_on_stdin(project):
     assert "train.ipynb:cell 4:2:51: TL501" in result.output
     fixed = invoke("fix", "-", "--stdin-filename", "train.ipynb", "--apply", input=text)
     assert json.loads(fixed.stdout)["cells"][3]["source"][1] == "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+
+# --- writing: the guarantees of .py files (issue 27, items 2, 3 and 12) ---------------------------------
+FIXABLE = notebook(code("import torch\n"),
+                   code(["model = torch.nn.Linear(4, 2)\n",
+                         "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"]))
+FIXED_LINE = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+
+
+def test_a_notebook_edited_while_fixing_keeps_the_edit(project, monkeypatch):
+    import torchlint.notebook as nb
+
+    target = write(project / "nb.ipynb", FIXABLE)
+    edited = FIXABLE.replace("lr=0.1", "lr=0.5")
+    real_fix = nb.fix_source
+
+    def fix_then_edit(*args, **kwargs):
+        result = real_fix(*args, **kwargs)
+        target.write_text(edited)  # the user saves in Jupyter between torchlint's read and its write
+        return result
+
+    monkeypatch.setattr(nb, "fix_source", fix_then_edit)
+    result = invoke("fix", "--apply", "nb.ipynb")
+    assert target.read_text() == edited
+    assert "nb.ipynb:1:1: TL000 the file changed while torchlint was fixing it" in result.output
+    assert "Fixed 0 problems in 0 files." in result.output
+
+
+def test_read_only_and_hard_linked_notebooks_are_refused_and_their_findings_shown(project):
+    import os
+
+    target = write(project / "nb.ipynb", FIXABLE)
+    target.chmod(0o444)
+    result = invoke("fix", "--apply", "nb.ipynb")
+    assert target.read_text() == FIXABLE
+    assert "nb.ipynb:1:1: TL000 the file is read-only; not written" in result.output
+    assert "nb.ipynb:cell 2:2:" in result.output and "TL501" in result.output  # still there, and said so
+    assert "fixed 1" not in result.output and "Fixed 0 problems in 0 files." in result.output
+    target.chmod(0o644)
+    os.link(target, project / "twin.ipynb")
+    result = invoke("fix", "--apply", "nb.ipynb")
+    assert target.read_text() == FIXABLE and "2 hard links" in result.output
+    assert "Fixed 0 problems in 0 files." in result.output
+
+
+def test_a_fixed_notebook_keeps_its_owner_and_mode(project):
+    import os
+    import stat
+
+    import pytest
+
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user")
+    target = write(project / "nb.ipynb", FIXABLE)
+    os.chown(target, 65534, 65534)
+    target.chmod(0o640)
+    invoke("fix", "--apply", "nb.ipynb")
+    st = target.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65534, 65534, 0o640)
+    assert FIXED_LINE in json.loads(target.read_text())["cells"][1]["source"]
+
+
+def test_notebooks_obey_max_file_size(project):
+    write(project / "nb.ipynb", FIXABLE)
+    result = invoke("check", "--max-file-size", "100", "nb.ipynb")
+    assert "nb.ipynb:1:1: TL000 file is " in result.output and "over the max-file-size limit of 100 bytes" in result.output
+    assert "TL501" not in result.output
+
+
+ODD = '"""a\u2028b\x1cc\x85d\x0ce"""'  # characters str.splitlines() ends a line at; Python does not
+
+
+def test_a_fix_keeps_characters_that_only_str_splitlines_ends_lines_at(project):
+    cell = ["model = torch.nn.Linear(4, 2)\n", f"doc = {ODD}\n",
+            "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n", "x = 1\x0c\n", "y = 2\n"]
+    target = write(project / "nb.ipynb", notebook(code("import torch\n"), code("".join(cell))))
+    checked = invoke("check", "nb.ipynb").output
+    assert "nb.ipynb:cell 2:3:51: TL501" in checked  # lines counted as Python counts them
+    invoke("fix", "--apply", "nb.ipynb")
+    cell[2] = FIXED_LINE
+    assert json.loads(target.read_text())["cells"][1]["source"] == "".join(cell)
+
+
+def test_a_fix_keeps_crlf_and_cr_line_ends_inside_the_changed_cell(project):
+    for ending in ("\r\n", "\r"):
+        lines = ["model = torch.nn.Linear(4, 2)", "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)",
+                 "for _ in range(2):", "    pass"]
+        target = write(project / "nb.ipynb", notebook(code("import torch\n"), code(ending.join(lines) + ending)))
+        invoke("fix", "--apply", "nb.ipynb")
+        lines[1] = FIXED_LINE.rstrip("\n")
+        assert json.loads(target.read_text())["cells"][1]["source"] == ending.join(lines) + ending, repr(ending)
+
+
+def test_a_fix_keeps_the_notebooks_bom_in_a_file_and_on_stdin(project):
+    bom = "\ufeff".encode("utf-8")
+    target = project / "nb.ipynb"
+    target.write_bytes(bom + FIXABLE.encode("utf-8"))
+    invoke("fix", "--apply", "nb.ipynb")
+    data = target.read_bytes()
+    assert data.startswith(bom) and FIXED_LINE in json.loads(data[len(bom):])["cells"][1]["source"]
+    piped = invoke("fix", "-", "--stdin-filename", "nb.ipynb", "--apply", input=bom + FIXABLE.encode("utf-8"))
+    assert piped.stdout_bytes == data

@@ -200,3 +200,92 @@ def test_stdin_fix_apply_prints_the_input_on_an_internal_error(project, monkeypa
     data = with_finding().encode()
     result = invoke("fix", "-", "--apply", "--no-cache", input=data)
     assert result.exit_code == 2 and result.stdout_bytes == data
+
+
+# --- links out of the tree, codecs, Python's lines (issue 27, items 3-5) -----------------------------
+def test_a_symlink_to_a_file_outside_the_project_is_left_alone(project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere") / "target.py"
+    outside.write_text(with_finding())
+    (outside.parent / "other.py").write_text(with_finding())
+    os.symlink(outside, project / "link.py")
+    os.symlink(outside.parent, project / "linked_folder")
+    os.symlink("ok.py", project / "inner_link.py")  # a link inside the project is followed
+    result = fix("link.py", "linked_folder/other.py", "inner_link.py")
+    assert outside.read_text() == with_finding() == (outside.parent / "other.py").read_text()
+    assert f"link.py:1:1: TL000 it is a symbolic link (or in a linked folder) to {outside}, outside the project" \
+        in result.output
+    assert "linked_folder/other.py:1:1: TL000 it is a symbolic link" in result.output
+    assert "link.py:5:48: TL501" in result.output  # the finding is still reported
+    assert FIXED in (project / "ok.py").read_text()
+
+
+def test_the_cache_writes_nothing_through_symlinks(project, tmp_path_factory):
+    from torchlint import __version__
+
+    outside = tmp_path_factory.mktemp("elsewhere")
+    cache = project / ".torchlint_cache"
+    cache.mkdir()
+    os.symlink(outside / "tag", cache / "CACHEDIR.TAG")  # dangling links committed to the repository
+    os.symlink(outside / "ignore", cache / ".gitignore")
+    os.symlink(outside, cache / f"v{__version__}")
+    assert invoke("check", "--jobs", "1", ".").exit_code == 1
+    assert list(outside.iterdir()) == []
+    for name in ("CACHEDIR.TAG", ".gitignore", f"v{__version__}"):
+        os.unlink(cache / name)
+    cache.rmdir()
+    os.symlink(outside, cache)  # the cache folder itself a link
+    assert invoke("check", "--jobs", "1", ".").exit_code == 1
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize("codec, line", [
+    ("unicode_escape", 's = "caf\\u00e9"'),
+    ("raw_unicode_escape", 's = "caf\\u00e9"'),
+    ("utf-7", 's = "caf+AOk-"'),
+])
+def test_codecs_that_cannot_write_the_file_back_byte_for_byte_are_not_fixed(project, codec, line):
+    data = (f"# -*- coding: {codec} -*-\n{line}\n" + with_finding()).encode("ascii")
+    (project / "odd.py").write_bytes(data)
+    checked = check("odd.py")
+    assert "odd.py:7:48: TL501" in checked.output and "TL000" not in checked.output
+    result = fix("odd.py")
+    assert (project / "odd.py").read_bytes() == data
+    assert f"odd.py:1:1: TL000 the file's encoding ({codec}) does not give its bytes back" in result.output
+    assert "Fixed 0 problems in 0 files." in result.output
+    piped = invoke("fix", "-", "--apply", "--no-cache", input=data)
+    assert piped.stdout_bytes == data and codec in piped.stderr
+
+
+FORM_FEED_FIRST = 's = "page\x0cbreak"\nt = """one\x0ctwo\n"""\n'  # a form feed inside a line: not a line end
+
+
+def test_add_noqa_counts_lines_as_python_does(project):
+    (project / "ok.py").write_text(FORM_FEED_FIRST + with_finding())
+    result = invoke("check", "--add-noqa", "--no-cache", "ok.py")
+    assert result.stderr.startswith("Added 1 noqa directive.")
+    assert (project / "ok.py").read_text() == FORM_FEED_FIRST + with_finding().replace(FINDING, FINDING + "  # noqa: TL501")
+    assert check("ok.py").exit_code == 0
+
+
+def test_a_whole_file_noqa_after_a_form_feed_counts(project):
+    (project / "ok.py").write_text(FORM_FEED_FIRST + "x = 1\n    # torchlint: noqa\n" + with_finding())
+    assert check("ok.py").exit_code == 0
+
+
+def test_full_output_and_diffs_show_python_lines(project):
+    (project / "ok.py").write_text(FORM_FEED_FIRST + with_finding())
+    full = check("--output-format", "full", "ok.py").output
+    assert f"    {FINDING}" in full.replace("\x0c", "")  # the finding's own line is the one shown
+    diff = invoke("fix", "--no-cache", "--jobs", "1", "ok.py").output
+    assert "No newline at end of file" not in diff and f"-    {FINDING}\n+    {FIXED}\n" in diff
+
+
+def test_stale_temporary_files_beside_a_link_target_outside_are_left_alone(project, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "target.py").write_text(with_finding())
+    stale = outside / ".target.py.abcd1234.torchlint.tmp"
+    stale.write_text("not ours to remove")
+    os.utime(stale, (time.time() - 3600, time.time() - 3600))
+    os.symlink(outside / "target.py", project / "link.py")
+    fix("link.py")
+    assert stale.exists()

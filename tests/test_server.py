@@ -27,9 +27,9 @@ WAIT_S = 60  # a bound so a broken server fails the test instead of hanging it; 
 
 
 class Client:
-    def __init__(self, cwd: Path) -> None:
-        self.process = subprocess.Popen([sys.executable, "-m", "torchlint", "server"], cwd=cwd,
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def __init__(self, cwd: Path, command=(sys.executable, "-m", "torchlint", "server")) -> None:
+        self.process = subprocess.Popen(list(command), cwd=cwd,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         self.messages: "queue.Queue[dict]" = queue.Queue()
         self.next_id = 0
         threading.Thread(target=self._read, daemon=True).start()
@@ -145,3 +145,89 @@ def test_positions_are_utf16_as_lsp_requires(client, tmp_path):
     (finding,) = client.diagnostics(target.as_uri())
     column = text.index("foreach")  # code points
     assert finding["range"]["start"]["character"] == column + 1  # the emoji is two UTF-16 units
+
+
+def start(client, root: Path) -> None:
+    client.request("initialize", {"processId": None, "rootUri": root.as_uri(), "capabilities": {}})
+    client.notify("initialized", {})
+
+
+def insert(uri: str, version: int, line: int, text: str) -> dict:
+    at = {"line": line, "character": 0}
+    return {"textDocument": {"uri": uri, "version": version},
+            "contentChanges": [{"range": {"start": at, "end": at}, "text": text}]}
+
+
+def test_edits_below_form_feeds_and_line_separators_keep_the_editors_text(client, tmp_path):
+    # str.splitlines() ends lines at \x0c, \x1c-\x1e, \x85 and \u2028 too; LSP and Python do not
+    text = ('import torch\n\x0c\ns = "a\u2028b\x85c"\n'
+            "opt = torch.optim.SGD(model.parameters(), foreach=False)\n")
+    uri = (tmp_path / "train.py").as_uri()
+    start(client, tmp_path)
+    client.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
+                                                            "text": text}})
+    assert [d["range"]["start"]["line"] for d in client.diagnostics(uri)] == [3]
+    client.notify("textDocument/didChange", insert(uri, 2, 2, "y = 3\n"))  # below the form feed line
+    client.notify("textDocument/didChange", insert(uri, 3, 4, "z = 4\n"))  # below the line separator
+    expected = ('import torch\n\x0c\ny = 3\ns = "a\u2028b\x85c"\nz = 4\n'
+                "opt = torch.optim.SGD(model.parameters(), foreach=False)\n")
+    found = client.diagnostics(uri)
+    assert [(d["code"], d["range"]["start"]["line"]) for d in found] == [("TL501", 5)]
+    actions = client.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 6, "character": 0}},
+        "context": {"diagnostics": found, "only": ["source.fixAll"]},
+    })["result"]
+    (fix_all,) = actions
+    assert fix_all["edit"]["changes"][uri][0]["newText"] == expected.replace(", foreach=False", "")
+    client.notify("textDocument/didChange", insert(uri, 4, 0, "w = 5\n"))  # fix on save: before its lint run
+    actions = client.request("textDocument/codeAction", {
+        "textDocument": {"uri": uri}, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 7, "character": 0}},
+        "context": {"diagnostics": [], "only": ["source.fixAll"]},
+    })["result"]
+    assert actions[0]["edit"]["changes"][uri][0]["newText"] == "w = 5\n" + expected.replace(", foreach=False", "")
+
+
+SLOW_SERVER = """
+import os, sys, time
+import torchlint.server as server
+
+real_lint = server.lint_source
+
+
+def lint_slowly(text, *args, **kwargs):
+    if "SLOW_DOCUMENT" in text:  # held until the test has the other document's answer
+        with open("runs.log", "a") as log:
+            log.write(str(len(text) - len(text.lstrip("#"))) + "\\n")  # the marker's leading "#" and one per keystroke
+        deadline = time.monotonic() + float(sys.argv[1])
+        while not os.path.exists("release") and time.monotonic() < deadline:
+            time.sleep(0.01)
+    return real_lint(text, *args, **kwargs)
+
+
+server.lint_source = lint_slowly
+server.main()
+"""
+
+
+def test_a_slow_document_neither_delays_another_nor_is_linted_per_keystroke(tmp_path):
+    (tmp_path / "slow_server.py").write_text(SLOW_SERVER)
+    client = Client(tmp_path, (sys.executable, str(tmp_path / "slow_server.py"), str(2 * WAIT_S)))
+    try:
+        start(client, tmp_path)
+        slow, fast = (tmp_path / "slow.py").as_uri(), (tmp_path / "fast.py").as_uri()
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": slow, "languageId": "python", "version": 1,
+                                                                "text": "# SLOW_DOCUMENT\n" + SLOW}})
+        for version in range(2, 7):  # five keystrokes, each adding a "#"
+            client.notify("textDocument/didChange", insert(slow, version, 0, "#"))
+        client.notify("textDocument/didOpen", {"textDocument": {"uri": fast, "languageId": "python", "version": 1,
+                                                                "text": SLOW}})
+        first = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")
+        assert first["params"]["uri"] == fast  # answered while the slow document's run is still held
+        (tmp_path / "release").write_text("")
+        answer = client.wait(lambda m: m.get("method") == "textDocument/publishDiagnostics")
+        assert (answer["params"]["uri"], answer["params"]["version"]) == (slow, 6)  # the first run's is dropped
+        assert [d["code"] for d in answer["params"]["diagnostics"]] == ["TL501", "TL201"]
+        runs = (tmp_path / "runs.log").read_text().split()
+        assert runs == ["1", "6"]  # the text it was opened with, then the last keystroke's: not one per keystroke
+    finally:
+        client.close()

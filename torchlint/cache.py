@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -70,7 +71,8 @@ class Cache:
         try:
             self._prepare()
             entry = self._entry(key)
-            entry.parent.mkdir(parents=True, exist_ok=True)
+            _own_folder(entry.parent.parent)
+            _own_folder(entry.parent)
             fd, tmp = tempfile.mkstemp(dir=str(entry.parent), prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
                 f.write(_encode_entry(key, diagnostics))
@@ -88,12 +90,28 @@ class Cache:
     def _prepare(self) -> None:
         if self._prepared:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        _own_folder(self.folder)
         for name, text in (("CACHEDIR.TAG", _TAG), (".gitignore", "# Created by torchlint\n*\n")):
-            marker = self.folder / name
-            if not marker.exists():
-                marker.write_text(text, encoding="utf-8")
+            try:  # O_EXCL: never through a link left in its place (a dangling one would create its target)
+                fd = os.open(self.folder / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
         self._prepared = True
+
+
+def _own_folder(path: Path) -> None:
+    """Make ``path`` a folder, or raise OSError where a symbolic link (or anything else) stands there: the
+    cache is written only into folders of its own, never through a link out of the tree (one committed in
+    ``.torchlint_cache/``, or the cache folder itself a link)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise NotADirectoryError(f"{path} is not a folder (a symbolic link?); the cache is not written")
 
 
 # An entry: one header line {"schema", "key", "blake2b" of the rest}, then the diagnostics as JSON. An entry

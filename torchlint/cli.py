@@ -171,12 +171,16 @@ def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult,
     if len(data) > job.settings.max_file_size:
         return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), job.settings.max_file_size))]), None
     if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
-        from torchlint.notebook import process_notebook_data
+        from torchlint.notebook import decode_notebook, process_notebook_data
 
         path = Path(shown)
         result = process_notebook_data(data, shown, path, job.for_file(path))
-        result.original = result.original if result.original is not None else data.decode("utf-8", "replace")
-        return result, SourceText(result.original, "utf-8")
+        try:
+            source = decode_notebook(data)
+        except UnicodeDecodeError:
+            return result, None  # reported by process_notebook_data; the input goes back unchanged
+        result.original = result.original if result.original is not None else source.text
+        return result, source
     try:
         source = decode_source(data)
     except SourceError as exc:
@@ -293,7 +297,7 @@ def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opt
 
 
 def _add_noqa_body(paths: Tuple[str, ...], opts: dict) -> int:
-    from torchlint.fileio import read_bytes, write_atomic
+    from torchlint.fileio import NotWritten, not_round_trip_message, read_regular, write_back
     from torchlint.noqa import add_noqa
 
     if paths == ("-",):
@@ -308,11 +312,18 @@ def _add_noqa_body(paths: Tuple[str, ...], opts: dict) -> int:
         if shown.endswith(".ipynb") or not diagnostics:
             continue
         path = Path(shown)
-        source = decode_source(read_bytes(path))
-        text, count = add_noqa(source.text, diagnostics)
-        if count and _still_compiles(source.text, text):
-            write_atomic(Path(os.path.realpath(path)), source.encode(text))
+        try:
+            data, status = read_regular(path)
+            source = decode_source(data)
+            text, count = add_noqa(source.text, diagnostics)
+            if not count or not _still_compiles(source.text, text):
+                continue
+            if not source.round_trips:
+                raise NotWritten(not_round_trip_message(source.encoding))
+            write_back(path, source.encode(text), (data, status), job.for_file(path).settings.root)
             added += count
+        except (SourceError, NotWritten, OSError, UnicodeEncodeError) as exc:
+            click.echo(f"warning: {shown}: no noqa added: {exc}", err=True)
     click.echo(f"Added {added} noqa directive{'s' if added != 1 else ''}.", err=True)
     return EXIT_CLEAN
 

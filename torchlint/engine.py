@@ -18,6 +18,7 @@ from torchlint.ast_index import forget_last_index
 from torchlint.config import Settings
 from torchlint.device_facts import is_test_path
 from torchlint.fast_parse import parse_module as trusted_parse
+from torchlint.fileio import split_lines
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
     Applicability, Diagnostic, Edit, Report, Rule, RuleContext, RuleCrash, iter_reports,
@@ -191,8 +192,8 @@ def _run_rules(
 
 def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
     """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
-    old_lines = before.splitlines(keepends=True)
-    new_lines = after.splitlines(keepends=True)
+    old_lines = split_lines(before)  # Python's lines: a form feed inside one is no line end
+    new_lines = split_lines(after)
     starts = [0]
     for line in old_lines:
         starts.append(starts[-1] + len(line))

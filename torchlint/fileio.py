@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import os
@@ -12,7 +13,7 @@ import time
 import tokenize
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
 
 class SourceError(Exception):
@@ -28,6 +29,9 @@ class SourceError(Exception):
 class SourceText:
     text: str  # newlines untranslated, BOM removed
     encoding: str  # as tokenize reports it: "utf-8", "utf-8-sig" (a BOM), "latin-1"...
+    # whether encoding the text gives the file's bytes back: not so for some codecs (unicode_escape
+    # re-escapes every untouched line, utf-7 has several spellings of one text), whose files are never fixed
+    round_trips: bool = True
 
     def encode(self, text: str) -> bytes:
         return text.encode(self.encoding)
@@ -40,7 +44,7 @@ def decode_source(data: bytes) -> SourceText:
     except SyntaxError as exc:
         raise SourceError(f"bad encoding declaration: {exc.msg if hasattr(exc, 'msg') else exc}") from exc
     try:
-        return SourceText(data.decode(encoding), encoding)
+        text = data.decode(encoding)
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
@@ -50,6 +54,41 @@ def decode_source(data: bytes) -> SourceText:
             line,
             column,
         ) from exc
+    return SourceText(text, encoding, _round_trips(text, encoding, data))
+
+
+_EXACT_CODECS = {"utf-8", "utf-8-sig", "latin-1", "iso-8859-1", "ascii"}  # decoding then encoding is the identity
+# Codecs whose output for a line depends on more than the line (escapes, shift states): a fixed line can
+# come out spelled differently from how it was read, even where this file's text happens to round-trip.
+_ESCAPING_CODECS = {"unicode-escape", "raw-unicode-escape", "utf-7"}
+
+
+def _round_trips(text: str, encoding: str, data: bytes) -> bool:
+    if encoding in _EXACT_CODECS:
+        return True
+    try:
+        return codecs.lookup(encoding).name not in _ESCAPING_CODECS and text.encode(encoding) == data
+    except (UnicodeError, LookupError):
+        return False
+
+
+def not_round_trip_message(encoding: str) -> str:
+    return (f"the file's encoding ({encoding}) does not give its bytes back when the fixed text is written: "
+            "fixing it would rewrite lines no fix touched; not fixed (convert it to UTF-8 to fix it)")
+
+
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> List[str]:
+    """Python's lines, each with its ending: only LF, CRLF and CR end a line (``str.splitlines`` also splits
+    at form feeds, \\x1c-\\x1e, \\x85 and \\u2028, which Python and LSP read as part of a line)."""
+    return _LINE.findall(text)
+
+
+def line_ending(line: str) -> str:
+    """The ending of one of ``split_lines``'s lines ("" for a last line without one)."""
+    return line[len(line.rstrip("\r\n")):]
 
 
 def read_bytes(path: Path, max_size: Optional[int] = None) -> bytes:
@@ -113,6 +152,32 @@ class NotWritten(Exception):
 TEMP_SUFFIX = ".torchlint.tmp"
 _TEMP_NAME = re.compile(r"^\..+\.[A-Za-z0-9_]{8}" + re.escape(TEMP_SUFFIX) + "$")
 STALE_TEMP_SECONDS = 600  # older than any write can take: left by a killed run
+
+
+def write_back(path: Path, data: bytes, original: Tuple[bytes, os.stat_result], root: Path) -> None:
+    """Write a fixed file over the file it was read from (``write_atomic`` with its checks), or raise
+    ``NotWritten``. Through a symbolic link that leads out of the project (``root``) nothing is written: a
+    link in a checked tree is no licence to change files elsewhere."""
+    target = Path(os.path.realpath(path))
+    if links_out_of(path, root):
+        raise NotWritten(f"it is a symbolic link (or in a linked folder) to {target}, outside the project "
+                         f"({root}); not written (fix the file itself)")
+    write_atomic(target, data, original)
+
+
+def links_out_of(path: Path, root: Path) -> bool:
+    """Whether ``path`` leads through a symbolic link to a file outside ``root``. (A file outside named as
+    it is, not through a link, is the user's own choice.)"""
+    target = os.path.realpath(path)
+    return not _inside(target, os.path.realpath(root)) and (
+        os.path.islink(path) or _inside(os.path.abspath(path), str(root)))
+
+
+def _inside(path: str, folder: str) -> bool:
+    try:
+        return os.path.commonpath([path, folder]) == folder
+    except ValueError:  # another drive
+        return False
 
 
 def write_atomic(path: Path, data: bytes, original: Optional[Tuple[bytes, os.stat_result]] = None) -> None:

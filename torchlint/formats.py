@@ -49,15 +49,17 @@ class SourceLines:
 
 
 def _read_lines(path: str, cell: Optional[int]) -> List[str]:
-    from torchlint.fileio import SourceError, decode_source
+    from torchlint.fileio import SourceError, decode_source, split_lines
 
     try:
         data = Path(path).read_bytes()
         if cell is None:
-            return decode_source(data).text.splitlines()
-        from torchlint.notebook import cell_source
+            text = decode_source(data).text
+        else:
+            from torchlint.notebook import cell_source
 
-        return cell_source(json.loads(data.decode("utf-8-sig"))["cells"][cell - 1]).splitlines()
+            text = cell_source(json.loads(data.decode("utf-8-sig"))["cells"][cell - 1])
+        return [line.rstrip("\r\n") for line in split_lines(text)]  # numbered as the findings are
     except (OSError, SourceError, ValueError, KeyError, IndexError, TypeError):
         return []
 

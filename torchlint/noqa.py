@@ -8,6 +8,7 @@ import warnings
 from collections import defaultdict
 from typing import Dict, List, Sequence, Set, Tuple
 
+from torchlint.fileio import split_lines
 from torchlint.rule import Diagnostic
 from torchlint.suppression import _LINE_NOQA, _comments
 
@@ -32,7 +33,7 @@ def _lines_ending_in_strings(source: str) -> Set[int]:
 def add_noqa(source: str, diagnostics: Sequence[Diagnostic]) -> Tuple[str, int]:
     """The source with a ``# noqa`` for every finding (merged into an existing one), and how many codes
     were added. Lines that cannot carry a comment (inside a string, after a backslash) are skipped."""
-    lines = source.splitlines(keepends=True)
+    lines = split_lines(source)  # numbered as the findings are: only CR, LF and CRLF end a line
     in_string = _lines_ending_in_strings(source)
     wanted: Dict[int, List[str]] = defaultdict(list)
     for d in diagnostics:

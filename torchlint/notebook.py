@@ -12,6 +12,7 @@ each changed source is spliced into the original text, so every other byte stays
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -22,9 +23,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchlint.cache import Cache
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
-from torchlint.fileio import SourceError, read_bytes, write_atomic
+from torchlint.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
 from torchlint.rule import Diagnostic, Edit
-from torchlint.runner import FileResult, Job, rules_for
+from torchlint.runner import FileResult, Job, rules_for, written
 
 _MARKER = "# torchlint-cell {}"
 _MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")
@@ -78,15 +79,18 @@ class NotebookProgram:
                 continue  # markdown, raw, or a cell magic (%%bash, %%timeit...): not Python
             number = index + 1
             program.cells.append(number)
-            lines.append(_MARKER.format(number))
+            cell_lines = split_lines(source)  # each keeps its ending, so a fixed cell keeps CRLF or CR
+            # the marker ends as the cell's lines do: LibCST gives the lines a fix adds the first ending it sees
+            lines.append(_MARKER.format(number) + (line_ending(cell_lines[0]) if cell_lines else "\n"))
             line_map.append((number, 0))
-            for line_number, line in enumerate(source.splitlines(), start=1):
-                if is_ipython_line(line):
-                    program.magics.append(line.lstrip())
-                    line = line[: len(line) - len(line.lstrip())] + _PLACEHOLDER.format(len(program.magics) - 1)
-                lines.append(line)
+            for line_number, line in enumerate(cell_lines, start=1):
+                body, ending = line.rstrip("\r\n"), line_ending(line) or "\n"
+                if is_ipython_line(body):
+                    program.magics.append(body.lstrip())
+                    body = body[: len(body) - len(body.lstrip())] + _PLACEHOLDER.format(len(program.magics) - 1)
+                lines.append(body + ending)
                 line_map.append((number, line_number))
-        program.text = "\n".join(lines) + "\n" if lines else ""
+        program.text = "".join(lines)
         return program
 
     # --- positions -----------------------------------------------------------------------------
@@ -95,6 +99,11 @@ class NotebookProgram:
         line = min(max(line, 1), len(self.line_map) - 1) if len(self.line_map) > 1 else 1
         cell, cell_line = self.line_map[line] if len(self.line_map) > 1 else (1, 1)
         return (cell, 1, 1) if cell_line == 0 else (cell, cell_line, column)
+
+    def check(self, shown: str, rules, job: Job) -> List[Diagnostic]:
+        """The program's findings, in cell coordinates."""
+        outcome = lint_source(self.text, shown, rules, job.settings, job.with_edits)
+        return [self.to_cells(d) for d in outcome.diagnostics]
 
     def to_cells(self, d: Diagnostic) -> Diagnostic:
         cell, line, column = self.locate(d.line, d.column)
@@ -119,8 +128,8 @@ class NotebookProgram:
         order: List[int] = []
         preamble: List[str] = []
         current: Optional[List[str]] = None
-        for line in fixed.splitlines():
-            marker = _MARKER_LINE.match(line)
+        for line in split_lines(fixed):
+            marker = _MARKER_LINE.match(line.rstrip("\r\n"))
             if marker:
                 order.append(int(marker.group(1)))
                 current = chunks.setdefault(order[-1], [])
@@ -135,14 +144,14 @@ class NotebookProgram:
         for number, lines in chunks.items():
             restored = []
             for line in lines:
-                placeholder = _PLACEHOLDER_LINE.match(line)
+                placeholder = _PLACEHOLDER_LINE.match(line.rstrip("\r\n"))
                 if placeholder:
                     used.append(int(placeholder.group(2)))
-                    line = placeholder.group(1) + self.magics[used[-1]]
+                    line = placeholder.group(1) + self.magics[used[-1]] + line_ending(line)
                 restored.append(line)
-            original = cell_source(self.notebook["cells"][number - 1])
-            text = "\n".join(restored)
-            sources[number] = text + "\n" if original.endswith("\n") and restored else text
+            if restored and not line_ending(cell_source(self.notebook["cells"][number - 1])):
+                restored[-1] = restored[-1].rstrip("\r\n")  # the ending the program gave the cell's last line
+            sources[number] = "".join(restored)
         if sorted(used) != list(range(len(self.magics))):
             return None
         return sources
@@ -158,6 +167,8 @@ class NotebookProgram:
         for number, text in sources.items():
             cell = expected["cells"][number - 1]
             if text != cell_source(cell):
+                # a list holds the text split as nbformat splits it (str.splitlines): only the layout of the
+                # JSON, as the items are joined back into one text
                 cell["source"] = text.splitlines(keepends=True) if isinstance(cell.get("source"), list) else text
                 changes.append((number - 1, cell["source"]))
         spans = _source_spans(self.raw)
@@ -315,17 +326,24 @@ class NotebookResult(FileResult):
 def process_notebook(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
     try:
-        data = read_bytes(path)
+        data, status = read_regular(path, job.settings.max_file_size)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
-    return process_notebook_data(data, shown, path, job)
+    return process_notebook_data(data, shown, path, job, status)
 
 
-def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> FileResult:
-    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``."""
+def decode_notebook(data: bytes) -> SourceText:
+    """A notebook's JSON text; encoded back, it keeps the BOM it was read with. Raises UnicodeDecodeError."""
+    return SourceText(data.decode("utf-8-sig"), "utf-8-sig" if data.startswith(codecs.BOM_UTF8) else "utf-8")
+
+
+def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
+                          status: Optional[os.stat_result] = None) -> FileResult:
+    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``, if it is still the
+    file that was read (``status``, as for .py files)."""
     try:
-        raw = data.decode("utf-8-sig")
-        program = NotebookProgram.parse(raw)
+        source = decode_notebook(data)
+        program = NotebookProgram.parse(source.text)
     except UnicodeDecodeError:
         return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
     except NotebookError as exc:
@@ -342,15 +360,18 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job) -> File
     if not program.text:
         return FileResult(shown, [])
     if job.mode == "check":
-        outcome = lint_source(program.text, shown, rules, job.settings, job.with_edits)
-        result = FileResult(shown, [program.to_cells(d) for d in outcome.diagnostics])
+        result = FileResult(shown, program.check(shown, rules, job))
         if cache is not None:
             cache.put(key, result.diagnostics)
         return result
-    return _fix(path, shown, program, rules, job)
+    result = _fix(shown, program, rules, job)
+    if job.apply and result.changed and status is not None:
+        result = written(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
+                         lambda: program.check(shown, rules, job))
+    return result
 
 
-def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
+def _fix(shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
     outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe)
     remaining = [program.to_cells(d) for d in outcome.errors + outcome.remaining]
     result = NotebookResult(shown, remaining, outcome.applied)
@@ -369,10 +390,4 @@ def _fix(path: Path, shown: str, program: NotebookProgram, rules, job: Job) -> F
         before = cell_source(program.notebook["cells"][number - 1])
         if text != before:
             result.cell_changes.append((number, before, text))
-    if job.apply:
-        try:
-            write_atomic(Path(os.path.realpath(path)), rewritten.encode("utf-8"))
-            result.written = True
-        except OSError as exc:
-            result.diagnostics.insert(0, error_diagnostic(shown, f"cannot write the fixed file: {exc}"))
     return result

@@ -8,6 +8,7 @@ from typing import Dict, List, Sequence
 
 import click
 
+from torchlint.fileio import split_lines
 from torchlint.rule import Applicability, Diagnostic
 
 
@@ -97,14 +98,14 @@ def unified_diff(path: str, before: str, after: str) -> str:
     import difflib
 
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), fromfile=f"a/{path}", tofile=f"b/{path}"
-    )
+        split_lines(before), split_lines(after), fromfile=f"a/{path}", tofile=f"b/{path}"
+    )  # Python's lines: a form feed inside a line is no line end
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
 def color_diff(text: str) -> str:
     out = []
-    for line in text.splitlines(keepends=True):
+    for line in split_lines(text):
         if line.startswith(("+++", "---")):
             out.append(click.style(line, bold=True))
         elif line.startswith("+"):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
@@ -18,7 +18,8 @@ from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
-    NotWritten, SourceError, SourceText, decode_source, read_regular, remove_stale_temp_files, write_atomic,
+    NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
+    remove_stale_temp_files, write_back,
 )
 from torchlint.registry import default_codes, lazy_rule, rule_codes
 from torchlint.rule import Applicability, Diagnostic, Rule
@@ -120,8 +121,11 @@ def _collections_paused() -> Iterator[None]:
 
 def _check_or_fix(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
     rules = rules_for(job.settings, path)
-    if job.mode == "check":
-        return FileResult(shown, lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics)
+    if job.mode == "check" or not source.round_trips:
+        diagnostics = lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics
+        if job.mode == "check":
+            return FileResult(shown, diagnostics)
+        return FileResult(shown, [error_diagnostic(shown, not_round_trip_message(source.encoding))] + diagnostics)
     outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe)
     result = FileResult(shown, outcome.errors + outcome.remaining, outcome.applied)
     if outcome.source != source.text:
@@ -152,15 +156,23 @@ def process_file(path: Path, job: Job) -> FileResult:
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
     if job.apply and result.changed:
-        try:
-            write_atomic(Path(os.path.realpath(path)), source.encode(result.fixed or ""), (data, status))
-            result.written = True
-        except (NotWritten, OSError, UnicodeEncodeError) as exc:
-            # Nothing was fixed: report the file as it still is, never the fixed text's leftovers.
-            reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
-            unfixed = process_source(source, shown, path, replace(job, mode="check", apply=False))
-            result = FileResult(shown, [error_diagnostic(shown, reason)] + unfixed.diagnostics)
+        check_job = replace(job, mode="check", apply=False)
+        result = written(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
+                         lambda: process_source(source, shown, path, check_job).diagnostics)
     return result
+
+
+def written(result: FileResult, path: Path, encoded: Callable[[], bytes], original: Tuple[bytes, os.stat_result],
+            job: Job, unfixed: Callable[[], List[Diagnostic]]) -> FileResult:
+    """``result`` once its fixed text is written over ``path``; where it cannot be, the file as it still is:
+    a TL000 saying why and its findings (``unfixed``), never the fixed text's leftovers."""
+    try:
+        write_back(path, encoded(), original, job.settings.root)
+        result.written = True
+        return result
+    except (NotWritten, OSError, UnicodeEncodeError) as exc:
+        reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
+        return FileResult(result.path, [error_diagnostic(result.path, reason)] + unfixed())
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job) -> str:
@@ -258,8 +270,9 @@ def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Prog
     """Results in the order of ``paths``, the same whether run in one process or many. ``progress`` is
     told how many files are done (in this process, as results come back)."""
     try:
-        if job.apply:  # temporary files a killed run left beside the files it was writing
-            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths})
+        if job.apply:  # temporary files a killed run left beside the files it was writing (never out of the tree)
+            remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths
+                                     if not links_out_of(p, job.for_file(p).settings.root)})
         hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
         if not hits:
             return _run_files(paths, job, jobs, progress)

@@ -12,6 +12,8 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Optional, Set, Tuple
 
+from torchlint.fileio import split_lines
+
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 _LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
 _FILE_NOQA = re.compile(r"^#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE)
@@ -39,7 +41,7 @@ def _comments(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
     """line -> (comment text, whether the comment is alone on its line); with ``last_line``, up to that line
     (the tokenizer stops there: most files have their `# noqa` comments at the top, on imports)."""
     comments: Dict[int, tuple] = {}
-    lines = source.splitlines()
+    lines = split_lines(source)  # as the tokenizer numbers them
     try:
         for token in tokenize.generate_tokens(io.StringIO(source).readline):
             if last_line is not None and token.start[0] > last_line:

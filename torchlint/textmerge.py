@@ -8,15 +8,10 @@ original) to the original itself; a fix that touches a line the round trip alter
 
 from __future__ import annotations
 
-import re
 from difflib import SequenceMatcher
 from typing import Dict, List, Optional
 
-_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # only CR, LF and CRLF end lines, as in Python
-
-
-def split_lines(text: str) -> List[str]:
-    return _LINE.findall(text)
+from torchlint.fileio import split_lines
 
 
 def carry_fixes(original: str, base: str, fixed: str) -> Optional[str]:
