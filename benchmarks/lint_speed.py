@@ -146,7 +146,7 @@ def stage_costs(tree: Path) -> Dict[str, float]:
     from torchlint.registry import all_rules
     from torchlint.runner import _collections_paused
 
-    settings = Settings(root=tree)
+    settings = Settings(root=tree, project_root=tree)  # as the CLI judges test files in a repository at tree
     rules = [rule() for rule in all_rules()]
     out = {name: 0.0 for name in ("files", "text stage", "LibCST", "with a finding", "text s", "ast.parse s",
                                   "ast stage s", "LibCST parse s", "LibCST parse (with a finding) s", "rules s")}
@@ -160,7 +160,7 @@ def stage_costs(tree: Path) -> Dict[str, float]:
 
     def one_file(text: str, path: Path) -> None:
         shown = os.path.relpath(path)  # as the command line names it (test files leave some rules out)
-        kept = rules_for_path(rules, shown, settings.root)  # as the engine judges test files
+        kept = rules_for_path(rules, shown, settings)  # as the engine judges test files
         candidates = clock("text s", lambda: [r for r in kept if r.may_fire(text, settings)])
         if not candidates:
             return

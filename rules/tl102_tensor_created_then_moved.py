@@ -192,7 +192,7 @@ class TensorCreatedThenMoved(Rule):
 
 
 # --- the ast stage: `_check`'s gates on the shared index ------------------------------------------------
-# Not mirrored: `is_test_path` (the path is not known there) and `_manages_cpu_rng` (it only silences).
+# Not mirrored: `discovery.is_test_file` (the path is not known there) and `_manages_cpu_rng` (it only silences).
 
 
 def _ast_may_report(index: AstIndex, info: AstCallInfo) -> bool:

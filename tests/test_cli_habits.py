@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -169,3 +172,41 @@ def test_unused_noqa_is_reported_and_fixed(project):
     assert "train.py:2:43: TL900 [*] unused `noqa` directive (unused: `TL501`); remove it" in out
     assert invoke("fix", "--apply", ".").exit_code == 0
     assert target.read_text().endswith("lr=1e-3)  # noqa: E501\n")
+
+
+# --- unreadable paths ------------------------------------------------------------------------------------
+def _as_unprivileged(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    """torchlint run by a user who cannot read what mode 000 hides (root reads everything: run as nobody)."""
+    command = [sys.executable, "-m", "torchlint", *args]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: no user to whom a file is unreadable")
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env={**os.environ, "HOME": str(cwd)})
+
+
+@pytest.fixture
+def open_folder():
+    """A folder any user can enter (pytest's tmp_path is root's own where root runs the tests)."""
+    folder = Path(tempfile.mkdtemp(prefix="torchlint-unreadable-"))
+    folder.chmod(0o777)
+    yield folder
+    for path in folder.rglob("*"):
+        path.chmod(0o777) if path.is_dir() else None
+    shutil.rmtree(folder)
+
+
+def test_an_unreadable_file_named_on_the_command_line_is_a_tl000_and_the_run_goes_on(open_folder):
+    write(open_folder / "ok.py", SLOW)
+    write(open_folder / "secret.py", SLOW).chmod(0)
+    write(open_folder / "locked" / "inner.py", SLOW)
+    (open_folder / "locked").chmod(0)
+    result = _as_unprivileged(open_folder, "check", "--no-cache", "secret.py", "ok.py", "locked", "missing.py")
+    if "ok.py" not in result.stdout and "Permission denied" in result.stderr:
+        pytest.skip("this user cannot run torchlint from the venv")
+    assert result.returncode == 1, result.stderr
+    assert "secret.py:1:1: TL000 cannot read: Permission denied" in result.stdout
+    assert "locked:1:1: TL000 cannot read this folder: Permission denied" in result.stdout
+    assert "missing.py:1:1: TL000 no such file or directory" in result.stdout  # as Ruff's E902
+    assert "ok.py:4:51: TL501" in result.stdout
+    assert "Invalid value" not in result.stderr

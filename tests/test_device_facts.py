@@ -5,7 +5,7 @@ import pytest
 
 from torchlint.analysis import FileAnalysis
 from torchlint.device_facts import (
-    CPU, CUDA, cuda_evidence, is_test_path, mixed_precision_evidence, to_destination,
+    CPU, CUDA, cuda_evidence, mixed_precision_evidence, to_destination,
 )
 
 
@@ -64,16 +64,6 @@ def test_mixed_precision_evidence(source):
 def test_no_mixed_precision_in_a_plain_fp32_script():
     source = "import torch\nx = torch.zeros(3, dtype=torch.float32)\nmodel.to(device)\nloss.backward()\n"
     assert mixed_precision_evidence(analyse(source)) is None
-
-
-@pytest.mark.parametrize(
-    "path, expected",
-    [("tests/test_train.py", True), ("pkg/tests/helpers.py", True), ("conftest.py", True),
-     ("model_test.py", True), ("train.py", False), ("contest/train.py", False),
-     ("torch/testing/_internal/common_fsdp.py", True)],
-)
-def test_is_test_path(path, expected):
-    assert is_test_path(path) is expected
 
 
 # The default rule set (Rule.default_enabled) lives in config.selected_codes; tested here beside the other

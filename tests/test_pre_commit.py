@@ -9,6 +9,7 @@ where pre-commit or git is not installed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,32 @@ def test_pre_commit_check_hook_blocks_what_has_no_safe_fix(tmp_path, monkeypatch
     assert blocked.returncode != 0
     assert "train.py:4:51: TL501" in output and "train.ipynb:cell 5:6:13: TL101" in output
     assert output.count("Found ") == 1  # one batch, one summary (require_serial)
+
+
+def _readme_configuration(hooks_repo: Path, rev: str) -> str:
+    """The README's recommended .pre-commit-config.yaml, pointed at the snapshot of this tree."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## pre-commit\n"):]
+    start = section.index("```yaml\n") + len("```yaml\n")
+    block = section[start:section.index("```\n", start)]
+    block = block.replace("https://github.com/torchlint/torchlint", str(hooks_repo))
+    return re.sub(r"rev: \S+", f"rev: {rev}", block)
+
+
+def test_the_readme_configuration_prints_each_remaining_finding_once(tmp_path, monkeypatch, hooks):
+    hooks_repo, rev, home = hooks
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q", ".")
+    (project / ".pre-commit-config.yaml").write_text(_readme_configuration(hooks_repo, rev))
+    # TL501 has a safe fix; TL201's fix is unsafe, so it stays and must block the commit
+    (project / "train.py").write_text(SLOW + "\n\ndef step(opt):\n    opt.zero_grad(set_to_none=False)\n")
+    monkeypatch.setenv("PRE_COMMIT_HOME", str(home))
+    subprocess.run([sys.executable, "-m", "pre_commit", "install"], cwd=project, check=True, capture_output=True)
+    git(project, "add", "-A")
+    blocked = git(project, "commit", "-qm", "slow code", check=False)
+    output = blocked.stdout + blocked.stderr
+    assert blocked.returncode != 0, output
+    assert "train.py: fixed 1 x TL501" in output
+    assert output.count(": TL201 ") == 1, output  # one hook: the finding without a safe fix is listed once
+    assert output.count("Found ") == 1

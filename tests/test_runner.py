@@ -38,7 +38,7 @@ def test_a_warm_run_reads_the_cache_before_starting_workers(tmp_path, monkeypatc
     job = runner.Job(Settings(root=tmp_path), cache_dir=tmp_path / ".cache")
     cold = runner.run(paths, job, jobs=1)  # fills the cache
     dispatched = []
-    monkeypatch.setattr(runner, "_run_files", lambda rest, job, jobs, progress=None: dispatched.append(list(rest)) or [])
+    monkeypatch.setattr(runner, "_run_files", lambda rest, *args: dispatched.append(list(rest)) or [])
     warm = runner.run(paths, job, jobs=2)
     assert dispatched == []  # every file answered from the cache, no worker started
     assert [(r.path, r.diagnostics) for r in warm] == [(r.path, r.diagnostics) for r in cold]
@@ -47,7 +47,7 @@ def test_a_warm_run_reads_the_cache_before_starting_workers(tmp_path, monkeypatc
     monkeypatch.undo()
     calls = []
     real = runner._run_files
-    monkeypatch.setattr(runner, "_run_files", lambda rest, job, jobs, progress=None: calls.append(list(rest)) or real(rest, job, jobs, progress))
+    monkeypatch.setattr(runner, "_run_files", lambda rest, *args: calls.append(list(rest)) or real(rest, *args))
     again = runner.run(paths, job, jobs=2)
     assert calls == [[paths[0]]]  # only the edited file is checked again
     assert again[0].diagnostics == [] and [r.diagnostics for r in again[1:]] == [r.diagnostics for r in cold[1:]]

@@ -85,8 +85,15 @@ def test_the_declared_requirement_sets_the_target(project):
     assert settings.torch_version == (1, 13)
     assert settings.torch_version_origin == (
         f"declared torch requirement: {project / 'pyproject.toml'} [project] dependencies: 'torch>=1.13,<3'")
+    # --show-settings says where the version came from
+    shown = invoke("check", "--show-settings", "train.py").output
+    assert f'torch-version = "1.13"  # {settings.torch_version_origin}' in shown
     # a flag wins over the declaration, and says so
     assert "TL201" not in invoke("check", "--torch-version", "2.4.0+cu121", "train.py").output
+    shown = invoke("check", "--show-settings", "--torch-version", "2.4.0+cu121", "train.py").output
+    assert 'torch-version = "2.4"  # --torch-version' in shown
+    shown = invoke("check", "--show-settings", "--config", 'torch-version = "2.5.0rc1"', "train.py").output
+    assert 'torch-version = "2.5"  # --config \'torch-version = "2.5.0rc1"\': torch-version' in shown
 
 
 def test_lowest_of_every_declaration_and_requirements_files(project):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from dataclasses import replace
 from collections import Counter
@@ -19,11 +20,12 @@ defer_import("libcst.matchers")
 from torchlint import __version__  # noqa: E402 - after defer_import
 from torchlint.cache import CACHE_DIR_NAME
 from torchlint.config import (
-    DEFAULT_TORCH_VERSION, ConfigError, Settings, parse_selectors, parse_size, parse_torch_version,
+    DEFAULT_TORCH_VERSION, ConfigError, Settings, parse_inline, parse_selectors, parse_size,
+    parse_torch_version,
 )
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
 from torchlint.progress import Progress
-from torchlint.discovery import cached_spec, discover, exclude_patterns
+from torchlint.discovery import cached_spec, discover, display_path, exclude_patterns
 from torchlint.engine import error_diagnostic
 from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
 from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
@@ -42,6 +44,7 @@ from torchlint.rule import Diagnostic, FixAvailability
 from torchlint.runner import FileResult, Job, process_source, run
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program that Ctrl-C stopped
 
 
 def use_color() -> bool:
@@ -55,10 +58,13 @@ def use_color() -> bool:
 def _tree_from_options(opts: dict) -> ConfigTree:
     """Per-file settings: the closest configuration file (or --config for all), the command line on top."""
     forget_configuration_files()
-    config = Path(opts["config"]) if opts.get("config") else None
-    if config is not None and not config.is_file():
-        raise ConfigError(f"--config: no such file: {config}")
+    config, inline = _config_arguments(opts.get("config") or ())
+    if opts.get("exit_zero") and opts.get("exit_non_zero_on_fix"):
+        raise ConfigError("--exit-non-zero-on-fix cannot be used with --exit-zero")  # as in Ruff
+    if config is not None and opts.get("isolated"):
+        raise ConfigError(f"--config {config} cannot be used with --isolated, which ignores all configuration files")
     overrides = CliOverrides(
+        inline=inline,
         select=parse_selectors(opts["select"], "--select") if opts.get("select") else None,
         extend_select=parse_selectors(opts.get("extend_select") or (), "--extend-select"),
         ignore=parse_selectors(opts.get("ignore") or (), "--ignore"),
@@ -66,7 +72,18 @@ def _tree_from_options(opts: dict) -> ConfigTree:
         unsafe_fixes=opts.get("unsafe_fixes"),
         max_file_size=parse_size(opts["max_file_size"]) if opts.get("max_file_size") else None,
     )
-    return ConfigTree(overrides, config.resolve() if config is not None else None, Path.cwd().resolve())
+    return ConfigTree(overrides, config.resolve() if config is not None else None, Path.cwd().resolve(),
+                      isolated=bool(opts.get("isolated")))
+
+
+def _config_arguments(values: Sequence[str]) -> Tuple[Optional[Path], Tuple[Tuple[Tuple[str, object], ...], ...]]:
+    """``--config``, as Ruff's: a configuration file, or a TOML ``KEY = VALUE`` pair; repeatable, with at
+    most one file. Returns the file and each pair's settings, in order."""
+    files = [Path(value) for value in values if os.path.isfile(value)]
+    if len(files) > 1:
+        raise ConfigError(f"--config: give at most one configuration file, got {', '.join(map(str, files))}")
+    inline = tuple(tuple(parse_inline(value).items()) for value in values if not os.path.isfile(value))
+    return (files[0] if files else None), inline
 
 
 def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
@@ -77,11 +94,15 @@ def _settings_from_options(opts: dict, paths: Sequence[str]) -> Settings:
 
 def common_options(func: Callable) -> Callable:
     options = [
-        click.argument("paths", nargs=-1, type=click.Path()),
+        # readable=False: click would stop the whole run over one unreadable file; it gets a TL000 instead
+        click.argument("paths", nargs=-1, type=click.Path(readable=False)),
         click.option("--select", multiple=True, help="Rule codes or prefixes to enable (e.g. TL2, TL101, ALL)."),
         click.option("--extend-select", multiple=True, help="Rules to enable on top of the selection."),
         click.option("--ignore", multiple=True, help="Rule codes or prefixes to disable."),
-        click.option("--config", type=click.Path(dir_okay=False), help="Read settings from this TOML file."),
+        click.option("--config", multiple=True, metavar="FILE | KEY=VALUE",
+                     help="Read settings from this TOML file instead of the nearest one, or override one setting "
+                          "(TOML, e.g. 'torch-version = \"2.4\"'); repeatable."),
+        click.option("--isolated", is_flag=True, help="Ignore all configuration files."),
         click.option("--torch-version", help="The PyTorch version the checked code targets (any PEP 440 version: "
                      "2.4, 2.4.0+cu121); default: the lowest the project's torch requirement allows, else "
                      f"{'.'.join(map(str, DEFAULT_TORCH_VERSION))}."),
@@ -89,12 +110,12 @@ def common_options(func: Callable) -> Callable:
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
         click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,
                      help="How to show findings (concise is the text default; see the README for each format)."),
-        click.option("--output-file", "-o", type=click.Path(dir_okay=False), help="Write the report to this file."),
+        click.option("--output-file", "-o", type=click.Path(dir_okay=False, readable=False), help="Write the report to this file."),
         click.option("--exit-zero", is_flag=True, help="Exit 0 even when problems remain."),
         click.option("--statistics", is_flag=True, help="Show counts per rule instead of each problem."),
         click.option("--quiet", "-q", is_flag=True, help="Print problems only: no summary."),
         click.option("--force-exclude", is_flag=True, help="Apply exclusions to paths given on the command line too."),
-        click.option("--stdin-filename", type=click.Path(), help="The path to report for source read from '-'."),
+        click.option("--stdin-filename", type=click.Path(readable=False), help="The path to report for source read from '-'."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write .torchlint_cache/."),
         click.option("--cache-dir", type=click.Path(file_okay=False),
                      help="Where to keep the cache (default: .torchlint_cache/ beside the configuration)."),
@@ -102,6 +123,11 @@ def common_options(func: Callable) -> Callable:
                      help="Skip larger files with a TL000 (bytes, or e.g. 512KiB, 4MiB; default 2MiB)."),
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
                      help="Processes to use (default: all cores)."),
+        click.option("--exit-non-zero-on-fix", is_flag=True,
+                     help="Exit 1 if any file was fixed, even if no problem remains."),
+        click.option("--show-files", is_flag=True, help="List the files that would be checked, then exit."),
+        click.option("--show-settings", is_flag=True,
+                     help="Show the settings of the first file that would be checked, then exit."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -115,7 +141,16 @@ def cli() -> None:
 
 
 def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -> List[FileResult]:
-    tree = job.tree or ConfigTree()
+    files, results = _discover(paths, settings, opts, job.tree or ConfigTree())
+    if not files and not results:
+        click.echo("warning: No Python files found under the given path(s)", err=True)
+    jobs = opts.get("jobs") or os.cpu_count() or 1
+    progress = Progress.for_terminal(len(files), quiet=opts.get("quiet", False))
+    return results + run(files, job, jobs=jobs, progress=progress)
+
+
+def _discover(paths: Tuple[str, ...], settings: Settings, opts: dict, tree: ConfigTree) -> Tuple[List[Path], List[FileResult]]:
+    """The files to check, in order, and a TL000 for each path that cannot be checked."""
     files: Dict[Path, Path] = {}
     results: List[FileResult] = []
     for raw in paths or (".",):
@@ -132,12 +167,7 @@ def _collect(paths: Tuple[str, ...], settings: Settings, opts: dict, job: Job) -
             if not explicit and own.config_path != here.config_path and _excluded_by(own, path):
                 continue  # a nested configuration file excludes it
             files.setdefault(path.resolve(), path)
-    if not files and not results:
-        click.echo("warning: No Python files found under the given path(s)", err=True)
-    jobs = opts.get("jobs") or os.cpu_count() or 1
-    progress = Progress.for_terminal(len(files), quiet=opts.get("quiet", False))
-    results += run(sorted(files.values(), key=str), job, jobs=jobs, progress=progress)
-    return results
+    return sorted(files.values(), key=str), results
 
 
 def _excluded_by(settings: Settings, path: Path) -> bool:
@@ -244,6 +274,9 @@ def _guarded(body: Callable[[], int]) -> None:
         code = EXIT_ERROR
     except (click.exceptions.Exit, BrokenPipeError):
         raise  # a reader that went away (`| head`): click ends quietly with exit code 1
+    except KeyboardInterrupt as exc:  # Ctrl-C: the run stopped at once (runner.Interrupted)
+        click.echo(_interrupted_message(getattr(exc, "written", None)), err=True)
+        code = EXIT_INTERRUPTED
     except Exception as exc:  # an internal error must still say what happened, never exit 1
         import traceback
 
@@ -252,6 +285,15 @@ def _guarded(body: Callable[[], int]) -> None:
         click.echo("Please report this at https://github.com/torchlint/torchlint/issues", err=True)
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def _interrupted_message(written: Optional[List[str]]) -> str:
+    if written is None:
+        return "torchlint: interrupted"
+    if not written:
+        return "torchlint: interrupted; no file was written"
+    listed = "".join(f"\n  {path}" for path in sorted(written))
+    return f"torchlint: interrupted; {len(written)} file{'s were' if len(written) != 1 else ' was'} written before it:{listed}"
 
 
 def _describe(exc: BaseException) -> str:
@@ -267,14 +309,14 @@ def _describe(exc: BaseException) -> str:
 @click.option("--diff", is_flag=True, help="Show the fixes as a diff and write nothing, as `torchlint fix`.")
 @click.option("--show-fixes", is_flag=True, help="With --fix: list the fixes applied per file.")
 @click.option("--add-noqa", is_flag=True, help="Write `# noqa: CODE` on every line with a finding.")
-def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_noqa: bool, **opts) -> None:
+@click.option("--watch", is_flag=True, help="Check again whenever a checked file or configuration file changes.")
+def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_noqa: bool, watch: bool, **opts) -> None:
     """Report slow PyTorch patterns in PATHS (default: the current folder); '-' reads stdin."""
-    if fix_ or diff:  # Ruff's spelling of `fix --apply` and `fix`
-        _guarded(_with_output_file(opts, lambda: _fix_body(paths, fix_ and not diff, opts)))
-    if add_noqa:
+    _show_and_exit(paths, opts)
+    if add_noqa and not (fix_ or diff):
         _guarded(lambda: _add_noqa_body(paths, opts))
 
-    def body() -> int:
+    def lint() -> int:
         settings = _settings_from_options(opts, paths)
         job = Job(settings, mode="check", cache_dir=_cache_dir(opts, settings),
                   with_edits=opts["output_format"] in NEEDS_EDITS and not opts["statistics"], tree=_tree_from_options(opts))
@@ -283,7 +325,82 @@ def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_
         _emit_diagnostics(diagnostics, opts, settings)
         return EXIT_PROBLEMS if diagnostics and not opts["exit_zero"] else EXIT_CLEAN
 
+    # --fix and --diff: Ruff's spelling of `fix --apply` and `fix`
+    body = (lambda: _fix_body(paths, fix_ and not diff, opts)) if fix_ or diff else lint
+    if watch:
+        _guarded(lambda: _watch(paths, opts, _with_output_file(opts, body)))
     _guarded(_with_output_file(opts, body))
+
+
+def _show_and_exit(paths: Tuple[str, ...], opts: dict) -> None:
+    """--show-files and --show-settings, as Ruff's: what a run would check, or with which settings."""
+    if not (opts.get("show_files") or opts.get("show_settings")):
+        return
+    from torchlint.settings_report import file_lines, settings_lines
+
+    def body() -> int:
+        settings = _settings_from_options(opts, paths)
+        tree = _tree_from_options(opts)
+        files, _ = _discover(tuple(p for p in paths if p != "-"), settings, opts, tree)
+        if opts.get("show_files"):
+            lines = file_lines(files, tree)
+        else:
+            named = opts.get("stdin_filename") if paths == ("-",) else None
+            target = Path(named) if named else files[0] if files else Path(paths[0] if paths else ".")
+            lines = settings_lines(target, tree, _cache_dir(opts, tree.for_path(target)))
+        for line in lines:
+            click.echo(line)
+        return EXIT_CLEAN
+
+    _guarded(body)
+
+
+WATCH_INTERVAL = 0.5  # seconds between looks at the files' times and sizes
+
+
+def _watch(paths: Tuple[str, ...], opts: dict, body: Callable[[], int]) -> int:
+    """Ruff's --watch: run, then run again after any checked file or configuration file changes (a file added,
+    removed or edited), until Ctrl-C. A bad configuration is reported and waited out."""
+    import time
+
+    if paths == ("-",):
+        raise ConfigError("--watch cannot read stdin")
+
+    def say(text: str) -> None:
+        click.echo(f"[{time.strftime('%H:%M:%S')}] {text}")
+
+    say("Starting linter in watch mode...")
+    while True:
+        before = _watch_snapshot(paths, opts)
+        try:
+            body()
+        except ConfigError as exc:
+            click.echo(f"torchlint: error: {exc}", err=True)
+        say("Watching for file changes.")
+        sys.stdout.flush()
+        while _watch_snapshot(paths, opts) == before:
+            time.sleep(WATCH_INTERVAL)
+        say("File change detected...")
+
+
+def _watch_snapshot(paths: Tuple[str, ...], opts: dict) -> object:
+    """The times and sizes of the files a run would check and of their configuration files."""
+    try:
+        tree = _tree_from_options(opts)
+        files, _ = _discover(paths, _settings_from_options(opts, paths), opts, tree)
+        watched = {*files, *(s.config_path for s in map(tree.for_file, files) if s.config_path is not None)}
+        if tree.config is not None:
+            watched.add(tree.config)
+    except ConfigError as exc:  # a configuration being edited: a change will come
+        return str(exc)
+    stamps = {}
+    for path in watched:
+        try:
+            status = os.stat(path)
+            stamps[str(path)] = (status.st_mtime_ns, status.st_size)
+        except OSError:
+            stamps[str(path)] = None
+    return stamps
 
 
 @cli.command()
@@ -293,6 +410,7 @@ def check(paths: Tuple[str, ...], fix_: bool, diff: bool, show_fixes: bool, add_
 @click.option("--show-fixes", is_flag=True, help="List the fixes applied per file (the default with --apply).")
 def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opts) -> None:
     """Fix slow patterns in PATHS: show a diff, or write the files with --apply."""
+    _show_and_exit(paths, opts)
     _guarded(_with_output_file(opts, lambda: _fix_body(paths, apply and not diff, opts)))
 
 
@@ -415,6 +533,8 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
         total = sum(applied.values())
         files = sum(1 for r in results if r.written)
         click.echo(f"Fixed {total} problem{'s' if total != 1 else ''} in {files} file{'s' if files != 1 else ''}.")
+    if opts.get("exit_non_zero_on_fix") and any(r.written for r in results):
+        return EXIT_PROBLEMS  # Ruff's meaning: a fix was written, even if nothing remains
     return EXIT_PROBLEMS if remaining and not opts["exit_zero"] else EXIT_CLEAN
 
 
@@ -459,6 +579,29 @@ def explain(code: Optional[str], all_: bool) -> None:
             raise ConfigError("explain: give a rule code or name, or --all")
         docs = all_docs() if all_ else [find_doc(code or "")]
         click.echo("\n".join(doc.markdown() for doc in docs), nl=False)
+        return EXIT_CLEAN
+
+    _guarded(body)
+
+
+@cli.command()
+def clean() -> None:
+    """Remove the caches: every .torchlint_cache/ in the current folder and below (as `ruff clean`), and the
+    one the current folder's configuration uses."""
+
+    def body() -> int:
+        root = ConfigTree(cwd=Path.cwd().resolve()).for_path(Path(".")).root
+        found = {root / CACHE_DIR_NAME}
+        for folder, dirnames, _ in os.walk("."):
+            if CACHE_DIR_NAME in dirnames:
+                found.add(Path(os.path.abspath(os.path.join(folder, CACHE_DIR_NAME))))
+            dirnames[:] = [d for d in dirnames if d not in (CACHE_DIR_NAME, ".git")]
+        for cache in sorted(p for p in found if p.is_dir() or p.is_symlink()):
+            click.echo(f"Removing cache at: {display_path(cache)}", err=True)
+            if cache.is_symlink():  # the link, never what it points to
+                cache.unlink()
+            else:
+                shutil.rmtree(cache)
         return EXIT_CLEAN
 
     _guarded(body)

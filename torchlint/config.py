@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field, replace
@@ -39,9 +40,15 @@ class Settings:
     torch_version_origin: str = DEFAULT_ORIGIN
     unsafe_fixes: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; larger files get one TL000 and are not read
+    test_paths: Optional[Tuple[str, ...]] = None  # None: discovery.DEFAULT_TEST_PATHS
+    extend_test_paths: Tuple[str, ...] = ()
     # Where the config file was found: relative exclude and per-file-ignores globs are anchored here.
     root: Path = field(default_factory=Path.cwd)
     config_path: Optional[Path] = None
+    # Where test-paths are anchored: the configuration file's folder, else the repository root (.git), else the
+    # folder above the file's top-level package; never the current folder. None (a bare Settings()): the path
+    # as given.
+    project_root: Optional[Path] = None
 
 
 def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int, int]:
@@ -136,6 +143,8 @@ _KEYS = {
     "torch-version": ("torch_version", lambda v, w: parse_torch_version(v, w)),
     "unsafe-fixes": ("unsafe_fixes", _bool),
     "max-file-size": ("max_file_size", parse_size),
+    "test-paths": ("test_paths", _string_list),
+    "extend-test-paths": ("extend_test_paths", _string_list),
 }
 
 
@@ -145,7 +154,7 @@ def find_config(start: Path) -> Optional[Path]:
     for folder in (start, *start.parents):
         for name in CONFIG_FILES:
             candidate = folder / name
-            if not candidate.is_file():
+            if not os.path.isfile(candidate):  # False for a folder it may not look into, too
                 continue
             if name == "torchlint.toml" or _has_torchlint_table(candidate):
                 return candidate
@@ -175,19 +184,38 @@ def load_config(path: Path, _seen: Tuple[Path, ...] = ()) -> Settings:
     table = data.get("tool", {}).get("torchlint")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data
+    values = parse_table(table, str(path), allowed_extra=("extend",))
+    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
+    root = path.parent.resolve()
+    return replace(merge_layer(base, values), root=root, config_path=path, project_root=root)
+
+
+def parse_table(table: Dict[str, Any], where: str, allowed_extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
+    """A table of settings (a configuration file's, or ``--config KEY=VALUE``'s) as Settings fields."""
     values: Dict[str, Any] = {}
     for key, value in table.items():
-        if key == "extend":
+        if key in allowed_extra:
             continue
         if key not in _KEYS:
-            allowed = ", ".join(sorted([*_KEYS, "extend"]))
-            raise ConfigError(f"{path}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
+            allowed = ", ".join(sorted([*_KEYS, *allowed_extra]))
+            raise ConfigError(f"{where}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
         attr, parse = _KEYS[key]
-        values[attr] = parse(value, f"{path}: {key}")
+        values[attr] = parse(value, f"{where}: {key}")
     if "torch_version" in values:
-        values["torch_version_origin"] = f"{path}: torch-version"
-    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
-    return _merge(base, values, root=path.parent.resolve(), config_path=path)
+        values["torch_version_origin"] = f"{where}: torch-version"
+    return values
+
+
+def parse_inline(text: str) -> Dict[str, Any]:
+    """``--config 'KEY = VALUE'``: one setting in TOML, as Ruff's ``--config "line-length = 100"``."""
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        hint = (f"no such configuration file: {text!r}" if text.strip().endswith(".toml") else
+                f"expected a configuration file or a TOML KEY = VALUE pair such as 'torch-version = \"2.4\"', "
+                f"got {text!r} ({exc})")
+        raise ConfigError(f"--config: {hint}") from exc
+    return parse_table(table, f"--config {text!r}")
 
 
 def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
@@ -202,25 +230,17 @@ def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
     return load_config(target, (*seen, path.resolve()))
 
 
-def _merge(base: Settings, values: Dict[str, Any], root: Path, config_path: Path) -> Settings:
-    """This file's keys over the extended file's: ``select`` starts a new selection (dropping the base's
-    ignores and extensions), ``ignore``/``extend-select``/``extend-exclude`` add, the rest replace."""
+def merge_layer(base: Settings, values: Dict[str, Any]) -> Settings:
+    """Settings over others (a file over the file it extends, ``--config KEY=VALUE`` over a file): ``select``
+    starts a new selection (dropping the base's ignores and extensions), ``ignore`` and the ``extend-*`` keys
+    add, the rest replace."""
     if "select" in values:
         base = replace(base, ignore=(), extend_select=())
     merged = dict(values)
-    for attr in ("ignore", "extend_select", "extend_exclude"):
+    for attr in ("ignore", "extend_select", "extend_exclude", "extend_test_paths"):
         if attr in values:
             merged[attr] = getattr(base, attr) + values[attr]
-    return replace(base, root=root, config_path=config_path, **merged)
-
-
-def resolve_settings(config_file: Optional[Path], start: Path, **overrides: Any) -> Settings:
-    """File settings (explicit --config, else the nearest file) with CLI overrides on top."""
-    path = config_file if config_file is not None else find_config(start)
-    # Without a configuration file, paths (and the cache) are anchored at the current folder, as in Ruff.
-    settings = load_config(path) if path is not None else Settings(root=Path.cwd().resolve())
-    given = {k: v for k, v in overrides.items() if v is not None}
-    return replace(settings, **given)
+    return replace(base, **merged)
 
 
 def selector_matches(selector: str, code: str) -> bool:

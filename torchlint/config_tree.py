@@ -1,6 +1,6 @@
 """Per-file settings, as Ruff resolves them: each file uses the closest configuration file above it.
 
-``--config FILE`` overrides that for every file. Command-line options go on top of whichever file applies,
+``--config FILE`` overrides that for every file, and ``--isolated`` reads none. Command-line options go on top of whichever file applies,
 so ``torchlint check a.py sub/b.py`` and ``torchlint check sub/b.py a.py`` give the same results.
 """
 
@@ -9,17 +9,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Tuple
+from typing import Any, Optional, Tuple
 
-from torchlint.config import Settings, find_config, load_config, with_declared_torch
+from torchlint.config import Settings, find_config, load_config, merge_layer, with_declared_torch
+from torchlint.discovery import git_root, package_root
 from torchlint.torch_requirement import declared_torch_version, project_folder
 
 
 @dataclass(frozen=True)
 class CliOverrides:
-    """What the command line changes in every file's settings (Ruff's order: select replaces the file's
-    whole selection, ignores included; extend-select and ignore add to it)."""
+    """What the command line changes in every file's settings: first ``--config KEY=VALUE`` (as one more
+    configuration layer), then the flags (Ruff's order: select replaces the file's whole selection, ignores
+    included; extend-select and ignore add to it)."""
 
+    inline: Tuple[Tuple[Tuple[str, Any], ...], ...] = ()  # each --config KEY=VALUE: ((Settings field, value), ...)
     select: Optional[Tuple[str, ...]] = None
     extend_select: Tuple[str, ...] = ()
     ignore: Tuple[str, ...] = ()
@@ -28,6 +31,8 @@ class CliOverrides:
     max_file_size: Optional[int] = None
 
     def apply(self, settings: Settings) -> Settings:
+        for layer in self.inline:
+            settings = merge_layer(settings, dict(layer))
         if self.select is not None:
             settings = replace(settings, select=self.select, ignore=(), extend_select=())
         changes: dict = {}
@@ -51,6 +56,7 @@ class ConfigTree:
     overrides: CliOverrides = CliOverrides()
     config: Optional[Path] = None  # --config: one file for every path
     cwd: Path = Path(".")  # where files without any configuration file are anchored (resolved)
+    isolated: bool = False  # --isolated: no configuration file at all
 
     def for_path(self, path: Path) -> Settings:
         """The settings for a file or folder (a folder's own configuration file applies to it)."""
@@ -70,8 +76,16 @@ def _settings_for_folder_as_given(tree: ConfigTree, folder: str) -> Settings:
 
 @lru_cache(maxsize=1024)
 def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
-    path = tree.config if tree.config is not None else find_config(folder)
-    settings = tree.overrides.apply(_load(path) if path is not None else Settings(root=tree.cwd))
+    path = tree.config if tree.config is not None or tree.isolated else find_config(folder)
+    if path is not None:
+        settings = tree.overrides.apply(_load(path))
+    else:
+        # No configuration file: excludes and the cache are anchored at the current folder, as in Ruff; test
+        # paths at the repository root, else above the file's top-level package, so that results never
+        # depend on where torchlint runs.
+        settings = tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or package_root(folder)))
+    if tree.isolated:
+        return settings  # no configuration read, nor the project's requirements
     # No torch version set: the project's own torch requirement, read from the configuration's folder (else
     # the file's) upwards.
     return with_declared_torch(settings, path.parent.resolve() if path is not None else folder)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import PurePath
 from typing import Optional
 
 import libcst as cst
@@ -34,15 +33,6 @@ _AUTOCAST_NAMES = {
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
     "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.GradScaler",
 }
-_TEST_FILE = re.compile(r"^(test_.*|.*_test|conftest)\.py$")
-
-
-def is_test_path(path: str) -> bool:
-    """A pytest file or a file under a tests/ (or testing/) folder: one-off code whose speed does not matter."""
-    pure = PurePath(path)
-    return bool(_TEST_FILE.match(pure.name)) or any(part in {"tests", "test", "testing"} for part in pure.parts[:-1])
-
-
 def device_kind(analysis: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
     """CUDA, CPU or UNKNOWN for an expression used as a device."""
     if depth > 4:

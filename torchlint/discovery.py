@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -21,6 +22,12 @@ DEFAULT_EXCLUDE = (
     ".torchlint_cache", ".ipynb_checkpoints",
 )
 SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")  # what a folder walk finds; a named file may also be a script
+# Test code, whose speed does not matter (rules marked ``silent_in_test_files`` skip it): pytest's files and
+# everything under a tests/, test/ or testing/ folder. Gitignore-style, relative to the project root.
+DEFAULT_TEST_PATHS = ("test_*.py", "*_test.py", "conftest.py", "tests/", "test/", "testing/")
+# The same files as DEFAULT_TEST_PATHS, so that judging a file with the defaults needs no pathspec (its
+# import takes about 27 ms, more than the check of a small file); tests/test_test_paths.py holds them equal.
+_DEFAULT_TEST_PATH = re.compile(r"(?:^|/)(?:(?:test_[^/]*|[^/]*_test|conftest)\.py(?:/|$)|(?:tests|test|testing)/)")
 
 
 def _spec(patterns: Iterable[str]) -> "pathspec.PathSpec":
@@ -37,6 +44,25 @@ def cached_spec(patterns: Tuple[str, ...]) -> "pathspec.PathSpec":
 
 def exclude_patterns(settings: Settings) -> Tuple[str, ...]:
     return (*(settings.exclude or DEFAULT_EXCLUDE), *settings.extend_exclude)
+
+
+def test_path_patterns(settings: Settings) -> Tuple[str, ...]:
+    return (*(DEFAULT_TEST_PATHS if settings.test_paths is None else settings.test_paths), *settings.extend_test_paths)
+
+
+def is_test_file(path: str, settings: Settings) -> bool:
+    """Whether ``path`` is test code by the ``test-paths`` settings, judged from ``settings.project_root``
+    (so the current folder never matters; a file outside the project is judged by its name alone)."""
+    if not path:
+        return False
+    relative = path
+    if settings.project_root is not None:
+        absolute = os.path.abspath(path)
+        relative = _relative(Path(absolute), Path(os.path.abspath(settings.project_root))) or os.path.basename(absolute)
+    patterns = test_path_patterns(settings)
+    if patterns == DEFAULT_TEST_PATHS:
+        return _DEFAULT_TEST_PATH.search(Path(relative).as_posix()) is not None
+    return bool(patterns) and cached_spec(patterns).match_file(relative)
 
 
 class _LazySpec:
@@ -68,7 +94,7 @@ class _GitIgnores:
         if folder not in self._by_dir:
             spec = None
             ignore_file = folder / ".gitignore"
-            if ignore_file.is_file():
+            if os.path.isfile(ignore_file):
                 try:
                     spec = _spec(ignore_file.read_text(encoding="utf-8", errors="replace").splitlines())
                 except OSError:
@@ -91,10 +117,23 @@ class _GitIgnores:
 
 def _git_top(start: Path) -> Path:
     """The repository root above ``start`` (where .gitignore files start to apply), else ``start``."""
+    return git_root(start) or start
+
+
+def git_root(start: Path) -> Optional[Path]:
+    """The folder at or above ``start`` (resolved) that holds ``.git``, if any."""
     for folder in (start, *start.parents):
-        if (folder / ".git").exists():
+        if os.path.lexists(folder / ".git"):  # False, not an error, in a folder this user cannot look into
             return folder
-    return start
+    return None
+
+
+def package_root(folder: Path) -> Path:
+    """The folder above the outermost Python package that holds ``folder`` (resolved), as Python imports it
+    (``site-packages`` for ``site-packages/torch/testing``); ``folder`` itself when it is no package."""
+    while os.path.isfile(folder / "__init__.py") and folder.parent != folder:
+        folder = folder.parent
+    return folder
 
 
 def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = False) -> Discovery:
@@ -120,6 +159,11 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
     gitignores = _GitIgnores()
     found: Dict[Path, Path] = {}  # resolved -> as given/walked (keeps relative display paths)
     result = Discovery()
+
+    def unreadable(exc: OSError) -> None:  # os.walk would skip a folder it cannot list without a word
+        result.problems.append((display_path(Path(exc.filename)),
+                                f"cannot read this folder: {exc.strerror or exc}; its files were not checked"))
+
     for raw in paths:
         given = Path(raw)
         kind = _kind(given)
@@ -147,7 +191,7 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
         top = _git_top(absolute)
         if top != absolute and gitignores.ignored(absolute, True, top):
             top = absolute  # an ignored folder given explicitly: only .gitignore files inside it apply
-        for folder, dirnames, filenames in os.walk(given, followlinks=False):
+        for folder, dirnames, filenames in os.walk(given, followlinks=False, onerror=unreadable):
             folder_path = Path(folder)
             folder_abs = (absolute / folder_path.relative_to(given)).resolve() if folder_path != given else absolute
             keep = []

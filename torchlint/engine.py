@@ -16,7 +16,7 @@ import libcst as cst
 from torchlint.analysis import FileAnalysis
 from torchlint.ast_index import forget_last_index
 from torchlint.config import Settings
-from torchlint.device_facts import is_test_path
+from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.fileio import split_lines
 from torchlint.guard import parse_problem, stdlib_tree
@@ -55,7 +55,7 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
     for its kind of file, then a text stage, then, where every remaining rule has one, an ``ast`` stage
     (cheaper than the LibCST parse it can save)."""
-    candidates = [rule for rule in rules_for_path(rules, path, settings.root) if rule.may_fire(source, settings)]
+    candidates = [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
     if candidates and all(rule.has_ast_prefilter for rule in candidates):
         tree = _stdlib_ast(source)
         if tree is not None:
@@ -63,22 +63,12 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     return candidates
 
 
-def rules_for_path(rules: Sequence[Rule], path: str, root: Optional[Path] = None) -> Sequence[Rule]:
-    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``). A path below
-    ``root`` (the project's folder) is judged from there: a folder named ``test`` above the project, as in
-    the absolute path an editor sends, says nothing about the file."""
-    if path and is_test_path(_below(path, root)):
+def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings] = None) -> Sequence[Rule]:
+    """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``), as the
+    ``test-paths`` settings say, judged from the project root (``discovery.is_test_file``)."""
+    if path and is_test_file(path, settings if settings is not None else Settings()):
         return [rule for rule in rules if not rule.silent_in_test_files]
     return rules
-
-
-def _below(path: str, root: Optional[Path]) -> str:
-    if root is None:
-        return path
-    try:
-        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
-    except ValueError:  # outside the project (or another drive): the path as given
-        return path
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:

@@ -25,7 +25,7 @@ from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
 from torchlint.rule import Diagnostic, Edit
-from torchlint.runner import FileResult, Job, rules_for, written
+from torchlint.runner import FileResult, Job, prepare_write, rules_for
 
 _MARKER = "# torchlint-cell {}"
 _MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")
@@ -339,8 +339,8 @@ def decode_notebook(data: bytes) -> SourceText:
 
 def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
                           status: Optional[os.stat_result] = None) -> FileResult:
-    """Check or fix one notebook's bytes; ``job.apply`` writes the result to ``path``, if it is still the
-    file that was read (``status``, as for .py files)."""
+    """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write over
+    ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files)."""
     try:
         source = decode_notebook(data)
         program = NotebookProgram.parse(source.text)
@@ -366,8 +366,8 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         return result
     result = _fix(shown, program, rules, job)
     if job.apply and result.changed and status is not None:
-        result = written(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
-                         lambda: program.check(shown, rules, job))
+        result = prepare_write(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
+                               lambda: program.check(shown, rules, job))
     return result
 
 

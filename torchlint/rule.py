@@ -168,9 +168,10 @@ class Rule:
     # off by default, as Ruff keeps opinionated rules out of its defaults: `--extend-select TLxxx` or
     # `select = ["ALL"]` turns them on.
     default_enabled: ClassVar[bool] = True
-    # The rule reports nothing in test code (``device_facts.is_test_path``: pytest files, files under a
-    # tests/, test/ or testing/ folder), whose speed does not matter. The engine leaves it out for such a
-    # file before any stage, so its ``check`` does not test the path and no huge test file is parsed for it.
+    # The rule reports nothing in test code (``discovery.is_test_file``: the ``test-paths`` setting, by
+    # default pytest files and files under a tests/, test/ or testing/ folder), whose speed does not matter.
+    # The engine leaves it out for such a file before any stage, so its ``check`` does not test the path and
+    # no huge test file is parsed for it.
     silent_in_test_files: ClassVar[bool] = False
 
     def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract

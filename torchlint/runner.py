@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
+import threading
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
 from torchlint.discovery import cached_spec, display_path
-from torchlint.engine import error_diagnostic, fix_source, lint_source
+from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_path
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
@@ -36,10 +38,30 @@ class FileResult:
     original: Optional[str] = None  # set in fix mode when the text changed
     fixed: Optional[str] = None
     written: bool = False
+    pending: Optional["PendingWrite"] = None  # fix --apply: what ``write_pending`` writes, in the main process
 
     @property
     def changed(self) -> bool:
         return self.fixed is not None and self.fixed != self.original
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """A fixed file, computed (in a worker, maybe) but not yet written: only the main process writes, so a
+    Ctrl-C stops every write at once and the report knows which files were written before it."""
+
+    path: Path  # as found (fileio.write_back follows its links, within the project)
+    data: bytes  # the fixed file
+    original: Tuple[bytes, os.stat_result]  # what was read and its status: the file must still be that file
+    root: Path  # the project (its settings' root): no write through a link out of it
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C: the queued work was dropped. ``written``: the files written before it (None: not writing)."""
+
+    def __init__(self, written: Optional[List[str]]) -> None:
+        super().__init__()
+        self.written = written
 
 
 @dataclass(frozen=True)
@@ -84,7 +106,8 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
             if spec.match_file(relative) or spec.match_file(absolute.name):
                 extra.extend(codes)
     codes = selected_codes(settings, rule_codes(), extra, default_codes())
-    return _rule_instances(codes)
+    # Test files drop their silent rules here too, so that the cache key says whether the file is a test.
+    return tuple(rules_for_path(_rule_instances(codes), str(path) if path is not None else "", settings))
 
 
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
@@ -157,22 +180,66 @@ def process_file(path: Path, job: Job) -> FileResult:
         cache.put(key, result.diagnostics)
     if job.apply and result.changed:
         check_job = replace(job, mode="check", apply=False)
-        result = written(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
-                         lambda: process_source(source, shown, path, check_job).diagnostics)
+        result = prepare_write(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
+                               lambda: process_source(source, shown, path, check_job).diagnostics)
     return result
 
 
-def written(result: FileResult, path: Path, encoded: Callable[[], bytes], original: Tuple[bytes, os.stat_result],
-            job: Job, unfixed: Callable[[], List[Diagnostic]]) -> FileResult:
-    """``result`` once its fixed text is written over ``path``; where it cannot be, the file as it still is:
-    a TL000 saying why and its findings (``unfixed``), never the fixed text's leftovers."""
+def prepare_write(result: FileResult, path: Path, encoded: Callable[[], bytes], original: Tuple[bytes, os.stat_result],
+                  job: Job, unfixed: Callable[[], List[Diagnostic]]) -> FileResult:
+    """``result`` with the fixed file to write over ``path`` (``write_pending`` writes it, in the main
+    process); where it cannot be encoded, the file as it still is: a TL000 saying why and its findings
+    (``unfixed``), never the fixed text's leftovers."""
     try:
-        write_back(path, encoded(), original, job.settings.root)
-        result.written = True
+        result.pending = PendingWrite(path, encoded(), original, job.settings.root)
         return result
-    except (NotWritten, OSError, UnicodeEncodeError) as exc:
+    except UnicodeEncodeError as exc:
+        return FileResult(result.path, [error_diagnostic(result.path, f"cannot write the fixed file: {exc}")] + unfixed())
+
+
+def write_pending(result: FileResult, job: Job, written: List[str]) -> FileResult:
+    """Write ``result``'s fixed file, if any (main process only), and add it to ``written``. A Ctrl-C during
+    the write takes effect once it is done: a file is written whole and listed, or not written at all. Where
+    it cannot be written, the file as it still is (``not_written``)."""
+    pending, result.pending = result.pending, None
+    if pending is None:
+        return result
+    try:
+        with _interrupts_deferred():
+            write_back(pending.path, pending.data, pending.original, pending.root)
+            result.written = True
+            written.append(result.path)
+    except (NotWritten, OSError) as exc:
         reason = str(exc) if isinstance(exc, NotWritten) else f"cannot write the fixed file: {exc}"
-        return FileResult(result.path, [error_diagnostic(result.path, reason)] + unfixed())
+        return not_written(result, pending.path, pending.original[0], job, reason)
+    return result
+
+
+def not_written(result: FileResult, path: Path, data: bytes, job: Job, reason: str) -> FileResult:
+    """Nothing was fixed: report the file as it still is (``data``), never the fixed text's leftovers."""
+    check = replace(job.for_file(path), mode="check", apply=False)
+    if path.suffix == ".ipynb":
+        from torchlint.notebook import process_notebook_data
+
+        unfixed = process_notebook_data(data, result.path, path, check)
+    else:
+        unfixed = process_source(decode_source(data), result.path, path, check)
+    return FileResult(result.path, [error_diagnostic(result.path, reason)] + unfixed.diagnostics)
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    caught: List[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, frame: caught.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            raise KeyboardInterrupt
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job) -> str:
@@ -245,10 +312,11 @@ def _size(path: Path) -> int:
         return 0
 
 
-def _process_many(paths: Sequence[Path], job: Job, progress: Optional["Progress"] = None) -> List[FileResult]:
+def _process_many(paths: Sequence[Path], job: Job, progress: Optional["Progress"] = None,
+                  finish: Callable[[FileResult], FileResult] = lambda result: result) -> List[FileResult]:
     results = []
     for path in paths:
-        results.append(process_file(path, job))
+        results.append(finish(process_file(path, job)))
         if _size(path) > TRIM_AFTER_BYTES:
             release_memory()
         if progress is not None:
@@ -268,25 +336,34 @@ def schedule(sizes: Dict[Path, int], jobs: int) -> List[List[Path]]:
 
 def run(paths: Sequence[Path], job: Job, jobs: int = 1, progress: Optional["Progress"] = None) -> List[FileResult]:
     """Results in the order of ``paths``, the same whether run in one process or many. ``progress`` is
-    told how many files are done (in this process, as results come back)."""
+    told how many files are done (in this process, as results come back). Fixed files are written here, as
+    their results come in; a Ctrl-C drops the queued work, ends the workers and raises ``Interrupted``."""
+    written: List[str] = []
+
+    def finish(result: FileResult) -> FileResult:
+        return write_pending(result, job, written)
+
     try:
         if job.apply:  # temporary files a killed run left beside the files it was writing (never out of the tree)
             remove_stale_temp_files({Path(os.path.realpath(p)).parent for p in paths
                                      if not links_out_of(p, job.for_file(p).settings.root)})
         hits = cached_results(paths, job) if jobs > 1 else {}  # one process looks entries up as it goes
         if not hits:
-            return _run_files(paths, job, jobs, progress)
+            return _run_files(paths, job, jobs, finish, progress)
         rest = [p for p in paths if p not in hits]
-        fresh = dict(zip(rest, _run_files(rest, job, jobs, progress))) if rest else {}
+        fresh = dict(zip(rest, _run_files(rest, job, jobs, finish, progress))) if rest else {}
         return [hits[p] if p in hits else fresh[p] for p in paths]
+    except KeyboardInterrupt:
+        raise Interrupted(written if job.apply else None) from None
     finally:
         if progress is not None:
             progress.close()
 
 
-def _run_files(paths: Sequence[Path], job: Job, jobs: int, progress: Optional["Progress"] = None) -> List[FileResult]:
+def _run_files(paths: Sequence[Path], job: Job, jobs: int, finish: Callable[[FileResult], FileResult],
+               progress: Optional["Progress"] = None) -> List[FileResult]:
     if jobs <= 1 or len(paths) < 2 * jobs:
-        return _process_many(paths, job, progress)
+        return _process_many(paths, job, progress, finish)
     from concurrent.futures import ProcessPoolExecutor, as_completed  # loaded for parallel runs only
     from concurrent.futures.process import BrokenProcessPool
 
@@ -294,19 +371,25 @@ def _run_files(paths: Sequence[Path], job: Job, jobs: int, progress: Optional["P
     by_path: Dict[Path, FileResult] = {}
     lost: List[Path] = []  # files of units whose worker died (a crash in native code): retried one by one
     done = 0
-    with ProcessPoolExecutor(max_workers=jobs, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        unit_of = {pool.submit(_process_many, unit, job): unit for unit in units}
+    pool = ProcessPoolExecutor(max_workers=jobs, initializer=start_worker, initargs=(os.getpid(),))
+    try:
+        with _sigint_held():
+            unit_of = {pool.submit(_process_many, unit, job): unit for unit in units}
         for future in as_completed(unit_of):
             unit = unit_of[future]
             try:
-                by_path.update(zip(unit, future.result()))
+                by_path.update(zip(unit, map(finish, future.result())))
             except BrokenProcessPool:
                 lost.extend(unit)
             done += len(unit)
             if progress is not None:
                 progress.update(done)
+    except BaseException:
+        stop_workers(pool)
+        raise
+    pool.shutdown()
     for path in lost:
-        by_path[path] = _process_isolated(path, job)
+        by_path[path] = finish(_process_isolated(path, job))
     return [by_path[p] for p in paths]
 
 
@@ -316,14 +399,56 @@ def _process_isolated(path: Path, job: Job) -> FileResult:
     from concurrent.futures import ProcessPoolExecutor
     from concurrent.futures.process import BrokenProcessPool
 
-    with ProcessPoolExecutor(max_workers=1, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
-        try:
-            return pool.submit(process_file, path, job).result()
-        except BrokenProcessPool:
-            shown = display_path(path)
-            return FileResult(shown, [error_diagnostic(
-                shown, "torchlint crashed while checking this file (its process died); the file was not "
-                "checked; please report it")])
+    pool = ProcessPoolExecutor(max_workers=1, initializer=start_worker, initargs=(os.getpid(),))
+    try:
+        with _sigint_held():
+            future = pool.submit(process_file, path, job)
+        return future.result()
+    except BrokenProcessPool:
+        shown = display_path(path)
+        return FileResult(shown, [error_diagnostic(
+            shown, "torchlint crashed while checking this file (its process died); the file was not "
+            "checked; please report it")])
+    except BaseException:
+        stop_workers(pool)
+        raise
+    finally:
+        pool.shutdown()
+
+
+def stop_workers(pool) -> None:
+    """Drop the queued work and end the workers now (a Ctrl-C): nothing they would still compute is used."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    if terminate is not None:
+        terminate()
+        return
+    for process in processes:
+        process.terminate()
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT waits while workers start, so that none starts with Python's handler (a Ctrl-C then would
+    print its traceback): ``start_worker`` ignores it, and here it is delivered (KeyboardInterrupt) after."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def start_worker(parent_pid: int) -> None:
+    """Worker initializer. Ctrl-C reaches the whole process group: the main process alone decides what it
+    means (``stop_workers``), so a worker ignores it rather than die mid-file and break the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    die_with_parent(parent_pid)
 
 
 def die_with_parent(parent_pid: int) -> None:
