@@ -278,7 +278,7 @@ class PerParameterOptimizerLoop(Rule):
     def _rewrite(self, ctx: RuleContext, a: FileAnalysis, node: cst.For) -> Tuple[Optional[Fix], str]:
         """The unsafe fix lifting the loop into `torch._foreach_*` calls, or None and the reason there is none."""
         # Imported here: the rewriter builds tables of LibCST classes at import, and most runs never get here.
-        from ._foreach_rewrite import NoFix, loop_context, rewrite_loop
+        from ._foreach import NoFix, loop_context, rewrite_loop
 
         where = loop_context(a, node, ctx.torch_version)
         if where is None:

@@ -1,5 +1,9 @@
 """TL501 per-parameter-optimizer-loop: loop classification, foreach=False fixes and torch versions."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from fixture_support import fix, lint
@@ -171,6 +175,71 @@ def test_a_filter_after_an_update_keeps_the_loop():
     )
     [(_, applicability, message)] = _lint(source)
     assert applicability is None and "skips parameters after some of their updates" in message
+
+
+def test_a_moment_updated_in_two_statements_keeps_its_mul_and_add():
+    """`exp_avg.mul_(b1)` then `exp_avg.add_(grad, alpha=1 - b1)` has an EMA's shape but averages no weights: it
+    stays two exact ops, as the one-statement chain does (it was a TL000 crash, a TypeError in the rewrite)."""
+    source = HEADER + (
+        "@torch.no_grad()\n"
+        "def step(self, lr, b1):\n"
+        "    for p in self.params:\n"
+        "        state = self.state[p]\n"
+        "        if len(state) == 0:\n"
+        "            state['exp_avg'] = torch.zeros_like(p)\n"
+        "        exp_avg = state['exp_avg']\n"
+        "        exp_avg.mul_(b1)\n"
+        "        exp_avg.add_(p.grad, alpha=1 - b1)\n"
+        "        p.add_(exp_avg, alpha=-lr)\n"
+    )
+    [(line, applicability, message)] = _lint(source)
+    assert (line, applicability) == (4, "unsafe"), message
+    assert (
+        "        torch._foreach_mul_(exp_avgs, b1)\n"
+        "        torch._foreach_add_(exp_avgs, grads, alpha=1 - b1)\n"
+        "        torch._foreach_add_(param_list, exp_avgs, alpha=-lr)\n"
+    ) in fix(source, "TL501")
+
+
+def test_list_names_are_never_keywords():
+    """The list for `a` is not `as` (nor `i`'s `is`), which would not parse (it was a TL000 crash)."""
+    source = HEADER + (
+        "@torch.no_grad()\n"
+        "def update(ema, model, d):\n"
+        "    for a, b in zip(ema.parameters(), model.parameters()):\n"
+        "        a.mul_(d).add_(b, alpha=1 - d)\n"
+        "    for i in model.parameters():\n"
+        "        i.mul_(d)\n"
+    )
+    assert [(line, applicability) for line, applicability, _ in _lint(source)] == [(4, "unsafe"), (6, "unsafe")]
+    fixed = fix(source, "TL501")
+    assert "torch._foreach_lerp_(a_list, bs, 1 - d)" in fixed and "torch._foreach_mul_(i_list, d)" in fixed
+
+
+def test_a_reason_that_names_one_of_several_variables_is_the_same_in_every_process(tmp_path):
+    """The names a statement reads are a set: the reason named whichever came first in its hash order, so the
+    message changed from run to run (PYTHONHASHSEED). It names the first in sorted order."""
+    path = tmp_path / "step.py"
+    path.write_text(HEADER + (
+        "@torch.no_grad()\n"
+        "def step(params, lr):\n"
+        "    for p in params:\n"
+        "        first = lr * 2\n"
+        "        second = lr * 3\n"
+        "        third = lr * 4\n"
+        "        p.add_(p.grad, alpha=first * second * third)\n"
+        "        first = lr\n"
+        "        second = lr\n"
+        "        third = lr\n"
+    ))
+    messages = set()
+    for seed in range(4):  # seed 2 gave `third` before
+        done = subprocess.run(
+            [sys.executable, "-m", "torchlint", "check", "--select", "TL501", "--no-cache", "-q", str(path)],
+            capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        )
+        messages.add(done.stdout.split("no automatic fix: ", 1)[-1].strip())
+    assert messages == {"`first` is changed after `p.add_(p.grad, alpha=first * second * third)` uses it"}
 
 
 def test_ast_stage_reads_loops_inside_match_cases():

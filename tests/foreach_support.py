@@ -1,0 +1,38 @@
+"""Build TL501's rewrite stages on a small hand-written loop, shared by the tests of rules/_foreach/."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis, walk
+from torchlint.rules._foreach import loop_context
+from torchlint.rules._foreach.classify import LoopBody
+from torchlint.rules._foreach.context import LoopContext
+
+HEADER = "import torch\n\n\n@torch.no_grad()\ndef step(params, opt, lr, b1, wd):\n"
+
+
+def loop_in(source: str, torch_version=(2, 13)) -> Tuple[cst.For, LoopContext]:
+    """The first ``for`` loop of ``source`` and where it stands."""
+    analysis = FileAnalysis(cst.parse_module(source), source)
+    loop = next(node for node in walk(analysis.module) if isinstance(node, cst.For))
+    ctx = loop_context(analysis, loop, torch_version)
+    assert ctx is not None
+    return loop, ctx
+
+
+def step_loop(body: str, header: str = "for p in params:") -> Tuple[cst.For, LoopContext]:
+    """``header`` with ``body`` (lines, dedented) as the loop of a ``@torch.no_grad()`` step function."""
+    lines = textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 8)
+    return loop_in(f"{HEADER}    {header}\n{lines}\n")
+
+
+def body_of(body: str, header: str = "for p in params:") -> LoopBody:
+    return LoopBody(*step_loop(body, header))
+
+
+def render(statements) -> str:
+    return cst.Module(body=list(statements)).code
