@@ -38,6 +38,8 @@ class FixEdits:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
         self.exact = reproduced_exactly(module, source) and not has_continuation_only_line(source)
         self._locator: Optional[StatementLocator] = None
+        self._old_texts: Dict[cst.CSTNode, str] = {}
+        self._starts: Dict[str, Optional[int]] = {}
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
@@ -71,14 +73,17 @@ class FixEdits:
             if report.fix.imports or not report.fix.replacements:
                 return None
             pending.append(dict(report.fix.replacements))
+        # Find each fix's statement first and render each merged region once: N fixes in one statement
+        # whose text is not unique (the same line repeated in a loop) all land in the loop, which rendering
+        # per fix made cost N times the loop.
         while True:
-            regions: List[Tuple[int, int, str, Dict[cst.CSTNode, object]]] = []
+            regions: List[Tuple[int, int, Tuple[cst.CSTNode, List[str]], Dict[cst.CSTNode, object]]] = []
             for replacements in pending:
-                region = self._changed_statement(replacements)
-                if region is None:
+                found = self._statement_for(replacements)
+                if found is None:
                     return None
-                start, old, new = region
-                regions.append((start, start + len(old), new, replacements))
+                start, old, statement, indents = found
+                regions.append((start, start + len(old), (statement, indents), replacements))
             regions.sort(key=lambda region: region[0])
             merged = regions[:1]
             for region in regions[1:]:
@@ -91,7 +96,10 @@ class FixEdits:
                 break
             pending = [replacements for _, _, _, replacements in merged]
         text = self.source
-        for start, end, new, _ in reversed(regions):
+        for start, end, (statement, indents), replacements in reversed(regions):
+            new = self._rendered(statement, indents, replacements)
+            if new is None:
+                return None
             text = text[:start] + new + text[end:]
         return text
 
@@ -100,6 +108,16 @@ class FixEdits:
     def _changed_statement(self, replacements: Mapping[cst.CSTNode, object]) -> Optional[Tuple[int, str, str]]:
         """(offset in the source, old text, new text) of the innermost statement that holds every replaced
         node and whose code occurs once in the source; None where there is none."""
+        found = self._statement_for(replacements)
+        if found is None:
+            return None
+        start, old, statement, indents = found
+        new = self._rendered(statement, indents, replacements)
+        return None if new is None else (start, old, new)
+
+    def _statement_for(self, replacements: Mapping[cst.CSTNode, object]
+                       ) -> Optional[Tuple[int, str, cst.CSTNode, List[str]]]:
+        """(offset, old text, statement, indents) of ``_changed_statement``'s statement, not rendered yet."""
         if self._locator is None:
             self._locator = StatementLocator(self.module, self.analysis.parents, self.source)
         chains = []
@@ -112,17 +130,25 @@ class FixEdits:
         for statement, indents in chains[0]:
             if id(statement) not in shared:
                 continue
-            old = "".join(generate_code(self.module, statement, indents).tokens)
-            start = only_line_start(self._locator.haystack, old) if old else None
+            old, start = self._old_text(statement, indents)
             if start is None:
                 continue  # not unique: an enclosing statement may be
             if start + len(old) > len(self.source):
                 return None  # the last statement of a file without a final newline: LibCST adds one
-            new = self._rendered(statement, indents, replacements)
-            if new is None:
-                continue  # the statement is removed: its block's rendering may change (an empty one gets `pass`)
-            return start, old, new
+            if _removed(statement, replacements):
+                continue  # its block's rendering may change (an empty one gets `pass`): the enclosing one renders it
+            return start, old, statement, indents
         return None
+
+    def _old_text(self, statement: cst.CSTNode, indents: Sequence[str]) -> Tuple[str, Optional[int]]:
+        """A statement's code and its only line start in the source (None: not unique), once per statement
+        and text: every fix in a loop asks about the loop."""
+        old = self._old_texts.get(statement)
+        if old is None:
+            old = self._old_texts[statement] = "".join(generate_code(self.module, statement, indents).tokens)
+        if old not in self._starts:
+            self._starts[old] = only_line_start(self._locator.haystack, old) if old else None
+        return old, self._starts[old]
 
     def _rendered(self, statement: cst.CSTNode, indents: Sequence[str],
                   replacements: Mapping[cst.CSTNode, object]) -> Optional[str]:
@@ -153,3 +179,13 @@ class FixEdits:
         assert column == 1
         return tuple(Edit(e.line + line - 1, e.column, e.end_line + line - 1, e.end_column, e.content)
                      for e in _text_edits(old, new))
+
+
+def _removed(statement: cst.CSTNode, replacements: Mapping[cst.CSTNode, object]) -> bool:
+    """The fix removes ``statement`` (``_rendered`` gives None for it)."""
+    if statement not in replacements:
+        return False
+    replacement = replacements[statement]
+    if isinstance(replacement, cst.FlattenSentinel):
+        return not replacement.nodes
+    return not isinstance(replacement, cst.CSTNode)
