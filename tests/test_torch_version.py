@@ -134,3 +134,11 @@ def test_the_search_stops_at_the_repository_root(project):
     write(project / "repo" / "train.py", BARE_ZERO_GRAD)
     settings = settings_for(project / "repo" / "train.py")
     assert settings.torch_version == DEFAULT_TORCH_VERSION and "no pyproject.toml" in settings.torch_version_origin
+
+
+@pytest.mark.parametrize("data", [b'[project]\nname = "\xff"\n', b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n",
+                                  b"[project\n"])
+def test_a_pyproject_that_cannot_be_read_declares_nothing(project, data):
+    (project / "pyproject.toml").write_bytes(data)
+    settings = settings_for(project / "pyproject.toml")
+    assert settings.torch_version == DEFAULT_TORCH_VERSION and "no torch requirement" in settings.torch_version_origin

@@ -140,8 +140,8 @@ def _declarations(root: Path) -> List[Tuple[str, str]]:
         try:
             with pyproject.open("rb") as f:
                 project = tomllib.load(f).get("project", {})
-        except (OSError, tomllib.TOMLDecodeError):
-            project = {}
+        except (OSError, ValueError, RecursionError):  # not TOML, not UTF-8, nested too deep: another tool's
+            project = {}                               # problem, and no declaration of ours
         if isinstance(project, dict):
             groups = [("dependencies", project.get("dependencies"))]
             optional = project.get("optional-dependencies")
