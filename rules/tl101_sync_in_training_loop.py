@@ -17,7 +17,7 @@ from torchlint.ast_index import call_name as ast_call_name
 from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
-from torchlint.text_prefilter import call_text, may_train, search_method, search_word
+from torchlint.text_prefilter import TRAINING_WORDS, call_text, may_train, search_method, search_word
 
 _SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
 _CONVERSIONS = ("float", "int", "bool")
@@ -204,6 +204,8 @@ class SyncInTrainingLoop(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     # The text stage: a training step (`may_train`: the rarer test first, most files stop there), then a
     # sync, conversion or print call, or formatting (`%`, `.format(`, an f-string), spaced as Python allows.
+    text_gate = (TRAINING_WORDS,)
+
     @classmethod
     def may_fire(cls, text: str, settings) -> bool:
         return may_train(text) and _may_sync_or_format(text)

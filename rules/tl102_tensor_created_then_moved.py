@@ -7,6 +7,7 @@ from typing import Optional, Tuple
 
 import libcst as cst
 
+from torchlint.loader_prefilter import FACTORY_NAMES
 from torchlint.arguments import with_keyword
 from torchlint.ast_index import AstCallInfo, AstIndex, index_of
 from torchlint.ast_index import dotted_name as ast_dotted_name
@@ -119,6 +120,8 @@ class TensorCreatedThenMoved(Rule):
     summary = "Tensor created on the CPU and immediately moved to the GPU"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
+    text_gate = (FACTORY_NAMES,)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """A ``.cuda(``/``.to(`` call (the cheap gate), then a factory call chained into one."""

@@ -103,6 +103,8 @@ class BlockingHostToDeviceCopy(Rule):
     summary = "Batch copied host-to-device without non_blocking=True"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
+    text_gate = (("oader", "OADER", "dl"),)  # may_name_a_loader
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return may_move_to_device(text) and may_name_a_loader(text)

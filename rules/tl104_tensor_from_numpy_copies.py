@@ -151,6 +151,8 @@ class TensorFromNumpyCopies(Rule):
     summary = "torch.tensor() on a NumPy array copies it; torch.from_numpy() does not"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
+    text_gate = (("numpy",), ("tensor",))
+
     @classmethod
     def may_fire(cls, text: str, settings) -> bool:
         """``numpy`` and a ``tensor(`` call in the text (its word boundary tested by hand: see text_prefilter)."""

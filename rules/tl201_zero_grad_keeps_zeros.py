@@ -116,6 +116,8 @@ class ZeroGradKeepsZeros(Rule):
     # The text stage: a `zero_grad(` call, or a manual reset of a `.grad`; from 2.0 on a bare zero_grad() is
     # fine, so only one passing False can fire. Every match holds "grad" and "zero": two plain substring
     # tests before the regexes, whose literal prefixes keep them fast.
+    text_gate = (("grad",), ("zero",))
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "grad" not in text or "zero" not in text:

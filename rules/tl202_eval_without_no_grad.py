@@ -520,6 +520,8 @@ class EvalWithoutNoGrad(Rule):
     # over an evaluation loader. Checked in `may_fire` from the cheapest test to the dearest.
     # `torch`, then a `.eval(`/`.train(` call (however spaced: see text_prefilter), `_EVAL_DEF_TEXT` or
     # `_EVAL_LOADER_TEXT`.
+    text_gate = (("torch",),)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "torch" not in text:

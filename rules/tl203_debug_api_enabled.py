@@ -11,7 +11,7 @@ from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_va
 from torchlint.config import Settings
 from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run, training_loop_around
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import any_of, may_train
+from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}
@@ -90,6 +90,8 @@ class DebugApiEnabled(Rule):
     message = "debugging API left on for the whole training run"
     summary = "Anomaly detection, profilers or gradcheck left on around training"
     # Text stage (may_fire): one of the APIs, and a training loop.
+
+    text_gate = (("detect_anomaly", "profile", "emit_nvtx", "gradcheck"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

@@ -212,6 +212,7 @@ class BiasBeforeBatchNorm(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
     required_patterns = (r"BatchNorm", r"Conv|Linear")
+    text_gate = (("BatchNorm",), ("Conv", "Linear"))
     silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
 
     has_ast_prefilter = True

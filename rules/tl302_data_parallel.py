@@ -7,7 +7,7 @@ import re
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import any_of, may_train
+from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",
@@ -94,6 +94,8 @@ class DataParallel(Rule):
     summary = "Multi-GPU training with nn.DataParallel instead of DistributedDataParallel"
     default_enabled = False
     # Text stage (may_fire): DataParallel, a training loop, and no distributed path.
+
+    text_gate = (("DataParallel", "data_parallel"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

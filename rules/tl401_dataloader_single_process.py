@@ -6,6 +6,7 @@ import ast
 
 import libcst as cst
 
+from torchlint.text_prefilter import TRAINING_WORDS
 from torchlint.config import Settings
 from torchlint.loader_prefilter import loader_argument as ast_argument
 from torchlint.loader_prefilter import loader_may_fire, may_step
@@ -100,6 +101,8 @@ class DataloaderSingleProcess(Rule):
                "training loop waits for data; set `num_workers`, e.g. `min(8, os.cpu_count())`")
     summary = "Training DataLoader without worker processes"
     fix_availability = FixAvailability.NONE
+    text_gate = (("DataLoader",), TRAINING_WORDS)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return "DataLoader" in text and may_step(text)

@@ -6,6 +6,7 @@ import ast
 
 import libcst as cst
 
+from torchlint.text_prefilter import TRAINING_WORDS
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
 from torchlint.comments import DROPS_COMMENT, loses_comment
@@ -85,6 +86,8 @@ class DataloaderUnpinned(Rule):
     summary = "DataLoader feeding the GPU without pin_memory=True"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.UNSAFE,)
+    text_gate = (("DataLoader",), TRAINING_WORDS)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return "DataLoader" in text and may_move_to_device(text) and may_step(text)

@@ -6,6 +6,7 @@ import ast
 
 import libcst as cst
 
+from torchlint.text_prefilter import TRAINING_WORDS
 from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
 from torchlint.comments import DROPS_COMMENT, loses_comment
@@ -90,6 +91,8 @@ class DataloaderWorkersRestart(Rule):
     summary = "DataLoader workers restarted every epoch (no persistent_workers=True)"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
+    text_gate = (("DataLoader",), TRAINING_WORDS)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """A loader whose worker count is set: by keyword, or as the sixth positional argument."""

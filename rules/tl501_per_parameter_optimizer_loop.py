@@ -199,6 +199,8 @@ class PerParameterOptimizerLoop(Rule):
     summary = "Optimizer-style update loop over parameters, or an optimizer built with foreach=False"
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
+    text_gate = (("foreach", "state_dict", "am", "aM", "Am", "AM"),)  # `param` in any case ends so
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """An optimizer built with ``foreach=False``, or a loop over parameters (``_has_param_loop``); then an

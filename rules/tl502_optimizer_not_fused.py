@@ -14,7 +14,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import any_of, may_train, may_use_cuda
+from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
@@ -130,6 +130,8 @@ class OptimizerNotFused(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
     # Text gate (may_fire): an optimizer's name, a training loop's calls, a device.
+
+    text_gate = (("Adam", "SGD"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

@@ -65,6 +65,7 @@ class AdamWithWeightDecay(Rule):
     summary = "Adam with weight_decay (L2 through the moments) instead of AdamW"
     default_enabled = False
     required_patterns = (r"Adam",)  # every finding is an `Adam(...)` call
+    text_gate = (("Adam",),)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index

@@ -11,7 +11,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import any_of, may_train, may_use_cuda
+from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")
@@ -106,6 +106,8 @@ class CudnnBenchmarkOff(Rule):
     summary = "Convolutional CUDA training without torch.backends.cudnn.benchmark = True"
     default_enabled = False
     # Text stage (may_fire): convolutions or a model zoo, a training loop, a device, no cuDNN decision.
+
+    text_gate = (("Conv", "torchvision", "timm"), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

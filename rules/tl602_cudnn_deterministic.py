@@ -10,7 +10,7 @@ from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_va
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop, runs_on_every_run
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import CALL_GAP, may_train, search_method, statement_end
+from torchlint.text_prefilter import CALL_GAP, TRAINING_WORDS, may_train, search_method, statement_end
 
 # The text gate: `use_deterministic_algorithms` named, or an assignment to a `.deterministic` whose statement
 # says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however spaced (see text_prefilter).
@@ -95,6 +95,8 @@ class CudnnDeterministic(Rule):
     )
     summary = "cudnn.deterministic / use_deterministic_algorithms(True) set unconditionally"
     default_enabled = False
+
+    text_gate = (("deterministic",), ("True",), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:

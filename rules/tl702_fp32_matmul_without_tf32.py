@@ -14,7 +14,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
 from torchlint.facts.script import loop_header
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import may_train, may_use_cuda, with_newline_ends
+from torchlint.text_prefilter import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
@@ -125,6 +125,8 @@ class Fp32MatmulWithoutTf32(Rule):
     fix_applicabilities = (Applicability.UNSAFE,)
     # The text stage: a device (`may_use_cuda`), a training call (`may_train`), an entry point (a `__main__`
     # block or a module-level loop, maybe inside a module-level `try:`/`if`/`with`), no TF32 setting.
+    text_gate = (TRAINING_WORDS,)
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """Each regex behind a literal its matches must hold."""

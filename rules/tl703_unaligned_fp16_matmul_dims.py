@@ -106,6 +106,8 @@ class UnalignedFp16MatmulDims(Rule):
     summary = "fp16/bf16 nn.Linear/nn.Embedding sizes that are not multiples of 8"
     fix_availability = FixAvailability.NONE
 
+    text_gate = (("autocast", "GradScaler", "float16", "half"), ("Linear", "Embedding"))
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """Reduced precision and a layer in the text, then some integer literal that would be a reportable

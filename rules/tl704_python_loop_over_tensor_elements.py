@@ -127,6 +127,7 @@ class PythonLoopOverTensorElements(Rule):
     # The text gate: what every finding's file holds, however spaced (torchlint.text_prefilter): `range`, a
     # length (`.shape`, `.size(`, `len(`) and a context (a forward method's or training step's `def`, a
     # training loop's `backward` or `.step(`). Literal-first searches, rarest and cheapest first.
+    text_gate = (("range",), ("shape", "len", "size"), ("backward", "step", "def"))
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         if "range" not in text:

@@ -56,6 +56,7 @@ class UnusedNoqa(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE,)
     required_patterns = (r"(?i)#\s*noqa\s*:\s*[^\n]*TL",)
+    text_gate = (("#",), ("qa", "qA", "Qa", "QA"))  # `noqa` in any case ends so
     runs_after_suppression = True
 
     def check(self, ctx: RuleContext) -> None:

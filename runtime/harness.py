@@ -641,7 +641,7 @@ def write_plot(rows: List[Row], meta: Dict[str, Any], path: Path) -> None:
         from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
     except ImportError as exc:
         raise PlotUnavailable(
-            f"--plot needs matplotlib: pip install 'torchlint[plot]' (or pip install matplotlib) ({exc})"
+            f"--plot needs matplotlib, which is not installed: pip install matplotlib ({exc})"
         ) from None
     shown = [r for r in rows if r.speedup is not None]
     with_memory = [r for r in shown if r.memory_before_bytes is not None and r.memory_after_bytes is not None]

@@ -98,6 +98,26 @@ def test_junit(project):
     write(project / "train.py", "x = 1\n")
     clean = ElementTree.fromstring(invoke("check", "--output-format", "junit", ".").output)
     assert clean.get("failures") == "0"
+    # The root counts the test cases it holds: a clean run is one passing case, not `tests="0"`.
+    assert clean.get("tests") == str(len(clean.findall("./testsuite/testcase"))) == "1"
+
+
+def test_junit_notebook_lines_are_lines_of_the_file(project):
+    """A CI view opens `train.ipynb` at `line=`: that must be the line of the JSON text holding the
+    finding's source (cell 4, line 2 here), for sources kept as a list of lines and as one string."""
+    from test_notebook import CELLS, code, notebook
+
+    text = notebook(*CELLS, code("x = 1\nopt2 = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"))
+    write(project / "train.ipynb", text)
+    root = ElementTree.fromstring(invoke("check", "--output-format", "junit", ".").output)
+    assert root.get("tests") == str(len(root.findall("./testsuite/testcase")))
+    lines = text.splitlines()
+    cases = {c.find("failure").text.split(",")[0]: c for c in root.findall("./testsuite/testcase")}
+    listed = int(cases["cell 4"].get("line"))
+    assert "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)" in lines[listed - 1]
+    assert cases["cell 4"].find("failure").text.startswith("cell 4, line 2, col 51, ")
+    joined = int(cases[f"cell {len(CELLS) + 1}"].get("line"))
+    assert "opt2 = torch.optim.SGD" in lines[joined - 1]
 
 
 def test_output_file(project):

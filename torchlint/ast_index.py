@@ -543,8 +543,8 @@ def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
     found: List[Tuple[Tuple[int, int], Optional[str], ast.expr]] = []
     for arg in call.args:
         found.append((_position(arg), None, arg.value if type(arg) is ast.Starred else arg))
-    for keyword in call.keywords:
-        found.append((_position(keyword), keyword.arg, keyword.value))
+    for given in call.keywords:
+        found.append((_position(given), given.arg, given.value))
     if call.keywords and call.args:
         found.sort(key=lambda entry: entry[0])
     return [(name, value) for _, name, value in found]

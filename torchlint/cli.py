@@ -8,7 +8,7 @@ import sys
 from dataclasses import replace
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import click
 
@@ -19,7 +19,10 @@ defer_import("libcst.matchers")
 
 from torchlint import __version__  # noqa: E402 - after defer_import
 from torchlint.cache import CACHE_DIR_NAME
-from torchlint.config import ConfigError, Settings, parse_inline, parse_selectors, parse_size, parse_torch_version
+from torchlint.config import (
+    DEFAULT_TORCH_VERSION, ConfigError, Settings, parse_inline, parse_selectors, parse_size,
+    parse_torch_version,
+)
 from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
 from torchlint.progress import Progress
 from torchlint.discovery import cached_spec, discover, display_path, exclude_patterns
@@ -101,7 +104,9 @@ def common_options(func: Callable) -> Callable:
                      help="Read settings from this TOML file instead of the nearest one, or override one setting "
                           "(TOML, e.g. 'torch-version = \"2.4\"'); repeatable."),
         click.option("--isolated", is_flag=True, help="Ignore all configuration files."),
-        click.option("--torch-version", help="The PyTorch version the checked code targets, e.g. 1.13 or 2.4."),
+        click.option("--torch-version", help="The PyTorch version the checked code targets (any PEP 440 version: "
+                     "2.4, 2.4.0+cu121); default: the lowest the project's torch requirement allows, else "
+                     f"{'.'.join(map(str, DEFAULT_TORCH_VERSION))}."),
         click.option("--unsafe-fixes/--no-unsafe-fixes", default=None,
                      help="Also apply (fix) or count (check) fixes that can change behaviour."),
         click.option("--output-format", type=click.Choice(FORMATS), default="concise", show_default=True,
@@ -613,20 +618,37 @@ def bench(ctx: click.Context) -> None:
     try:
         from torchlint.runtime import harness  # imports torch: only here, never on check/fix
     except ImportError as exc:
-        click.echo(f"torchlint bench needs PyTorch: pip install 'torchlint[runtime]' ({exc})", err=True)
-        sys.exit(EXIT_ERROR)
+        _missing("bench", exc, "runtime")
     sys.exit(harness.main(list(ctx.args)))
 
 
 @cli.command()
 def server() -> None:
-    """Run the Language Server for editors (LSP over stdio; needs pip install 'torchlint[server]')."""
+    """Run the Language Server for editors (LSP over stdio; needs pygls, the [server] extra)."""
     try:
         from torchlint.server import main as serve  # imports pygls: only here
     except ImportError as exc:
-        click.echo(f"torchlint server needs pygls: pip install 'torchlint[server]' ({exc})", err=True)
-        sys.exit(EXIT_ERROR)
+        _missing("server", exc, "server")
     serve()
+
+
+# What to install for a module an extra brings (pygls brings lsprotocol); torch from its CPU index, since
+# PyPI's Linux wheels bring several GB of CUDA libraries.
+_PACKAGE_OF = {"lsprotocol": "pygls", "torch": "torch --index-url https://download.pytorch.org/whl/cpu"}
+GITHUB = "git+https://github.com/torchlint/torchlint"  # there is no torchlint on PyPI
+
+
+def _missing(command: str, error: ImportError, extra: str) -> NoReturn:
+    """Exit 2 naming the package that is not installed and the install that works."""
+    module = (error.name or "").split(".")[0]
+    if not module or module == "torchlint":  # not a missing package: torchlint's own import failed
+        click.echo(f"torchlint {command}: internal error while importing: {error}; please report it", err=True)
+        sys.exit(EXIT_ERROR)
+    install = _PACKAGE_OF.get(module, module)
+    click.echo(f"torchlint {command} needs {module}, which is not installed: pip install {install} (or install "
+               f"torchlint with its extra: pip install \"torchlint[{extra}] @ {GITHUB}\", in a clone "
+               f"pip install '.[{extra}]')", err=True)
+    sys.exit(EXIT_ERROR)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

@@ -18,7 +18,7 @@ else:  # pragma: no cover
 DEFAULT_TORCH_VERSION = (2, 13)
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 CONFIG_FILES = ("torchlint.toml", "pyproject.toml")
-_VERSION = re.compile(r"^(\d+)\.(\d+)(?:\.\d+)?$")
+DEFAULT_ORIGIN = "default"  # no setting names a torch version (yet)
 _SELECTOR = re.compile(r"^(ALL|TL\d{0,3})$")
 
 
@@ -35,6 +35,9 @@ class Settings:
     extend_exclude: Tuple[str, ...] = ()
     per_file_ignores: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     torch_version: Tuple[int, int] = DEFAULT_TORCH_VERSION
+    # Where torch_version came from: a flag, a configuration file, the project's declared torch requirement
+    # (``torch_requirement.py``), or DEFAULT_ORIGIN (then the requirement is read: ``with_declared_torch``).
+    torch_version_origin: str = DEFAULT_ORIGIN
     unsafe_fixes: bool = False
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes; larger files get one TL000 and are not read
     test_paths: Optional[Tuple[str, ...]] = None  # None: discovery.DEFAULT_TEST_PATHS
@@ -49,17 +52,37 @@ class Settings:
 
 
 def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int, int]:
-    match = _VERSION.match(str(value).strip())
-    if not match:
-        raise ConfigError(f"{where}: expected a PyTorch version such as '2.1' or '1.13', got {value!r}")
-    return int(match.group(1)), int(match.group(2))
+    """Any PEP 440 version (``2.4``, ``2.4.0+cu121`` as ``torch.__version__`` prints it, ``2.5.0rc1``);
+    rules only tell major.minor apart."""
+    from torchlint.torch_requirement import major_minor, release
+
+    numbers = release(str(value))
+    if numbers is None:
+        raise ConfigError(f"{where}: expected a PyTorch version such as '2.4', '1.13' or '2.4.0+cu121', "
+                          f"got {value!r}")
+    return major_minor(numbers)
+
+
+def with_declared_torch(settings: Settings, start: Path) -> Settings:
+    """Settings that name no torch version take the lowest one the project's torch requirement allows (read
+    from ``start``, a resolved folder, upwards); the default stays, with the reason, where there is none."""
+    if settings.torch_version_origin != DEFAULT_ORIGIN:
+        return settings
+    from torchlint.torch_requirement import declared_torch_version
+
+    declared = declared_torch_version(start)
+    if declared.version is None:
+        version = ".".join(map(str, settings.torch_version))
+        return replace(settings, torch_version_origin=f"default {version} ({declared.origin})")
+    return replace(settings, torch_version=declared.version,
+                   torch_version_origin=f"declared torch requirement: {declared.origin}")
 
 
 def parse_selectors(values: Iterable[str], where: str) -> Tuple[str, ...]:
     """Codes, prefixes or ALL, comma-separated or repeated; each must select at least one rule."""
-    from torchlint.registry import all_rules  # the registry imports this module
+    from torchlint.registry import rule_codes  # the registry imports this module
 
-    codes = [rule.code for rule in all_rules()]
+    codes = rule_codes()
     out = []
     for raw in values:
         for part in str(raw).split(","):
@@ -207,6 +230,8 @@ def parse_table(table: Dict[str, Any], where: str, allowed_extra: Tuple[str, ...
             raise ConfigError(f"{where}: unknown key {key!r} in torchlint settings; allowed keys: {allowed}")
         attr, parse = _KEYS[key]
         values[attr] = parse(value, f"{where}: {key}")
+    if "torch_version" in values:
+        values["torch_version_origin"] = f"{where}: torch-version"
     return values
 
 

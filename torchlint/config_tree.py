@@ -11,8 +11,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Tuple
 
-from torchlint.config import Settings, find_config, load_config, merge_layer
+from torchlint.config import Settings, find_config, load_config, merge_layer, with_declared_torch
 from torchlint.discovery import git_root, package_root
+from torchlint.torch_requirement import declared_torch_version, project_folder
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class CliOverrides:
         if self.ignore:
             changes["ignore"] = settings.ignore + self.ignore
         if self.torch_version is not None:
-            changes["torch_version"] = self.torch_version
+            changes["torch_version"], changes["torch_version_origin"] = self.torch_version, "--torch-version"
         if self.unsafe_fixes is not None:
             changes["unsafe_fixes"] = self.unsafe_fixes
         if self.max_file_size is not None:
@@ -77,11 +78,17 @@ def _settings_for_folder_as_given(tree: ConfigTree, folder: str) -> Settings:
 def _settings_for_folder(tree: ConfigTree, folder: Path) -> Settings:
     path = tree.config if tree.config is not None or tree.isolated else find_config(folder)
     if path is not None:
-        return tree.overrides.apply(_load(path))
-    # No configuration file: excludes and the cache are anchored at the current folder, as in Ruff; test paths
-    # at the repository root, else above the file's top-level package, so that results never depend on where
-    # torchlint runs.
-    return tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or package_root(folder)))
+        settings = tree.overrides.apply(_load(path))
+    else:
+        # No configuration file: excludes and the cache are anchored at the current folder, as in Ruff; test
+        # paths at the repository root, else above the file's top-level package, so that results never
+        # depend on where torchlint runs.
+        settings = tree.overrides.apply(Settings(root=tree.cwd, project_root=git_root(folder) or package_root(folder)))
+    if tree.isolated:
+        return settings  # no configuration read, nor the project's requirements
+    # No torch version set: the project's own torch requirement, read from the configuration's folder (else
+    # the file's) upwards.
+    return with_declared_torch(settings, path.parent.resolve() if path is not None else folder)
 
 
 @lru_cache(maxsize=256)
@@ -94,3 +101,5 @@ def forget_configuration_files() -> None:
     _settings_for_folder.cache_clear()
     _settings_for_folder_as_given.cache_clear()
     _load.cache_clear()
+    declared_torch_version.cache_clear()
+    project_folder.cache_clear()

@@ -6,7 +6,6 @@ import errno
 import os
 import re
 import stat
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path

@@ -267,12 +267,15 @@ def format_gitlab(diagnostics: Sequence[Diagnostic], sources: SourceLines) -> st
 
 # --- junit --------------------------------------------------------------------------------------------
 def format_junit(diagnostics: Sequence[Diagnostic]) -> str:
+    """One test suite per file, one failed test case per finding; a clean run is one passing test case.
+    ``line=`` is a line of the file as CI views show it: in a notebook, the line of the ``.ipynb`` text that
+    holds the finding's source line (``notebook.file_line``); the failure's text gives the cell's own line."""
     from xml.etree import ElementTree
 
     by_file: Dict[str, List[Diagnostic]] = defaultdict(list)
     for d in diagnostics:
         by_file[d.path].append(d)
-    root = ElementTree.Element("testsuites", name="torchlint", tests=str(len(diagnostics)),
+    root = ElementTree.Element("testsuites", name="torchlint", tests=str(max(len(diagnostics), 1)),
                                failures=str(len(diagnostics)), errors="0")
     if not diagnostics:
         suite = ElementTree.SubElement(root, "testsuite", name="torchlint", tests="1", failures="0", errors="0")
@@ -281,16 +284,33 @@ def format_junit(diagnostics: Sequence[Diagnostic]) -> str:
         path = printable(raw_path)  # XML 1.0 cannot hold most control characters, even escaped
         suite = ElementTree.SubElement(root, "testsuite", name=path, tests=str(len(found)),
                                        failures=str(len(found)), errors="0")
+        raw = _notebook_text(raw_path) if any(d.cell is not None for d in found) else None
         for d in found:
             where = f"cell {d.cell}, " if d.cell is not None else ""
+            line = d.line if d.cell is None else _notebook_file_line(raw, d)
             case = ElementTree.SubElement(suite, "testcase", name=f"torchlint.{d.code}",
                                           classname=Path(path).with_suffix("").as_posix().replace("/", "."),
-                                          file=path, line=str(d.line))
+                                          file=path, line=str(line))
             message = printable(d.message)
             failure = ElementTree.SubElement(case, "failure", message=message, type=d.code)
             failure.text = f"{where}line {d.line}, col {d.column}, {message}"
     ElementTree.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
+
+
+def _notebook_text(path: str) -> Optional[str]:
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _notebook_file_line(raw: Optional[str], d: Diagnostic) -> int:
+    """The finding's line in the notebook's file; line 1 (the file) where the file cannot be read back."""
+    from torchlint.notebook import file_line
+
+    assert d.cell is not None
+    return (file_line(raw, d.cell, d.line) if raw is not None else None) or 1
 
 
 def render(diagnostics: Sequence[Diagnostic], output_format: str) -> str:

@@ -22,8 +22,8 @@ _DL_TEXT = re.compile(r"dl(?=\b|_)")  # starts with a literal: far faster than a
 # Searches that start with a literal (fast in `re`), spaced as Python allows (see text_prefilter):
 # `x .to (dev)`, `(torch.zeros(3)\n .cuda())`, `torch.zeros (3)`.
 # One literal-led search per factory: `re` finds a literal prefix far faster than an alternation.
-_FACTORIES = ("zeros", "ones", "empty", "full", "eye", "Tensor", "arange", "linspace", "logspace", "rand")
-_FACTORY_TEXTS = tuple(re.compile(name + (r"\w*" if name == "rand" else "") + CALL_GAP + r"\(") for name in _FACTORIES)
+FACTORY_NAMES = ("zeros", "ones", "empty", "full", "eye", "Tensor", "arange", "linspace", "logspace", "rand")
+_FACTORY_TEXTS = tuple(re.compile(name + (r"\w*" if name == "rand" else "") + CALL_GAP + r"\(") for name in FACTORY_NAMES)
 # A factory imported under another name (`from torch import zeros as z`): `z(3).cuda()` is one too.
 _FROM_TORCH_TEXT = re.compile(r"from" + GAP + r"torch\b[\w.\s\\]*import\b")  # with search_word
 _FACTORY_ALIAS_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
@@ -56,7 +56,7 @@ def may_chain_factory_into_move(text: str) -> bool:
     """Text stage of TL102: a factory call whose closing parenthesis is followed by ``.to(``/``.cuda(``.
     The arguments are scanned with their strings and comments skipped; anything the scan cannot follow (an
     unterminated string, a call longer than the limit) counts as a match, so the stage never misses one."""
-    for name, factory in zip(_FACTORIES, _FACTORY_TEXTS):
+    for name, factory in zip(FACTORY_NAMES, _FACTORY_TEXTS):
         if name in text:
             for match in finditer_word(factory, text):
                 end = _closing_paren(text, match.end())

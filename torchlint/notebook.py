@@ -262,6 +262,31 @@ def _source_spans(raw: str) -> Optional[Dict[int, Tuple[int, int]]]:
     return spans
 
 
+def file_line(raw: str, cell: int, line: int) -> Optional[int]:
+    """The line of the notebook's JSON text that holds line ``line`` of cell ``cell`` (both 1-based): what
+    a view of the file (a CI report opening ``train.ipynb`` at a line) shows. A source kept as a list has
+    one item per line, each on its own line of the file; a source kept as one string is on one line."""
+    spans = _source_spans(raw)
+    span = spans.get(cell - 1) if spans is not None else None
+    if span is None:
+        return None
+    start, end = span
+    decoder = json.JSONDecoder()
+    i, first_line = start + 1 if raw[start] == "[" else start, 1
+    while i < end:
+        i = _WHITESPACE.match(raw, i).end()  # type: ignore[union-attr]
+        if raw[i] != '"':
+            i += 1  # the list's `,` or `]`
+            continue
+        item_start = i
+        value, i = decoder.raw_decode(raw, i)
+        last_line = first_line + value.count("\n") - (1 if value.endswith("\n") else 0)
+        if line <= last_line:
+            return raw.count("\n", 0, item_start) + 1
+        first_line = last_line + 1
+    return None
+
+
 def _replace_items(old: str, lines: List[str], ensure_ascii: bool) -> Optional[str]:
     """The old JSON list with only its changed strings replaced, when it holds as many items as ``lines``."""
     decoder = json.JSONDecoder()

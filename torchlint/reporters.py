@@ -69,9 +69,9 @@ def statistics_json(diagnostics: Sequence[Diagnostic], unsafe: bool) -> str:
 
 
 def diagnostic_json(d: Diagnostic) -> dict:
-    from torchlint.registry import rules_by_code
+    from torchlint.registry import manifest
+    from torchlint.rule import rule_url
 
-    rule = rules_by_code().get(d.code)
     fix = None
     if d.fix is not None:
         fix = {
@@ -96,7 +96,7 @@ def diagnostic_json(d: Diagnostic) -> dict:
         "end_line": d.end_line,
         "end_column": d.end_column,
         "fix": fix,
-        "url": rule.url() if rule is not None else None,
+        "url": rule_url(d.code) if d.code in manifest() else None,
     }
 
 

@@ -201,6 +201,13 @@ class Rule:
     # Regexes that must all occur in a file's text for the rule to be able to fire. A file that no
     # selected rule can fire on is never parsed, so keep these tight.
     required_patterns: ClassVar[Tuple[str, ...]] = ()
+    # Words a file's text must hold before the rule's module is even imported (``torchlint/rule_manifest.py``
+    # carries them, so a file that passes no rule's gate loads no rule): each tuple needs one of its words,
+    # as plain case-sensitive substrings. It must hold for every text ``may_fire`` accepts under any settings
+    # (tests/test_rule_manifest.py checks and mutates every fixture); the engine tests it before
+    # ``may_fire``, so a word the rule can fire without loses findings. After editing it, regenerate the
+    # manifest: ``python -m torchlint.manifest``.
+    text_gate: ClassVar[Tuple[Tuple[str, ...], ...]] = ()
     # Rules that give advice a project may have declined on purpose (DataParallel, Adam's L2 decay...) are
     # off by default, as Ruff keeps opinionated rules out of its defaults: `--extend-select TLxxx` or
     # `select = ["ALL"]` turns them on.
@@ -240,8 +247,7 @@ class Rule:
 
     @classmethod
     def url(cls) -> str:
-        """The rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
-        return f"https://github.com/torchlint/torchlint/blob/main/docs/rules/{cls.code}.md"
+        return rule_url(cls.code)
 
     @classmethod
     def patterns_for(cls, settings: "Settings") -> Tuple[str, ...]:
@@ -260,6 +266,16 @@ class Rule:
     @classmethod
     def may_fire_in_ast(cls, tree: "ast.Module", text: str, settings: "Settings") -> bool:
         return True
+
+
+def rule_url(code: str) -> str:
+    """A rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
+    return f"https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
+
+
+def gate_passes(gate: Tuple[Tuple[str, ...], ...], text: str) -> bool:
+    """``Rule.text_gate``'s test: each group has one of its words in the text."""
+    return all(any(word in text for word in group) for group in gate)
 
 
 @lru_cache(maxsize=None)

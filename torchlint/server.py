@@ -5,7 +5,7 @@ a code action: safe fixes as preferred quick fixes, unsafe ones as ``(unsafe)``-
 ``source.fixAll.torchlint`` action that applies every safe fix, as ``torchlint fix --apply`` would. Settings
 come from the configuration file closest to each document, as on the command line.
 
-Install with ``pip install 'torchlint[server]'``; pygls is imported only by this command.
+Install pygls beside torchlint (``pip install pygls``, or the ``[server]`` extra); it is imported only by this command.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def settings_lines(path: Path, tree: ConfigTree, cache_dir: Optional[Path]) -> L
         f"extend-exclude = {_toml(settings.extend_exclude)}",
         f"test-paths = {_toml(_without(test_path_patterns(settings), settings.extend_test_paths))}",
         f"extend-test-paths = {_toml(settings.extend_test_paths)}",
-        f"torch-version = {_toml('.'.join(map(str, settings.torch_version)))}",
+        f"torch-version = {_toml('.'.join(map(str, settings.torch_version)))}  # {settings.torch_version_origin}",
         f"unsafe-fixes = {_toml(settings.unsafe_fixes)}",
         f"max-file-size = {settings.max_file_size}",
         f"cache-dir = {_toml(str(cache_dir))}" if cache_dir is not None else "# cache-dir: none (--no-cache)",

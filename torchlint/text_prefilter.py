@@ -207,6 +207,9 @@ def _scan_line(line: str, balance: int, quote: str) -> "tuple[int, str]":
 # `.step(` method (`AstIndex.is_backward_call`, `is_optimizer_step`), spaced as Python allows:
 # `loss .backward ()`, `(optimizer\n .step())`.
 _BACKWARD_CALL_TEXT = call_text("backward")
+# Every text ``may_train`` (and ``loader_prefilter.may_step``) accepts holds one of these words: the text gate
+# (``Rule.text_gate``) of the rules that need a training loop.
+TRAINING_WORDS = ("backward", "step")
 
 
 def may_train(text: str) -> bool:
