@@ -487,7 +487,7 @@ class _Events:
             elif kind is ast.Assign:
                 # `x.grad = ...` replaces the gradient: only `x` is read
                 not_reads.update(t for t in node.targets if type(t) is ast.Attribute and t.attr == "grad")
-        self.has_backward = bool(events) and any(kind == "backward" for _, _, kind in events)
+        self.has_backward = any(kind == "backward" for _, _, kind in events)
         reads = [g for g in grads if g not in not_reads]
         self.adds_by_hand = bool(reads) and not self.has_backward
         events.extend((_start(g), _negated_end(g), "grad") for g in reads)
