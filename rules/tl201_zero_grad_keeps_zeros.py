@@ -5,17 +5,19 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import Iterator, List, Optional, Set, Tuple
+from functools import partial
+from typing import TYPE_CHECKING, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, call_name, dotted_name, is_literal, iter_children, names_in, receiver, walk
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.ast_index import call_name as ast_call_name
-from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.analysis import call_name as cst_call_name
+from torchlint.ast_index import AstCallInfo, AstIndex, Extent, call_arguments, call_name, dotted_name, is_literal, walk
 from torchlint.comments import DROPS_COMMENT, has_comment, loses_comment
 from torchlint.config import Settings
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 from torchlint.text_prefilter import CALL_GAP, GAP, call_text, call_with_text, search_method
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
@@ -129,162 +131,112 @@ class ZeroGradKeepsZeros(Rule):
             return True
         return "zeros_like" in text and search_method(_GRAD_ASSIGN_TEXT, text) is not None
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        """A ``zero_grad`` call with arguments ``check`` reports, or a zeroing in a loop over parameters."""
-        index = index_of(tree)
-        old_torch = settings.torch_version < (2, 0)
-        for info in index.calls_by_name.get("zero_grad", ()):
-            if _zero_grad_may_fire(index, info.node, old_torch):
-                return True
-        return any(_loop_may_zero(index, loop) for loop in index.loops)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
         old_torch = ctx.torch_version < (2, 0)
         memo: dict = {}  # what each region holds, for this file (``_zeros_are_load_bearing``)
-        for call in a.calls_by_name.get("zero_grad", ()):
-            self._check_zero_grad(ctx, a, call, old_torch, memo)
-        for loop in a.loops:
-            if isinstance(loop.node, cst.For):
-                param = _parameter_loop_target(a, loop.node)
+        for info in index.calls_by_name.get("zero_grad", ()):
+            self._check_zero_grad(ctx, index, info.node, old_torch, memo)
+        for loop in index.loops:
+            if isinstance(loop.node, (ast.For, ast.AsyncFor)):
+                param = _parameter_loop_target(index, loop.node)
                 if param is not None:
-                    self._check_manual_loop(ctx, a, loop.node, param, memo)
+                    self._check_manual_loop(ctx, index, loop.node, param, memo)
 
     # --- optimizer.zero_grad(...) / model.zero_grad(...) ----------------------------------------------
-    def _check_zero_grad(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, old_torch: bool, memo: dict) -> None:
-        if not isinstance(call.func, cst.Attribute):
+    def _check_zero_grad(self, ctx: IndexContext, index: AstIndex, call: ast.Call, old_torch: bool,
+                         memo: dict) -> None:
+        if not isinstance(call.func, ast.Attribute):
             return
-        if len(call.args) > 1 or any(arg.star for arg in call.args):
+        arguments = call_arguments(call)
+        if len(arguments) > 1 or any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+                keyword.arg is None for keyword in call.keywords):
             return
-        arg = call.args[0] if call.args else None
-        if arg is not None and arg.keyword is not None and arg.keyword.value != "set_to_none":
+        keyword, value = arguments[0] if arguments else (None, None)
+        if keyword is not None and keyword != "set_to_none":
             return
-        if arg is None:
-            if not old_torch or not _imports_torch(a):
+        if value is None:
+            if not old_torch or not index.imports_torch():
                 return
-        elif not is_literal(arg.value, "False"):
+        elif not is_literal(value, False):
             return  # set_to_none=True, or a variable: the caller decides
-        statement = a.enclosing_statement(call)
-        if statement is None or _zeros_are_load_bearing(a, statement, memo):
+        statement = index.enclosing_statement(call)
+        if statement is None or _zeros_are_load_bearing(index, statement, memo):
             return
         owner = dotted_name(call.func.value) or "optimizer"
-        written = "set_to_none=False" if arg is not None and arg.keyword is not None else "False"
-        if arg is None:
-            new_call = call.with_changes(args=[cst.Arg(cst.Name("True"), keyword=cst.Name("set_to_none"),
-                                                       equal=cst.AssignEqual(
-                                                           whitespace_before=cst.SimpleWhitespace(""),
-                                                           whitespace_after=cst.SimpleWhitespace("")))])
+        written = "set_to_none=False" if keyword is not None else "False"
+        if value is None:
             message = (f"`{owner}.zero_grad()` keeps zero-filled gradients before PyTorch 2.0; "
                        "pass `set_to_none=True`")
         elif old_torch:
-            new_call = call.with_changes(args=[arg.with_changes(value=cst.Name("True"))])
             message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
                        "use `set_to_none=True`")
         else:
-            new_call = _without_argument(call, arg)
             message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
                        f"drop `{written}` so gradients are freed")
-        if new_call is None or loses_comment({call: new_call}):
-            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
-            return
-        ctx.report(call, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
+        rewrite = Rewrite(partial(_zero_grad_fix, old_torch=old_torch), message + " ({reason})", call)
+        ctx.report(call, message=message, rewrite=rewrite)
 
     # --- for p in model.parameters(): p.grad.zero_() --------------------------------------------------
-    def _check_manual_loop(self, ctx: RuleContext, a: FileAnalysis, loop: cst.For, param: str, memo: dict) -> None:
-        function = a.function_of(loop)
-        if function is not None and isinstance(function.node, cst.FunctionDef):
+    def _check_manual_loop(self, ctx: IndexContext, index: AstIndex, loop: Union[ast.For, ast.AsyncFor],
+                           param: str, memo: dict) -> None:
+        function = index.function_of(loop)
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if _ZEROING_FUNCTION.search(function.name) or any(
-                p.name.value == "set_to_none" for p in function.node.params.params + function.node.params.kwonly_params
-            ):
+                    arg.arg == "set_to_none" for arg in function.args.args + function.args.kwonlyargs):
                 return
-        if any(call_name(c) == "requires_grad_" and _grad_of(receiver(c), param) is not None
-               for c in a.calls_in(loop.body)):
+        body_calls = [info for statement in loop.body for info in index.calls_in(statement)]
+        if any(call_name(info.node) == "requires_grad_" and isinstance(info.node.func, ast.Attribute)
+               and _grad_of(info.node.func.value, param) is not None for info in body_calls):
             return  # a re-implementation of zero_grad(set_to_none=False): the zeros are the point
-        zeroings: List[Tuple[cst.CSTNode, int, cst.Attribute]] = []
-        for line, index, grad in _zeroing_statements(a, loop, param):
-            if any(isinstance(anc, cst.If) and _mentions(anc.test, "set_to_none") for anc in a.ancestors(line)):
+        zeroings: List[Tuple[ast.stmt, ast.Call]] = []
+        for statement, call in _zeroing_statements(index, loop, body_calls, param):
+            if any(isinstance(anc, ast.If) and _mentions(anc.test, "set_to_none") for anc in index.ancestors(statement)):
                 continue
-            if isinstance(line.body[index], cst.Assign) and not _events_in(a, _region(a, loop), memo).has_backward:
+            if isinstance(statement, ast.Assign) and not _events_in(index, _region(index, loop), memo).has_backward:
                 continue  # `p.grad = zeros_like(p)` with no backward() around: buffers made for manual accumulation
-            zeroings.append((line, index, grad))
-        if not zeroings or _zeros_are_load_bearing(a, loop, memo):
+            zeroings.append((statement, call))
+        if not zeroings or _zeros_are_load_bearing(index, loop, memo):
             return
-        for line, index, grad in zeroings:
-            replacements = _manual_fix(a, line, index, grad, param)
-            message = (f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
-                       "(or call `zero_grad()`)")
-            if loses_comment(replacements):  # `(p.grad  # note\n .zero_())`: `p.grad = None` has no place for it
-                ctx.report(line.body[index], message=f"{message} ({DROPS_COMMENT})")
-                continue
-            ctx.report(line.body[index], message=message, fix=Fix(replacements, Applicability.UNSAFE))
+        message = (f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
+                   "(or call `zero_grad()`)")
+        for statement, call in zeroings:
+            # The fix rewrites the statement: the LibCST twin of its zeroing call leads to it (``_manual_fix``).
+            rewrite = Rewrite(partial(_manual_fix, param=param), message + " ({reason})", call)
+            ctx.report(statement, message=message, rewrite=rewrite)
 
 
-def _zero_grad_may_fire(index: AstIndex, call: ast.Call, old_torch: bool) -> bool:
-    """The ast stage of ``_check_zero_grad``: the call's shape (the load-bearing test is left to ``check``)."""
-    if not isinstance(call.func, ast.Attribute) or len(call.args) + len(call.keywords) > 1:
-        return False
-    if call.keywords:
-        keyword = call.keywords[0]
-        return keyword.arg == "set_to_none" and isinstance(keyword.value, ast.Constant) and keyword.value.value is False
-    if call.args:
-        arg = call.args[0]
-        return isinstance(arg, ast.Constant) and arg.value is False
-    return old_torch and index.imports_torch()
-
-
-def _loop_may_zero(index: AstIndex, loop) -> bool:
-    """The ast stage of ``_check_manual_loop``: a loop over parameters that zeroes its target's grad."""
-    node = loop.node
-    if not isinstance(node, (ast.For, ast.AsyncFor)):
-        return False
-    param = _ast_parameter_target(node)
-    if param is None:
-        return False
-    function = loop.function
-    if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
-            _ZEROING_FUNCTION.search(function.name)
-            or any(arg.arg == "set_to_none" for arg in function.args.args + function.args.kwonlyargs)):
-        return False
-    for call in loop.direct_calls:
-        name = ast_call_name(call)
-        if name == "zero_" and not call.args and not call.keywords and isinstance(call.func, ast.Attribute):
-            if _ast_grad_of(call.func.value, param):
-                return True
-        elif (name == "zeros_like" and index.qualified_name(call.func) == "torch.zeros_like"
-              and len(call.args) + len(call.keywords) == 1 and _ast_rebinds_grad(node, call, param)):
+def _mentions(node: ast.AST, name: str) -> bool:
+    """``name`` spelled as a name, an attribute, a keyword or a lambda parameter in ``node`` (LibCST's
+    ``names_in``: every ``Name`` node)."""
+    for child in ast.walk(node):
+        spelled = (child.id if isinstance(child, ast.Name) else child.attr if isinstance(child, ast.Attribute)
+                   else child.arg if isinstance(child, (ast.keyword, ast.arg)) else None)
+        if spelled == name:
             return True
     return False
 
 
-def _ast_rebinds_grad(loop: ast.AST, call: ast.Call, param: str) -> bool:
-    """``p.grad = torch.zeros_like(...)``, the one statement around ``zeros_like`` that ``_zeroing_statements``
-    takes (``p.grad.data = ...`` and a comparison with zeros are not rebindings)."""
-    return any(isinstance(node, ast.Assign) and node.value is call and len(node.targets) == 1
-               and _ast_grad_of(node.targets[0], param) and node.targets[0].attr == "grad"
-               for node in ast.walk(loop))
-
-
-def _ast_parameter_target(loop) -> Optional[str]:
-    """``_parameter_loop_target`` on the stdlib ast."""
-    target, it = loop.target, loop.iter
-    if isinstance(it, ast.Call) and ast_call_name(it) in {"list", "tuple", "filter"} and (it.args or it.keywords):
-        it = it.keywords[-1].value if it.keywords else it.args[-1]  # the last argument, as LibCST lists them
-        if isinstance(it, ast.Starred):
-            it = it.value
+def _parameter_loop_target(index: AstIndex, loop: Union[ast.For, ast.AsyncFor]) -> Optional[str]:
+    """``p`` in ``for p in model.parameters()``, ``for n, p in m.named_parameters()``, ``for p in group["params"]``."""
+    target = loop.target
+    it = loop.iter
+    if isinstance(it, ast.Call) and call_name(it) in {"list", "tuple", "filter"} and (it.args or it.keywords):
+        it = call_arguments(it)[-1][1]  # the last argument, as LibCST lists them
     named = False
     if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute):
-        if it.func.attr == "named_parameters":
+        method = it.func.attr
+        if method == "parameters":
+            pass
+        elif method == "named_parameters":
             named = True
-        elif it.func.attr != "parameters":
+        else:
             return None
     elif isinstance(it, ast.Subscript):
-        if not (isinstance(it.slice, ast.Constant) and it.slice.value == "params"):
+        if _only_subscript(index, it) != "params":
             return None
     else:
-        name = ast_dotted_name(it)
+        name = dotted_name(it)
         if name is None or not _PARAM_NAME.search(name.split(".")[-1]):
             return None
     if named:
@@ -294,99 +246,78 @@ def _ast_parameter_target(loop) -> Optional[str]:
     return target.id if isinstance(target, ast.Name) else None
 
 
-def _ast_grad_of(expr: ast.AST, param: str) -> bool:
+def _only_subscript(index: AstIndex, subscript: ast.Subscript) -> Optional[str]:
+    """The string in ``x["params"]`` (or ``x["params",]``: one element to LibCST too), written as one literal."""
+    element = subscript.slice
+    if isinstance(element, ast.Tuple) and len(element.elts) == 1 and not index.has_own_brackets(element):
+        element = element.elts[0]
+    return index.literal_string(element)
+
+
+def _grad_of(expr: Optional[ast.AST], param: str) -> Optional[ast.Attribute]:
+    """The ``p.grad`` in ``p.grad`` or ``p.grad.data``."""
     if isinstance(expr, ast.Attribute) and expr.attr == "data":
         expr = expr.value
-    return (isinstance(expr, ast.Attribute) and expr.attr == "grad"
-            and isinstance(expr.value, ast.Name) and expr.value.id == param)
+    if isinstance(expr, ast.Attribute) and expr.attr == "grad" and isinstance(expr.value, ast.Name) and expr.value.id == param:
+        return expr
+    return None
 
 
-def _imports_torch(a: FileAnalysis) -> bool:
-    return any(target == "torch" or target.startswith("torch.") for target in a.imports.values())
+def _zeroing_statements(index: AstIndex, loop: ast.AST, body_calls: List[AstCallInfo],
+                        param: str) -> Iterator[Tuple[ast.stmt, ast.Call]]:
+    """(statement, its call) for each zeroing of the loop target's grad directly in ``loop``: ``p.grad.zero_()``,
+    ``p.grad.data.zero_()``, ``p.grad = torch.zeros_like(...)``."""
+    for info in body_calls:
+        call = info.node
+        name = call_name(call)
+        if (name != "zero_" and name != "zeros_like") or info.loop is None or info.loop.node is not loop:
+            continue
+        statement = index.parent(call)
+        if name == "zero_":
+            if (isinstance(statement, ast.Expr) and not call.args and not call.keywords
+                    and isinstance(call.func, ast.Attribute) and _grad_of(call.func.value, param) is not None):
+                yield statement, call
+        elif (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+              and index.qualified_name(call.func) == "torch.zeros_like" and len(call.args) + len(call.keywords) == 1):
+            target = statement.targets[0]
+            if _grad_of(target, param) is target:  # p.grad.data = ... is not a rebinding of p.grad
+                yield statement, call
 
 
-def _mentions(node: cst.CSTNode, name: str) -> bool:
-    return bool(names_in(node, name))
-
-
-def _parameter_loop_target(a: FileAnalysis, loop: cst.For) -> Optional[str]:
-    """``p`` in ``for p in model.parameters()``, ``for n, p in m.named_parameters()``, ``for p in group["params"]``."""
-    target = loop.target
-    it = loop.iter
-    if isinstance(it, cst.Call) and call_name(it) in {"list", "tuple", "filter"} and it.args:
-        it = it.args[-1].value
-    named = False
-    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute):
-        method = it.func.attr.value
-        if method == "parameters":
-            pass
-        elif method == "named_parameters":
-            named = True
-        else:
-            return None
-    elif isinstance(it, cst.Subscript):
-        index = it.slice[0].slice if len(it.slice) == 1 else None
-        if not (isinstance(index, cst.Index) and isinstance(index.value, cst.SimpleString)
-                and index.value.evaluated_value == "params"):
-            return None
+# --- the fixes, made on LibCST's tree ------------------------------------------------------------------
+def _zero_grad_fix(call: cst.Call, a: FileAnalysis, old_torch: bool) -> Union[Fix, str]:
+    """``set_to_none=True`` before PyTorch 2.0, else the call without its ``set_to_none=False``."""
+    arg = call.args[0] if call.args else None
+    if arg is None:
+        new_call: Optional[cst.Call] = call.with_changes(args=[cst.Arg(
+            cst.Name("True"), keyword=cst.Name("set_to_none"),
+            equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                  whitespace_after=cst.SimpleWhitespace("")))])
+    elif old_torch:
+        new_call = call.with_changes(args=[arg.with_changes(value=cst.Name("True"))])
     else:
-        name = dotted_name(it)
-        if name is None or not _PARAM_NAME.search(name.split(".")[-1]):
-            return None
-    if named:
-        if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(target.elements[1].value, cst.Name):
-            return target.elements[1].value.value
-        return None
-    return target.value if isinstance(target, cst.Name) else None
+        new_call = _without_argument(call, arg)
+    if new_call is None or loses_comment({call: new_call}):
+        return DROPS_COMMENT
+    return Fix.replace(call, new_call, Applicability.UNSAFE)
 
 
-def _grad_of(expr: Optional[cst.BaseExpression], param: str) -> Optional[cst.Attribute]:
-    """The ``p.grad`` in ``p.grad`` or ``p.grad.data``."""
-    if expr is None:
-        return None
+def _method_on_grad(small: cst.BaseSmallStatement, param: str, method: str) -> Optional[cst.Attribute]:
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        call = small.value
+        if cst_call_name(call) == method and not call.args and isinstance(call.func, cst.Attribute):
+            return _cst_grad_of(call.func.value, param)
+    return None
+
+
+def _cst_grad_of(expr: cst.BaseExpression, param: str) -> Optional[cst.Attribute]:
+    """``_grad_of`` on LibCST's tree."""
     if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
         expr = expr.value
     if (isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
             and isinstance(expr.value, cst.Name) and expr.value.value == param):
         return expr
     return None
-
-
-def _method_on_grad(small: cst.BaseSmallStatement, param: str, method: str) -> Optional[cst.Attribute]:
-    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
-        call = small.value
-        if call_name(call) == method and not call.args and isinstance(call.func, cst.Attribute):
-            return _grad_of(call.func.value, param)
-    return None
-
-
-def _zeroing_statements(a: FileAnalysis, loop: cst.For, param: str) -> Iterator[Tuple[cst.CSTNode, int, cst.Attribute]]:
-    """(line, index of the small statement, the ``p.grad`` node) for each zeroing of the loop target's grad."""
-    for call in a.calls_in(loop.body):
-        name = call_name(call)
-        if name != "zero_" and name != "zeros_like":
-            continue
-        if next(a.enclosing_loops(call), None) is None or next(a.enclosing_loops(call)).node is not loop:
-            continue
-        small = a.enclosing_statement(call)
-        line = a.parent(small) if not isinstance(small, cst.SimpleStatementLine) else small
-        stmt = a.parent(call)
-        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) or not isinstance(stmt, (cst.Expr, cst.Assign)):
-            continue
-        index = next((i for i, s in enumerate(line.body) if s is stmt), None)
-        if index is None:
-            continue
-        if name == "zero_":
-            grad = _method_on_grad(stmt, param, "zero_")
-        else:
-            grad = None
-            if (isinstance(stmt, cst.Assign) and len(stmt.targets) == 1 and stmt.value is call
-                    and a.is_qualified(call.func, "torch.zeros_like") and len(call.args) == 1):
-                grad = _grad_of(stmt.targets[0].target, param)
-                if grad is not None and grad is not stmt.targets[0].target:
-                    grad = None  # p.grad.data = ... is not a rebinding of p.grad
-        if grad is not None:
-            yield line, index, grad
 
 
 def _without_argument(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
@@ -412,7 +343,21 @@ def _without_argument(call: cst.Call, arg: cst.Arg) -> Optional[cst.Call]:
     return call.with_changes(args=[], whitespace_before_args=note)
 
 
-def _manual_fix(a: FileAnalysis, line, index: int, grad: cst.Attribute, param: str):
+def _manual_fix(call: cst.Call, a: FileAnalysis, param: str) -> Union[Fix, str]:
+    """The zeroing statement around ``call`` (``p.grad.zero_()``, ``p.grad = torch.zeros_like(p)``) as
+    ``p.grad = None``, or why not."""
+    statement = a.parent(call)
+    line = a.parent(statement)
+    assert isinstance(statement, (cst.Expr, cst.Assign)) and isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+    index = next(i for i, s in enumerate(line.body) if s is statement)
+    grad = statement.targets[0].target if isinstance(statement, cst.Assign) else _method_on_grad(statement, param, "zero_")
+    replacements = _replacements(a, line, index, grad, param)
+    if loses_comment(replacements):  # `(p.grad  # note\n .zero_())`: `p.grad = None` has no place for it
+        return DROPS_COMMENT
+    return Fix(replacements, Applicability.UNSAFE)
+
+
+def _replacements(a: FileAnalysis, line, index: int, grad: cst.Attribute, param: str):
     """Replace the zeroing with ``p.grad = None``; remove a ``p.grad.detach_()`` just before it."""
     assign = cst.Assign(targets=[cst.AssignTarget(grad)], value=cst.Name("None"))
     body = list(line.body)
@@ -446,39 +391,36 @@ def _manual_fix(a: FileAnalysis, line, index: int, grad: cst.Attribute, param: s
 
 
 # --- are the zeros needed? -----------------------------------------------------------------------------
-def _region(a: FileAnalysis, node: cst.CSTNode) -> cst.CSTNode:
-    """The function around ``node``, or at module level its top-level statement."""
-    function = a.function_of(node)
+def _region(index: AstIndex, node: Union[ast.AST, Extent]) -> Optional[ast.AST]:
+    """The function around ``node``, or at module level its top-level statement (None where that is
+    ``node`` itself: nothing lies around it)."""
+    first = node.first if isinstance(node, Extent) else node
+    function = index.function_of(first)
     if function is not None:
-        return function.node
-    top = node
-    for ancestor in a.ancestors(node):
-        if isinstance(ancestor, cst.Module):
+        return function
+    top: Optional[ast.AST] = None if isinstance(node, Extent) else first
+    for ancestor in index.ancestors(first):
+        if isinstance(ancestor, ast.Module):
             break
         top = ancestor
     return top
 
 
-def _grad_uses(region: cst.CSTNode) -> List[cst.Attribute]:
-    """``x.grad`` attributes in ``region`` that read or update a gradient (not ``x.grad = ...``, not
-    ``autograd.grad(...)``), in source order."""
-    uses: List[cst.Attribute] = []
-    skipped: Set[cst.CSTNode] = set()
-    stack: List[cst.CSTNode] = [region]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.AssignTarget) and isinstance(node.target, cst.Attribute) and node.target.attr.value == "grad":
-            stack.append(node.target.value)  # `x.grad = ...` replaces the gradient: only `x` is read
-            continue
-        if isinstance(node, cst.Attribute) and node.attr.value == "grad":
-            uses.append(node)
-        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value == "grad":
-            skipped.add(node.func)
-        stack.extend(reversed(iter_children(node)))
-    return [u for u in uses if u not in skipped]
+def _start(node: Union[ast.AST, Extent]) -> Tuple[int, int]:
+    first = node.first if isinstance(node, Extent) else node
+    return first.lineno, first.col_offset  # type: ignore[attr-defined]
 
 
-def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode, memo: dict) -> bool:
+def _end(node: Union[ast.AST, Extent]) -> Tuple[int, int]:
+    last = node.last if isinstance(node, Extent) else node
+    return last.end_lineno, last.end_col_offset  # type: ignore[attr-defined]
+
+
+def _negated_end(node: ast.AST) -> Tuple[int, int]:
+    return -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined,operator]
+
+
+def _zeros_are_load_bearing(index: AstIndex, zeroing: Union[ast.AST, Extent], memo: dict) -> bool:
     """True when, after ``zeroing`` and before the next ``backward()``, a gradient is read or the optimizer steps.
 
     Order is source order, wrapping around the innermost loop around the zeroing (its next iteration), then
@@ -490,13 +432,16 @@ def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode, memo: dict) -
     What each region holds is indexed once (``memo``, per file): N zeroings in one function cost O(N), not a
     walk of the function each. Events inside ``zeroing`` never count: the order below skips its span.
     """
-    region = _region(a, zeroing)
-    events = _events_in(a, region, memo)
-    start, end = a.spans[zeroing]
-    loop = next((info.node for info in a.enclosing_loops(zeroing) if a.contains(region, info.node)), None)
-    function = a.function_of(zeroing)
+    region = _region(index, zeroing)
+    if region is None:
+        return False  # a module-level line of its own: nothing comes after it within its region
+    events = _events_in(index, region, memo)
+    start, end = _start(zeroing), _end(zeroing)
+    first = zeroing.first if isinstance(zeroing, Extent) else zeroing
+    loop = next((info.node for info in index.enclosing_loops(first) if index.contains(region, info.node)), None)
+    function = index.function_of(first)
     if loop is not None:
-        lo, hi = a.spans[loop]
+        lo, hi = _start(loop), _end(loop)
         spans = [(end, hi), (lo, start), (hi, None)] + ([(None, lo)] if function is not None else [])
     else:
         spans = [(end, None)] + ([(None, start)] if function is not None else [])
@@ -506,71 +451,68 @@ def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode, memo: dict) -
             return kind != "backward"  # a gradient read, or a step on the zeros: keep them
     if function is None:
         return False
-    klass = _class_of(a, function.node)
-    code = klass if klass is not None else function.node
-    if not _events_in(a, code, memo).has_backward and _grad_attributes_in(a, code, memo).outside(start, end):
+    klass = index.parent(function)
+    klass = klass if isinstance(klass, ast.ClassDef) else None
+    code = klass if klass is not None else function
+    if not _events_in(index, code, memo).has_backward and _events_in(index, code, memo).grads_outside(start, end):
         return True  # gradients written by hand, never by backward(): the zeros are where they accumulate
     if klass is None:
         return False
-    methods = [n for n in klass.body.body if isinstance(n, cst.FunctionDef) and n is not function.node]
-    for method in methods:
-        if _events_in(a, method, memo).adds_by_hand:
-            return True  # another method adds into the gradients without producing them by backward()
+    for method in klass.body:
+        if isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) and method is not function:
+            if _events_in(index, method, memo).adds_by_hand:
+                return True  # another method adds into the gradients without producing them by backward()
     return False
 
 
 class _Events:
-    """A region's ``backward()`` calls, optimizer steps and gradient reads (``_grad_uses``), by position."""
+    """A region's ``backward()`` calls, optimizer steps and gradient reads (not ``x.grad = ...``, not
+    ``autograd.grad(...)``), by position; and where it holds any ``x.grad`` (written ones included)."""
 
-    def __init__(self, a: FileAnalysis, region: cst.CSTNode) -> None:
-        events: List[Tuple[int, str]] = []
-        for call in a.calls_in(region):
-            if a.is_backward_call(call):
-                events.append((a.spans[call][0], "backward"))
-            elif a.is_optimizer_step(call):
-                events.append((a.spans[call][0], "step"))
-        self.has_backward = any(kind == "backward" for _, kind in events)
-        uses = _grad_uses(region)
-        self.adds_by_hand = bool(uses) and not self.has_backward
-        events.extend((a.spans[use][0], "grad") for use in uses)
+    def __init__(self, index: AstIndex, region: ast.AST) -> None:
+        # (start, the end negated, kind): a call on a gradient, `p.grad.norm().backward()`, sorts before
+        # the gradient it holds, as LibCST's pre-order numbers do
+        events: List[Tuple[Tuple[int, int], Tuple[int, int], str]] = []
+        grads: List[ast.Attribute] = []
+        not_reads: Set[ast.AST] = set()
+        for node in walk(region):  # decorators included, as LibCST's walk of a def
+            kind = type(node)
+            if kind is ast.Call:
+                if index.is_backward_call(node):
+                    events.append((_start(node), _negated_end(node), "backward"))
+                elif index.is_optimizer_step(node, index.function_of(node)):
+                    events.append((_start(node), _negated_end(node), "step"))
+                if type(node.func) is ast.Attribute and node.func.attr == "grad":
+                    not_reads.add(node.func)
+            elif kind is ast.Attribute and node.attr == "grad":
+                grads.append(node)
+            elif kind is ast.Assign:
+                # `x.grad = ...` replaces the gradient: only `x` is read
+                not_reads.update(t for t in node.targets if type(t) is ast.Attribute and t.attr == "grad")
+        self.has_backward = any(kind == "backward" for _, _, kind in events)
+        reads = [g for g in grads if g not in not_reads]
+        self.adds_by_hand = bool(reads) and not self.has_backward
+        events.extend((_start(g), _negated_end(g), "grad") for g in reads)
         events.sort()
-        self.positions = [position for position, _ in events]
-        self.kinds = [kind for _, kind in events]
+        self.positions = [position for position, _, _ in events]
+        self.kinds = [kind for _, _, kind in events]
+        self.grads = sorted(_start(g) for g in grads)
 
-    def first(self, after: Optional[int], before: Optional[int]) -> Optional[str]:
+    def first(self, after: Optional[Tuple[int, int]], before: Optional[Tuple[int, int]]) -> Optional[str]:
         """The kind of the first event at ``after <= position < before`` (None: unbounded), or None."""
-        index = 0 if after is None else bisect.bisect_left(self.positions, after)
-        if index < len(self.positions) and (before is None or self.positions[index] < before):
-            return self.kinds[index]
+        at = 0 if after is None else bisect.bisect_left(self.positions, after)
+        if at < len(self.positions) and (before is None or self.positions[at] < before):
+            return self.kinds[at]
         return None
 
-
-class _Positions:
-    def __init__(self, positions: List[int]) -> None:
-        self.positions = sorted(positions)
-
-    def outside(self, start: int, end: int) -> bool:
-        """Some position lies outside ``start <= position < end``."""
-        inside = bisect.bisect_left(self.positions, end) - bisect.bisect_left(self.positions, start)
-        return len(self.positions) > inside
+    def grads_outside(self, start: Tuple[int, int], end: Tuple[int, int]) -> bool:
+        """Some ``x.grad`` lies outside ``start <= position < end``."""
+        inside = bisect.bisect_left(self.grads, end) - bisect.bisect_left(self.grads, start)
+        return len(self.grads) > inside
 
 
-def _events_in(a: FileAnalysis, region: cst.CSTNode, memo: dict) -> _Events:
-    key = ("events", region)
-    if key not in memo:
-        memo[key] = _Events(a, region)
-    return memo[key]
-
-
-def _grad_attributes_in(a: FileAnalysis, code: cst.CSTNode, memo: dict) -> _Positions:
-    """Where ``code`` holds any ``x.grad`` attribute (written ones included)."""
-    key = ("grad attributes", code)
-    if key not in memo:
-        memo[key] = _Positions([a.spans[g][0] for g in walk(code) if isinstance(g, cst.Attribute) and g.attr.value == "grad"])
-    return memo[key]
-
-
-def _class_of(a: FileAnalysis, function: cst.CSTNode) -> Optional[cst.ClassDef]:
-    parent = a.parent(function)
-    holder = a.parent(parent) if isinstance(parent, cst.IndentedBlock) else None
-    return holder if isinstance(holder, cst.ClassDef) else None
+def _events_in(index: AstIndex, region: ast.AST, memo: dict) -> _Events:
+    events = memo.get(region)
+    if events is None:
+        events = memo[region] = _Events(index, region)
+    return events

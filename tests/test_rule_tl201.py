@@ -7,6 +7,7 @@ import pytest
 import textwrap
 
 from fixture_support import fix, lint
+from torchlint.config import Settings
 from torchlint.rule import Applicability
 
 OLD = "# torchlint-fixture: torch-version=1.13\n"
@@ -140,3 +141,27 @@ def test_zero_of_non_gradients_is_silent():
         """
     )
     assert lint(code, "TL201") == []
+
+
+def test_detects_on_the_index_and_fixes_the_statement_it_reports():
+    """TL201 finds on the stdlib index, with no LibCST parse in `check`; a manual zeroing's fix is made on the
+    statement around the LibCST twin of its zeroing call (the one before it in the line stays)."""
+    from torchlint.engine import needs_libcst, reports_without_stages
+    from torchlint.registry import rules_by_code
+
+    code = src(
+        """
+        import torch
+        def train(model, opt, loader):
+            for x, y in loader:
+                for p in model.parameters():
+                    print(p); p.grad.zero_()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+        """
+    )
+    rule = rules_by_code()["TL201"]
+    assert not needs_libcst([rule()], code)
+    [report] = reports_without_stages([rule()], code, Settings(select=("TL201",)), [])
+    assert report.span == (5, 22, 5, 36) and report.rewrite is not None
+    assert "print(p); p.grad = None" in fix(code, "TL201", unsafe=True)
