@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
 import pytest
 
 from fixture_support import fix, lint
-from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import index_of
 from torchlint.config import Settings
-from torchlint.loaders import loader_facts
+from torchlint.engine import reports_without_stages
+from torchlint.facts.loaders import loader_facts
 from torchlint.registry import get_rule
 from torchlint.rule import Applicability
 
@@ -25,7 +25,7 @@ def train_one_epoch(model, optimizer, data, device):
 
 
 def facts(source: str):
-    return loader_facts(FileAnalysis(cst.parse_module(source), source))
+    return loader_facts(index_of(ast.parse(source), source))
 
 
 def test_loader_tied_through_a_helper_parameter_and_an_epoch_loop():
@@ -124,12 +124,15 @@ def test_tl403_fix_needs_torch_1_7():
 
 
 @pytest.mark.parametrize("code", ["TL401", "TL402", "TL403"])
-def test_ast_stage_rules_out_files_without_training_or_with_kwargs(code):
-    rule = get_rule(code)
-    no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x)\n"
-    assert rule.may_fire_in_ast(ast.parse(no_training), no_training, Settings()) is False
-    kwargs = HEADER + TRAIN + "loader = DataLoader(ds, **kw)\ntrain_one_epoch(m, o, loader, 'cuda')\n"
-    assert rule.may_fire_in_ast(ast.parse(kwargs), kwargs, Settings()) is False
-    plain = HEADER + TRAIN + "loader = DataLoader(ds, num_workers={})\ntrain_one_epoch(m, o, loader, 'cuda')\n".format(
-        2 if code == "TL403" else 0)
-    assert rule.may_fire_in_ast(ast.parse(plain), plain, Settings()) is True
+def test_silent_without_training_or_with_kwargs(code):
+    rule = get_rule(code)()
+
+    def reports(source):
+        return reports_without_stages([rule], source, Settings(), [])
+
+    no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x.cuda())\n"
+    assert reports(no_training) == []
+    kwargs = HEADER + TRAIN + "loader = DataLoader(ds, **kw)\nfor e in range(3):\n    train_one_epoch(m, o, loader, 'cuda')\n"
+    assert reports(kwargs) == []
+    plain = kwargs.replace("**kw", "num_workers={}".format(2 if code == "TL403" else 0))
+    assert len(reports(plain)) == 1

@@ -11,6 +11,7 @@ rather than guess.
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
@@ -85,7 +86,9 @@ class LoaderFacts:
     """Computed once per file (``loader_facts(index)``)."""
 
     def __init__(self, index: AstIndex) -> None:
-        self.index = index
+        # a proxy: the facts live in ``index.shared``, and a strong link back would make every file's index
+        # and tree a reference cycle, left to the cyclic collector (tests/test_no_cycles.py)
+        self.index: AstIndex = weakref.proxy(index)  # type: ignore[assignment]
         self._trains: Dict[ast.AST, bool] = {}
         self._dataset_on_cuda: Optional[bool] = None
         self._training_functions = self._functions_that_train()
