@@ -136,3 +136,37 @@ def test_silent_without_training_or_with_kwargs(code):
     assert reports(kwargs) == []
     plain = kwargs.replace("**kw", "num_workers={}".format(2 if code == "TL403" else 0))
     assert len(reports(plain)) == 1
+
+
+def test_batch_names_grow_in_source_order():
+    # `a = x[0]` comes before `x` holds the batch: `a` is not (a part of) the batch, though `ast.walk`
+    # (breadth first) would meet the top-level `x = batch[0]` first
+    source = HEADER + (
+        "loader = DataLoader(ds)\n"
+        "for batch in loader:\n"
+        "    if c:\n"
+        "        a = x[0]\n"
+        "    x = batch[0]\n"
+        "    y = x[1]\n"
+        "    a.cuda()\n"
+        "    model(a).backward()\n"
+        "    optimizer.step()\n"
+    )
+    f = facts(source)
+    (site,) = f.sites
+    (loop,) = f.training_loops(site)
+    assert f.batch_names(loop) == {"batch", "x", "y"}
+    assert f.batch_moves(loop) == []
+    moved = facts(source.replace("a.cuda()", "y.cuda()"))
+    assert moved.batch_moves(moved.training_loops(moved.sites[0])[0])
+
+
+def test_a_decorator_that_trains_makes_its_function_train():
+    # LibCST's calls of a def include its decorators'; `ast` places the def at its keyword
+    source = HEADER + (
+        "@hook(loss.backward())\n"
+        "def step(x):\n    pass\n"
+        "loader = DataLoader(ds)\n"
+        "for x in loader:\n    step(x)\n"
+    )
+    assert len(lint(source, "TL401")) == 1
