@@ -93,10 +93,14 @@ class DataloaderWorkersRestart(Rule):
         facts = loader_facts(index)
         for site in facts.sites:
             workers = loader_argument(site.call, "num_workers")
-            if workers is None or workers is UNREADABLE or (int_value(index, workers) or 0) <= 0:  # type: ignore[arg-type]
+            if workers is None or workers is UNREADABLE:
+                continue
+            if (int_value(index, workers) or 0) <= 0:  # type: ignore[arg-type]
                 continue
             persistent = loader_argument(site.call, "persistent_workers")
-            if persistent is UNREADABLE or (persistent is not None and not is_literal(persistent, False)):  # type: ignore[arg-type]
+            if persistent is UNREADABLE:
+                continue
+            if persistent is not None and not is_literal(persistent, False):  # type: ignore[arg-type]
                 continue
             if not any(facts.repeated_iteration(site, loop) for loop in facts.training_loops(site)):
                 continue

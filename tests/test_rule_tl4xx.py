@@ -132,7 +132,8 @@ def test_silent_without_training_or_with_kwargs(code):
 
     no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x.cuda())\n"
     assert reports(no_training) == []
-    kwargs = HEADER + TRAIN + "loader = DataLoader(ds, **kw)\nfor e in range(3):\n    train_one_epoch(m, o, loader, 'cuda')\n"
+    kwargs = HEADER + TRAIN + (
+        "loader = DataLoader(ds, **kw)\nfor e in range(3):\n    train_one_epoch(m, o, loader, 'cuda')\n")
     assert reports(kwargs) == []
     plain = kwargs.replace("**kw", "num_workers={}".format(2 if code == "TL403" else 0))
     assert len(reports(plain)) == 1

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import (
-    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, keyword_value, target_names, walk,
+    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, keyword_value, source_order, target_names,
+    walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 
@@ -40,7 +41,7 @@ def loader_argument(call: ast.Call, name: str) -> Union[None, ast.expr, object]:
     found = keyword_value(call, name)
     if found is not None:
         return found
-    if any(keyword.arg is None for keyword in call.keywords) or any(type(a) is ast.Starred for a in call.args):
+    if _has_star(call):
         return UNREADABLE
     position = argument_position(call, name)
     return call.args[position] if position is not None else None
@@ -211,7 +212,8 @@ class LoaderFacts:
             self._trains[key] = loop.is_training or any(
                 call_name(c) in self._training_functions
                 and (type(c.func) is ast.Name
-                     or (type(c.func) is ast.Attribute and dotted_name(c.func.value) == "self"))  # type: ignore[attr-defined]
+                     or (type(c.func) is ast.Attribute
+                         and dotted_name(c.func.value) == "self"))  # type: ignore[attr-defined]
                 for c in loop.direct_calls
             )
         return self._trains[key]
@@ -317,10 +319,10 @@ class LoaderFacts:
         values = index.values_of(name.id, index.scope_of(name))
         if any(v is None for v in values):
             return None  # a binding whose place is unknown (unpacking, a loop target) may come in between
-        earlier = [v for v in values if _order(v) < _order(use)]  # type: ignore[arg-type]
+        earlier = [v for v in values if source_order(v) < source_order(use)]  # type: ignore[arg-type]
         if not earlier:
             return None
-        last = max(earlier, key=_order)  # type: ignore[arg-type]
+        last = max(earlier, key=source_order)  # type: ignore[arg-type]
         statement = next((node for node in index.ancestors(last) if isinstance(node, ast.stmt)), None)
         if statement is None:
             return None
@@ -365,13 +367,10 @@ def _scope(index: AstIndex, info: AstCallInfo) -> AstScope:
     return info.function if info.function is not None else index.tree
 
 
-def _calls_within(index: AstIndex, node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
+def _calls_within(index: AstIndex,
+                  node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
     """The calls in a def or class, its decorators' included (``ast`` places the node at its keyword)."""
     return [info for decorator in node.decorator_list for info in index.calls_in(decorator)] + index.calls_in(node)
-
-
-def _order(node: ast.AST) -> Tuple[int, int, int, int]:
-    return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
 
 
 def _has_star(call: ast.Call) -> bool:
@@ -396,7 +395,9 @@ def _root_name(expr: ast.AST) -> Optional[str]:
             return expr.id  # type: ignore[attr-defined]
         if kind is ast.Attribute or kind is ast.Subscript:
             expr = expr.value  # type: ignore[attr-defined]
-        elif kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in {"items", "values"}:  # type: ignore[attr-defined]
+        elif kind is ast.Call and type(expr.func) is ast.Attribute:  # type: ignore[attr-defined]
+            if expr.func.attr not in {"items", "values"}:  # type: ignore[attr-defined]
+                return None
             expr = expr.func.value  # type: ignore[attr-defined]
         else:
             return None
