@@ -23,7 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 # A line every case file carries so the pre-filter cannot skip it: TL501 reports it with a safe fix.
 FINDING = "opt = torch.optim.Adam(model.parameters(), foreach=False)"
@@ -516,6 +516,317 @@ print("ok")
     return None if proc.returncode == 0 else proc.stderr.decode(errors="replace").strip().splitlines()[-1][:150]
 
 
+# --- issue 27 (helper inputs): odd inputs, generated modules, mutations, scaling, cache forgery ---------
+
+def _odd_input_case(setup: Callable[[Path], None], expect: bytes = b"", args: Sequence[str] = ("check",)) -> Case:
+    """One odd input beside ``ok.py``: the run goes on (exit 0/1), ok.py's finding is reported, and the odd
+    input gets what ``expect`` names (a TL000 text) where it is given."""
+    def run(tmp: Path) -> Optional[str]:
+        (tmp / ".git").mkdir()
+        ok_file(tmp)
+        setup(tmp)
+        out = torchlint([*args, "--no-cache", "."], tmp)
+        fixed_ok = b"ok.py: fixed" in out.stdout
+        return first(sound(out), None if fixed_ok else sibling_reported(out),
+                     None if expect in out.stdout else f"no {expect.decode()!r} in the output")
+    return run
+
+
+def _notebook(source) -> str:
+    import json
+
+    cell = {"cell_type": "code", "source": source, "metadata": {}, "outputs": [], "execution_count": None}
+    return json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def _extend_chain(tmp: Path, length: int = 500) -> None:
+    for i in range(length):
+        write(tmp, f"c{i}.toml", f'extend = "c{i + 1}.toml"\n')
+    write(tmp, f"c{length}.toml", 'select = ["TL5"]\n')
+    write(tmp, "torchlint.toml", 'extend = "c0.toml"\n')
+
+
+for _label, _setup, _expect, _args in [
+    ("gitignore line `!`", lambda t: write(t, ".gitignore", "!\n"), b"", ("check",)),
+    ("gitignore line `\\`", lambda t: write(t, ".gitignore", "\\\n"), b"", ("check",)),
+    ("gitignore line `[z-a]`", lambda t: write(t, ".gitignore", "[z-a]\n"), b"", ("check",)),
+    *[(f"coding cookie {c}", (lambda c: lambda t: write(t, "c.py", f"# coding: {c}\nx = 1\n"))(c), b"c.py:1:1: TL000",
+       ("check",)) for c in ("rot13", "hex", "base64", "zlib", "punycode", "undefined")],
+    ("notebook JSON nested 50,000 deep", lambda t: write(t, "n.ipynb", "[" * 50_000 + "]" * 50_000),
+     b"n.ipynb:1:1: TL000", ("check",)),
+    ("notebook with numbers in source", lambda t: write(t, "n.ipynb", _notebook([1, 2])), b"n.ipynb:1:1: TL000",
+     ("check",)),
+    ("notebook with a lone \\ud800", lambda t: write(t, "n.ipynb", _notebook(with_finding('x = "\ud800"'))),
+     b"n.ipynb:1:1: TL000", ("check",)),
+    ("fix: a cell holding the magic placeholder text",
+     lambda t: write(t, "n.ipynb", _notebook(with_finding("pass  # torchlint-magic 3"))), b"n.ipynb:1:1: TL000",
+     ("fix", "--apply")),
+    ("non-UTF-8 pyproject.toml, not ours", lambda t: write(t, "pyproject.toml", b'name = "\xff"\n'),
+     b"", ("check",)),
+    ("max-file-size = 10**26", lambda t: write(t, "torchlint.toml", "max-file-size = 99999999999999999999999999\n"),
+     b"", ("check",)),
+    ("an extend chain of 500 files", _extend_chain, b"", ("check",)),
+]:
+    case("odd inputs (issue 27 #7)", _label)(_odd_input_case(_setup, _expect, _args))
+
+
+def _cpython_agrees(tmp: Path, sources: Sequence[str], label: str) -> Optional[str]:
+    """Each source (with a TL501 line, so it reaches the parser) is checked and fixed: no internal error;
+    TL000 exactly where CPython's compile() rejects the code (LibCST's own refusals are counted apart);
+    a fix of valid code compiles, and fixing twice changes nothing."""
+    import warnings
+
+    names = []
+    for index, body in enumerate(sources):
+        names.append(f"m{index}.py")
+        write(tmp, names[-1], with_finding(body))
+    originals = {name: (tmp / name).read_text() for name in names}
+    out = torchlint(["check", "--no-cache", "--jobs", "1", "."], tmp, timeout=600)
+    if sound(out):
+        return sound(out)
+    flagged = {line.split(":")[0] for line in out.text.splitlines() if " TL000 " in line}
+    libcst_refused = {line.split(":")[0] for line in out.text.splitlines() if "LibCST" in line and " TL000 " in line}
+    disagree = []
+    for name, text in originals.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                compile(text, name, "exec")
+                valid = True
+            except (SyntaxError, ValueError):
+                valid = False
+        if valid != (name not in flagged):
+            disagree.append(name)
+    fixed = torchlint(["fix", "--apply", "--unsafe-fixes", "--no-cache", "--jobs", "1", "."], tmp, timeout=600)
+    if sound(fixed):
+        return sound(fixed)
+    after = {name: (tmp / name).read_text() for name in names}
+    broken = []
+    for name in names:
+        if name in flagged:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                compile(after[name], name, "exec")
+        except (SyntaxError, ValueError):
+            broken.append(name)
+    again = torchlint(["fix", "--apply", "--unsafe-fixes", "--no-cache", "--jobs", "1", "."], tmp, timeout=600)
+    moved = [name for name in names if (tmp / name).read_text() != after[name]]
+    _STATS[label] = (len(names), len(disagree), len(libcst_refused), len(broken), len(moved))
+    return first(sound(again),
+                 f"{len(disagree)} of {len(names)} disagree with CPython (e.g. {disagree[0]}; "
+                 f"{len(libcst_refused)} refused by LibCST)" if disagree else None,
+                 f"fixes of {broken[:3]} do not compile" if broken else None,
+                 f"a second fix changed {moved[:3]}" if moved else None)
+
+
+_STATS: Dict[str, tuple] = {}  # label -> (files, disagree with CPython, LibCST refused, fix broke, 2nd fix moved)
+
+
+def _generated_modules(count: int, seed: int) -> List[str]:
+    """Modules from hypothesmith's grammar strategy (not a torchlint dependency: skipped without it)."""
+    import hypothesis
+    import hypothesmith
+    from hypothesis import strategies as st
+
+    found: List[str] = []
+
+    @hypothesis.settings(max_examples=count, database=None, deadline=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.seed(seed)
+    @hypothesis.given(st.one_of(hypothesmith.from_grammar(), hypothesmith.from_node()))
+    def collect(source: str) -> None:
+        found.append(source)
+
+    collect()
+    return found
+
+
+@case("generated modules (hypothesmith)", "300 modules: CPython agreement, fixes compile and are stable")
+def _hypothesmith_case(tmp: Path) -> Optional[str]:
+    try:
+        sources = _generated_modules(300, 27)
+    except ImportError:
+        return None  # pip install hypothesmith to run it
+    return _cpython_agrees(tmp, sources, "hypothesmith")
+
+
+def _mutations(seed: int, count: int) -> List[str]:
+    """Fixtures with one small edit each: a deleted or doubled line, a form feed or tab in an indentation,
+    a backslash continuation, deeper brackets, a `# noqa` with a reason."""
+    import random
+
+    rng = random.Random(seed)
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    texts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(root.glob("TL*/*.py"))]
+    edits = [
+        lambda lines, i: lines[:i] + lines[i + 1:],
+        lambda lines, i: lines[:i] + [lines[i]] + lines[i:],
+        lambda lines, i: lines[:i] + ["\x0c" + lines[i]] + lines[i + 1:],
+        lambda lines, i: lines[:i] + [lines[i].replace("    ", "\t", 1)] + lines[i + 1:],
+        lambda lines, i: lines[:i] + [lines[i].replace("    ", "  \x0c  ", 1)] + lines[i + 1:],
+        lambda lines, i: lines[:i] + [lines[i] + "  # noqa: TL101 why"] + lines[i + 1:],
+        lambda lines, i: lines[:i] + ["x = " + "(" * 201 + "1" + ")" * 201] + lines[i:],
+        lambda lines, i: lines[:i] + [lines[i] + " \\", ""] + lines[i + 1:],
+    ]
+    out = []
+    for _ in range(count):
+        lines = rng.choice(texts).split("\n")
+        index = rng.randrange(len(lines))
+        out.append("\n".join(rng.choice(edits)(lines, index)))
+    return out
+
+
+@case("mutated fixtures", "400 mutations: CPython agreement, fixes compile and are stable")
+def _mutation_case(tmp: Path) -> Optional[str]:
+    return _cpython_agrees(tmp, _mutations(27, 400), "mutations")
+
+
+# Scaling: time against N for each shape a rule walks, doubling N; worse than linear (a ratio above 2.6 per
+# doubling, measured on the largest pair) or any run over 10 s fails.
+_LOOP = ("import torch\n\ndef train(model, loader, opt):\n{before}    for x, y in loader:\n"
+         "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n{body}")
+SHAPES: Dict[str, Tuple[Callable[[int], str], Tuple[str, ...], Tuple[int, ...]]] = {
+    "TL101 N `.item()` reads in one loop": (
+        lambda n: _LOOP.format(before="", body="".join(f"        v{i} = loss.item()\n" for i in range(n))),
+        ("check",), (100, 200, 400)),
+    "TL101 N load-bearing reads": (
+        lambda n: _LOOP.format(before="", body="".join(f"        if loss.item() > {i}:\n            break\n"
+                                                      for i in range(n))), ("check",), (100, 200, 400)),
+    "TL101 fix N `acc += loss.item()`": (
+        lambda n: _LOOP.format(before="".join(f"    acc{i} = 0.0\n" for i in range(n)),
+                               body="".join(f"        acc{i} += loss.item()\n" for i in range(n))),
+        ("fix", "--unsafe-fixes"), (50, 100, 200)),
+    "TL201 N `zero_grad(set_to_none=False)`": (
+        lambda n: _LOOP.format(before="", body="        opt.zero_grad(set_to_none=False)\n" * n),
+        ("check",), (400, 800, 1600)),
+    "TL201 fix N `zero_grad`": (
+        lambda n: _LOOP.format(before="", body="        opt.zero_grad(set_to_none=False)\n" * n),
+        ("fix", "--unsafe-fixes"), (200, 400, 800)),
+    "TL101 N-branch elif chain with `.item()`": (
+        lambda n: _LOOP.format(before="", body="        if x == 0:\n            a = loss.item()\n" + "".join(
+            f"        elif x == {i}:\n            a = loss.item()\n" for i in range(1, n))), ("check",), (200, 400, 800)),
+    "TL202 N closures in one function": (
+        lambda n: "import torch\n\ndef build(model):\n" + "".join(
+            f"    def evaluate{i}(loader):\n        model.eval()\n        for x in loader:\n            out = model(x)\n"
+            for i in range(n)) + "    return evaluate0\n", ("check",), (200, 400, 800)),
+    "all rules: N copies of the examples' training script": (
+        lambda n: _training_file(n), ("check",), (4, 8, 16)),
+}
+SCALING: List[Tuple[str, List[Tuple[int, float]], Optional[str]]] = []  # (shape, [(N, seconds)], verdict)
+
+
+def _training_file(copies: int) -> str:
+    """The shipped training script, its names numbered per copy so each statement is unique, as in one long
+    real training file."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "examples" / "train_classifier.py").read_text()
+    head = "import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+    parts = [head]
+    for i in range(copies):
+        body = re.sub(r"\b(main|train|evaluate|model|loader|optimizer|loss|Net|build_model|dataset)\b",
+                      lambda m: f"{m.group(1)}_{i}", text)
+        parts.append("\n".join(line for line in body.splitlines() if not line.startswith(("import ", "from "))))
+    return "\n\n".join(parts) + "\n"
+
+
+def _scaling_case(name: str) -> Case:
+    make, args, sizes = SHAPES[name]
+
+    def run(tmp: Path) -> Optional[str]:
+        timings = []
+        for n in sizes:
+            write(tmp, "shape.py", make(n))
+            runs = []
+            for _ in range(3):  # the median of three: the machine is shared
+                out = torchlint([*args, "--no-cache", "shape.py"], tmp, timeout=120)
+                if sound(out):
+                    SCALING.append((name, timings, sound(out)))
+                    return sound(out)
+                runs.append(out.seconds)
+            timings.append((n, sorted(runs)[1]))
+        ratio = timings[-1][1] / max(timings[-2][1], 1e-9)
+        slowest = max(t for _, t in timings)
+        verdict = first(f"worse than linear: x{ratio:.1f} from N={timings[-2][0]} to N={timings[-1][0]}"
+                        if ratio > 2.6 else None, f"{slowest:.1f} s (over 10 s)" if slowest > 10 else None)
+        SCALING.append((name, timings, verdict))
+        return verdict
+    return run
+
+
+for _shape in SHAPES:
+    case("scaling (issue 27 #6)", _shape)(_scaling_case(_shape))
+
+
+def scaling_table() -> str:
+    if not SCALING:
+        return ""
+    lines = ["| shape | N: median seconds of 3 | last doubling | verdict |", "| --- | --- | --- | --- |"]
+    for name, timings, verdict in SCALING:
+        series = ", ".join(f"{n}: {t:.2f}" for n, t in timings)
+        ratio = f"x{timings[-1][1] / max(timings[-2][1], 1e-9):.2f}" if len(timings) > 1 else "-"
+        lines.append(f"| {name} | {series} | {ratio} | {verdict or 'linear'} |")
+    return "\n".join(lines)
+
+
+def cpython_table() -> str:
+    if not _STATS:
+        return ""
+    lines = ["| inputs | files | disagree with CPython | of which LibCST refused | fix does not compile | "
+             "second fix changed |", "| --- | --- | --- | --- | --- | --- |"]
+    for label, (files, disagree, refused, broken, moved) in _STATS.items():
+        lines.append(f"| {label} | {files} | {disagree} | {refused} | {broken} | {moved} |")
+    return "\n".join(lines)
+
+
+def _forged_cache_case(forge: Callable[[str, bytes], bytes]) -> Case:
+    """A cache entry forged to say "no findings" (as a committed .torchlint_cache could): never believed."""
+    def run(tmp: Path) -> Optional[str]:
+        ok_file(tmp)
+        first_run = torchlint(["check", "ok.py"], tmp)
+        entries = [p for p in (tmp / ".torchlint_cache").rglob("*") if p.is_file() and p.parent.name != ".torchlint_cache"
+                   and not p.name.startswith(".") and p.name != "CACHEDIR.TAG"]
+        if not entries:
+            return "no cache entry was written"
+        for entry in entries:
+            entry.write_bytes(forge(entry.name, b"[]"))
+        second = torchlint(["check", "ok.py"], tmp)
+        torchlint(["fix", "--apply", "ok.py"], tmp)
+        return first(sound(second), None if second.stdout == first_run.stdout else "a forged entry hid the finding",
+                     None if FIXED in (tmp / "ok.py").read_text() else "fix --apply skipped the file")
+    return run
+
+
+def _unkeyed_entry(key: str, payload: bytes) -> bytes:
+    import hashlib
+    import json
+
+    header = {"schema": 2, "key": key, "blake2b": hashlib.blake2b(payload, digest_size=20).hexdigest()}
+    return json.dumps(header).encode() + b"\n" + payload
+
+
+def _other_machines_entry(key: str, payload: bytes) -> bytes:
+    import hashlib
+    import hmac
+    import json
+
+    mac = hmac.new(os.urandom(32), key.encode() + b"\n" + payload, hashlib.sha256).hexdigest()
+    return json.dumps({"schema": 3, "key": key, "hmac": mac}).encode() + b"\n" + payload
+
+
+case("cache forgery (issue 27 #9)", "an unkeyed empty entry, as anyone can compute")(_forged_cache_case(_unkeyed_entry))
+case("cache forgery (issue 27 #9)", "an entry signed on another machine")(_forged_cache_case(_other_machines_entry))
+
+
+@case("cache forgery (issue 27 #9)", "a file name with a newline injects no line")
+def _newline_name(tmp: Path) -> Optional[str]:
+    write(tmp, "o\nk.py", with_finding(""))
+    out = torchlint(["check", "--no-cache", "."], tmp)
+    lines = out.stdout.decode(errors="replace").splitlines()
+    return first(sound(out), None if any(line.startswith("o\\nk.py:") for line in lines) else "the name was not escaped",
+                 "a line starts with the name's second half" if any(line.startswith("k.py") for line in lines) else None)
 # --- notebooks, the editor server, links out of the tree, codecs, Python's lines (issue 27, items 1-5, 12) -
 
 NOTEBOOK_CELL = ["model = torch.nn.Linear(4, 2)\n", FINDING + "\n"]
@@ -866,6 +1177,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     results = run_cases(args.fast, args.only)
     print(table(results))
+    for extra in (scaling_table(), cpython_table()):
+        if extra:
+            print("\n" + extra)
     failures = [(c, n, r) for c, n, r in results if r is not None]
     if failures:
         print("\nfailed:")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import List, Optional, Set
 
@@ -241,6 +242,11 @@ class _Checker:
         self._backward_names: dict = {}
         # statement -> [(node, message, fix, what)]: one finding per statement, listing its syncs
         self._found: dict = {}
+        # Per-loop indexes, built on first use (the read-before and name-use questions over a whole loop).
+        self._reads_by_loop: dict = {}
+        self._names_by_node: dict = {}
+        self._loads_of_name: dict = {}
+        self._mentions_by_block: dict = {}
 
     def report(self, node: cst.CSTNode, message: str, what: str, fix=None) -> None:
         statement = self.a.enclosing_statement(node) or node
@@ -367,7 +373,7 @@ class _Checker:
             detached = text if _is_detach_call(recv) else f"{text}.detach()"
             message = (f"`{acc} += {text}.item()` waits for the GPU every step; accumulate on the device "
                        f"(`{acc} += {detached}`) and convert once after the loop")
-            if loses_comment(fix[0].replacements):
+            if fix[2]:
                 self.report(call, f"{message} ({DROPS_COMMENT})", f"`{text}.item()`")
             else:
                 self.report(call, message, f"`{text}.item()`", fix=fix[0])
@@ -381,22 +387,46 @@ class _Checker:
         """An earlier, load-bearing sync of the same value (``if last.item() < tol:`` ... ``print(last.item())``)
         runs in every iteration of ``loop`` before ``call``, and nothing in between can queue GPU work: the
         first read has to stay and has waited already, so this one costs no wait of its own. (Two reads that
-        only show the value are both reported: removing the first makes the second the one that waits.)"""
+        only show the value are both reported: removing the first makes the second the one that waits.)
+
+        Only the latest such read needs testing: what lies between an earlier one and ``call`` holds what lies
+        between the latest one and ``call`` (two reads of one receiver never nest). The loop's calls, their
+        GPU work as a running count and the load-bearing reads by receiver are indexed once per loop, so a
+        loop of N reads costs O(N), not a walk over every pair."""
         a = self.a
-        text = a.module.code_for_node(recv)
-        calls = a.calls_in(loop.node.body)
-        for index, earlier in enumerate(calls):
-            if earlier is call or not a.comes_before(earlier, call):
-                break
-            if not (isinstance(earlier.func, cst.Attribute) and not earlier.args and call_name(earlier) in _SYNC_METHODS
-                    and a.module.code_for_node(earlier.func.value) == text and self._every_iteration(earlier, loop)
-                    and self._destination(self._chain_top(earlier), loop, follow=True) == "load"):
-                continue
-            between = [c for c in calls[index + 1:] if a.comes_before(c, call) and not a.contains(earlier, c)
-                       and not a.contains(c, call)]
-            if all(_queues_no_gpu_work(c) for c in between):
-                return True
-        return False
+        reads = self._loop_reads(loop)
+        calls, orders, gpu_counts, position = reads.calls, reads.orders, reads.gpu_counts, reads.position
+        before = bisect.bisect_left(orders, a.order[call])  # calls[:before] come before ``call``
+        earlier = self._load_bearing_reads(loop, reads, a.module.code_for_node(recv))
+        count = bisect.bisect_left(earlier, before)
+        if not count:
+            return False
+        latest = earlier[count - 1]
+        after = min(latest + len(a.calls_in(calls[latest])), before)  # past the calls inside that read
+        queued = gpu_counts[before] - gpu_counts[after]
+        for ancestor in a.ancestors(call):  # calls around ``call`` are not "in between"
+            index = position.get(ancestor) if isinstance(ancestor, cst.Call) else None
+            if index is not None and after <= index < before and not _queues_no_gpu_work(ancestor):
+                queued -= 1
+        return queued == 0
+
+    def _loop_reads(self, loop: LoopInfo) -> "_LoopReads":
+        reads = self._reads_by_loop.get(loop.node)
+        if reads is None:
+            calls = self.a.calls_in(loop.node.body)
+            reads = self._reads_by_loop[loop.node] = _LoopReads(calls, self.a)
+        return reads
+
+    def _load_bearing_reads(self, loop: LoopInfo, reads: "_LoopReads", text: str) -> List[int]:
+        """The reads of receiver ``text`` that run every iteration and whose value Python needs, in order."""
+        found = reads.load_bearing.get(text)
+        if found is None:
+            found = reads.load_bearing[text] = [
+                index for index in reads.by_receiver.get(text, ())
+                if self._every_iteration(reads.calls[index], loop)
+                and self._destination(self._chain_top(reads.calls[index]), loop, follow=True) == "load"
+            ]
+        return found
 
     def _every_iteration(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
         """``node`` runs whenever an iteration of ``loop`` runs: no branch, inner loop, comprehension,
@@ -709,12 +739,24 @@ class _Checker:
         """A name that holds a host value: "load" when the loop uses it for control flow."""
         if not isinstance(target, cst.Name):
             return "sink"
-        for use in names_in(loop.node, target.value):
-            if use is target or self._is_binding(use):
-                continue
-            if self._destination(use, loop, follow=False) == "load":
-                return "load"
-        return "sink"
+        key = (loop.node, target.value)
+        loads = self._loads_of_name.get(key)
+        if loads is None:  # the uses that need the value, found once per loop and name
+            loads = self._loads_of_name[key] = [
+                use for use in self._names_under(loop.node).get(target.value, ())
+                if not self._is_binding(use) and self._destination(use, loop, follow=False) == "load"
+            ]
+        return "load" if any(use is not target for use in loads) else "sink"
+
+    def _names_under(self, node: cst.CSTNode) -> dict:
+        """Every ``Name`` under ``node`` by spelling (``names_in`` for all names at once): one walk per loop."""
+        names = self._names_by_node.get(node)
+        if names is None:
+            names = self._names_by_node[node] = {}
+            for below in walk(node):
+                if isinstance(below, cst.Name):
+                    names.setdefault(below.value, []).append(below)
+        return names
 
     def _is_binding(self, name: cst.Name) -> bool:
         """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
@@ -756,16 +798,17 @@ class _Checker:
             block = a.parent(statement)
             if not isinstance(block, (cst.IndentedBlock, cst.Module)):
                 return None  # an `elif`, or a one-line suite
-            siblings = list(block.body)
-            position = next((i for i, s in enumerate(siblings) if s is statement), None)
+            positions, mentions = self._mentions_in_block(block)
+            position = positions.get(statement)
             if position is None:
                 return None
-            for previous in reversed(siblings[:position]):
-                if names_in(previous, acc):
-                    return previous
+            spots = mentions.get(acc, ())
+            before = bisect.bisect_left(spots, position)
+            if before:
+                return block.body[spots[before - 1]]
             container = a.parent(block)
             if isinstance(container, (cst.For, cst.While)):
-                if any(use for use in names_in(container, acc) if not a.contains(loop, use)):
+                if any(use for use in self._names_under(container).get(acc, ()) if not a.contains(loop, use)):
                     return None
             elif isinstance(container, (cst.If, cst.With)):
                 header = container.test if isinstance(container, cst.If) else container.items
@@ -774,6 +817,22 @@ class _Checker:
             elif not isinstance(container, cst.Try):
                 return None
             statement = container
+
+    def _mentions_in_block(self, block: cst.CSTNode) -> tuple:
+        """A block's statements: the position of each, and for each name the positions of the statements
+        that mention it, in order (one walk per block, not one per accumulator asked about)."""
+        found = self._mentions_by_block.get(block)
+        if found is None:
+            positions, mentions = {}, {}
+            for position, statement in enumerate(block.body):
+                positions[statement] = position
+                for node in walk(statement):
+                    if isinstance(node, cst.Name):
+                        spots = mentions.setdefault(node.value, [])
+                        if not spots or spots[-1] != position:
+                            spots.append(position)
+            found = self._mentions_by_block[block] = (positions, mentions)
+        return found
 
     # --- the accumulation fix -------------------------------------------------------------------------
     def _accumulation_fix(self, call: cst.Call, top: cst.BaseExpression, loop: LoopInfo):
@@ -791,7 +850,7 @@ class _Checker:
         if self._chain_has_sync(recv) or names_in(recv, acc):
             return None
         # nothing in the loop but this statement mentions acc
-        if any(use is not aug.target for use in names_in(loop.node, acc)):
+        if any(use is not aug.target for use in self._names_under(loop.node).get(acc, ())):
             return None
         # the loop runs after `acc = <number>`, with nothing touching acc in between
         if isinstance(a.parent(loop.node), cst.SimpleStatementSuite):
@@ -803,7 +862,9 @@ class _Checker:
         # `.item(...)` becomes `.detach(...)` in place, so whatever its brackets hold (a comment) stays
         detach = recv if _is_detach_call(recv) else call.with_changes(
             func=call.func.with_changes(attr=cst.Name("detach")))
-        new_loop = loop.node.deep_replace(aug, aug.with_changes(value=detach))
+        from torchlint.fixer import replaced_within  # the fixer loads only for files with a finding
+
+        new_loop = replaced_within(loop.node, aug, aug.with_changes(value=detach), a)
         imports = ()
         if isinstance(literal, cst.Float):
             conversion = cst.parse_statement(f"{acc} = float({acc})")
@@ -814,7 +875,9 @@ class _Checker:
                 imports = (ImportRequest("torch"),)
             conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
         fix = Fix({loop.node: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
-        return fix, acc
+        # Only ``call`` differs in the loop, and ``conversion`` has no comment: what the whole fix would drop,
+        # ``call``'s replacement drops (asking of the whole loop made every finding cost the loop's size).
+        return fix, acc, loses_comment({call: detach})
 
 
 _NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.autograd.no_grad",
@@ -857,6 +920,23 @@ _NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(_SYNC_METHODS) | {
 
 def _queues_no_gpu_work(call: cst.Call) -> bool:
     return call_name(call) in _NO_GPU_WORK_CALLS
+
+
+class _LoopReads:
+    """A loop body's calls in source order, with what ``_read_before`` asks of them: each call's index, how
+    many of the first k calls may queue GPU work, and the argument-less sync calls by receiver text."""
+
+    def __init__(self, calls: List[cst.Call], a: FileAnalysis) -> None:
+        self.calls = calls
+        self.orders = [a.order[c] for c in calls]
+        self.position = {c: i for i, c in enumerate(calls)}
+        self.gpu_counts = [0]
+        self.by_receiver: dict = {}
+        for index, c in enumerate(calls):
+            self.gpu_counts.append(self.gpu_counts[-1] + (not _queues_no_gpu_work(c)))
+            if isinstance(c.func, cst.Attribute) and not c.args and call_name(c) in _SYNC_METHODS:
+                self.by_receiver.setdefault(a.module.code_for_node(c.func.value), []).append(index)
+        self.load_bearing: dict = {}  # receiver text -> ``_Checker._load_bearing_reads``
 
 
 def _is_logging_guard(test: cst.BaseExpression) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from typing import Iterator, List, Optional, Set, Tuple
 
@@ -141,16 +142,17 @@ class ZeroGradKeepsZeros(Rule):
     def check(self, ctx: RuleContext) -> None:
         a = ctx.analysis
         old_torch = ctx.torch_version < (2, 0)
+        memo: dict = {}  # what each region holds, for this file (``_zeros_are_load_bearing``)
         for call in a.calls_by_name.get("zero_grad", ()):
-            self._check_zero_grad(ctx, a, call, old_torch)
+            self._check_zero_grad(ctx, a, call, old_torch, memo)
         for loop in a.loops:
             if isinstance(loop.node, cst.For):
                 param = _parameter_loop_target(a, loop.node)
                 if param is not None:
-                    self._check_manual_loop(ctx, a, loop.node, param)
+                    self._check_manual_loop(ctx, a, loop.node, param, memo)
 
     # --- optimizer.zero_grad(...) / model.zero_grad(...) ----------------------------------------------
-    def _check_zero_grad(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, old_torch: bool) -> None:
+    def _check_zero_grad(self, ctx: RuleContext, a: FileAnalysis, call: cst.Call, old_torch: bool, memo: dict) -> None:
         if not isinstance(call.func, cst.Attribute):
             return
         if len(call.args) > 1 or any(arg.star for arg in call.args):
@@ -164,7 +166,7 @@ class ZeroGradKeepsZeros(Rule):
         elif not is_literal(arg.value, "False"):
             return  # set_to_none=True, or a variable: the caller decides
         statement = a.enclosing_statement(call)
-        if statement is None or _zeros_are_load_bearing(a, statement):
+        if statement is None or _zeros_are_load_bearing(a, statement, memo):
             return
         owner = dotted_name(call.func.value) or "optimizer"
         written = "set_to_none=False" if arg is not None and arg.keyword is not None else "False"
@@ -189,7 +191,7 @@ class ZeroGradKeepsZeros(Rule):
         ctx.report(call, message=message, fix=Fix.replace(call, new_call, Applicability.UNSAFE))
 
     # --- for p in model.parameters(): p.grad.zero_() --------------------------------------------------
-    def _check_manual_loop(self, ctx: RuleContext, a: FileAnalysis, loop: cst.For, param: str) -> None:
+    def _check_manual_loop(self, ctx: RuleContext, a: FileAnalysis, loop: cst.For, param: str, memo: dict) -> None:
         function = a.function_of(loop)
         if function is not None and isinstance(function.node, cst.FunctionDef):
             if _ZEROING_FUNCTION.search(function.name) or any(
@@ -203,11 +205,10 @@ class ZeroGradKeepsZeros(Rule):
         for line, index, grad in _zeroing_statements(a, loop, param):
             if any(isinstance(anc, cst.If) and _mentions(anc.test, "set_to_none") for anc in a.ancestors(line)):
                 continue
-            if isinstance(line.body[index], cst.Assign) and not any(
-                    a.is_backward_call(c) for c in a.calls_in(_region(a, loop))):
+            if isinstance(line.body[index], cst.Assign) and not _events_in(a, _region(a, loop), memo).has_backward:
                 continue  # `p.grad = zeros_like(p)` with no backward() around: buffers made for manual accumulation
             zeroings.append((line, index, grad))
-        if not zeroings or _zeros_are_load_bearing(a, loop):
+        if not zeroings or _zeros_are_load_bearing(a, loop, memo):
             return
         for line, index, grad in zeroings:
             replacements = _manual_fix(a, line, index, grad, param)
@@ -475,7 +476,7 @@ def _grad_uses(region: cst.CSTNode) -> List[cst.Attribute]:
     return [u for u in uses if u not in skipped]
 
 
-def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode) -> bool:
+def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode, memo: dict) -> bool:
     """True when, after ``zeroing`` and before the next ``backward()``, a gradient is read or the optimizer steps.
 
     Order is source order, wrapping around the innermost loop around the zeroing (its next iteration), then
@@ -483,49 +484,88 @@ def _zeros_are_load_bearing(a: FileAnalysis, zeroing: cst.CSTNode) -> bool:
     the zeros the previous call's reset left). In a method, a gradient read in another method of the class
     that calls no ``backward()`` (gradients that arrive from workers) also needs the zeros, and so does any
     gradient written by hand where the function and its class never call ``backward()``.
+
+    What each region holds is indexed once (``memo``, per file): N zeroings in one function cost O(N), not a
+    walk of the function each. Events inside ``zeroing`` never count: the order below skips its span.
     """
     region = _region(a, zeroing)
-    events: List[Tuple[int, str]] = []
-    for call in a.calls_in(region):
-        if a.is_backward_call(call):
-            events.append((a.spans[call][0], "backward"))
-        elif a.is_optimizer_step(call):
-            events.append((a.spans[call][0], "step"))
-    for use in _grad_uses(region):
-        if not a.contains(zeroing, use):
-            events.append((a.spans[use][0], "grad"))
+    events = _events_in(a, region, memo)
     start, end = a.spans[zeroing]
     loop = next((info.node for info in a.enclosing_loops(zeroing) if a.contains(region, info.node)), None)
+    function = a.function_of(zeroing)
     if loop is not None:
         lo, hi = a.spans[loop]
-        ordered = sorted(e for e in events if end <= e[0] < hi) + sorted(e for e in events if lo <= e[0] < start)
-        ordered += sorted(e for e in events if e[0] >= hi)
-        earlier = sorted(e for e in events if e[0] < lo)
+        spans = [(end, hi), (lo, start), (hi, None)] + ([(None, lo)] if function is not None else [])
     else:
-        ordered = sorted(e for e in events if e[0] >= end)
-        earlier = sorted(e for e in events if e[0] < start)
-    function = a.function_of(zeroing)
-    if function is not None:
-        ordered += earlier  # the function's next call
-    for _, kind in ordered:
-        if kind == "backward":
-            return False
-        return True  # a gradient read, or a step on the zeros: keep them
+        spans = [(end, None)] + ([(None, start)] if function is not None else [])
+    for after, before in spans:
+        kind = events.first(after, before)
+        if kind is not None:
+            return kind != "backward"  # a gradient read, or a step on the zeros: keep them
     if function is None:
         return False
     klass = _class_of(a, function.node)
     code = klass if klass is not None else function.node
-    if not any(a.is_backward_call(c) for c in a.calls_in(code)) and any(
-        not a.contains(zeroing, g) for g in walk(code) if isinstance(g, cst.Attribute) and g.attr.value == "grad"
-    ):
+    if not _events_in(a, code, memo).has_backward and _grad_attributes_in(a, code, memo).outside(start, end):
         return True  # gradients written by hand, never by backward(): the zeros are where they accumulate
     if klass is None:
         return False
     methods = [n for n in klass.body.body if isinstance(n, cst.FunctionDef) and n is not function.node]
     for method in methods:
-        if _grad_uses(method) and not any(a.is_backward_call(c) for c in a.calls_in(method)):
+        if _events_in(a, method, memo).adds_by_hand:
             return True  # another method adds into the gradients without producing them by backward()
     return False
+
+
+class _Events:
+    """A region's ``backward()`` calls, optimizer steps and gradient reads (``_grad_uses``), by position."""
+
+    def __init__(self, a: FileAnalysis, region: cst.CSTNode) -> None:
+        events: List[Tuple[int, str]] = []
+        for call in a.calls_in(region):
+            if a.is_backward_call(call):
+                events.append((a.spans[call][0], "backward"))
+            elif a.is_optimizer_step(call):
+                events.append((a.spans[call][0], "step"))
+        self.has_backward = any(kind == "backward" for _, kind in events)
+        uses = _grad_uses(region)
+        self.adds_by_hand = bool(uses) and not self.has_backward
+        events.extend((a.spans[use][0], "grad") for use in uses)
+        events.sort()
+        self.positions = [position for position, _ in events]
+        self.kinds = [kind for _, kind in events]
+
+    def first(self, after: Optional[int], before: Optional[int]) -> Optional[str]:
+        """The kind of the first event at ``after <= position < before`` (None: unbounded), or None."""
+        index = 0 if after is None else bisect.bisect_left(self.positions, after)
+        if index < len(self.positions) and (before is None or self.positions[index] < before):
+            return self.kinds[index]
+        return None
+
+
+class _Positions:
+    def __init__(self, positions: List[int]) -> None:
+        self.positions = sorted(positions)
+
+    def outside(self, start: int, end: int) -> bool:
+        """Some position lies outside ``start <= position < end``."""
+        inside = bisect.bisect_left(self.positions, end) - bisect.bisect_left(self.positions, start)
+        return len(self.positions) > inside
+
+
+def _events_in(a: FileAnalysis, region: cst.CSTNode, memo: dict) -> _Events:
+    key = ("events", region)
+    if key not in memo:
+        memo[key] = _Events(a, region)
+    return memo[key]
+
+
+def _grad_attributes_in(a: FileAnalysis, code: cst.CSTNode, memo: dict) -> _Positions:
+    """Where ``code`` holds any ``x.grad`` attribute (written ones included)."""
+    key = ("grad attributes", code)
+    if key not in memo:
+        memo[key] = _Positions([a.spans[g][0] for g in walk(code) if isinstance(g, cst.Attribute) and g.attr.value == "grad"])
+    return memo[key]
 
 
 def _class_of(a: FileAnalysis, function: cst.CSTNode) -> Optional[cst.ClassDef]:

@@ -550,6 +550,7 @@ class _Checker:
         self._under_no_grad: Dict[str, bool] = {}
         self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
         self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument
+        self._returned: Dict[cst.CSTNode, Set[str]] = {}  # function -> ``_returned_names``
         self.model_classes = self._model_classes()
 
     # --- driver ------------------------------------------------------------------------------
@@ -979,13 +980,21 @@ class _Checker:
         name = info.name
         if self.a.calls_by_name.get(name):
             return False
-        if info.parent is not None and any(isinstance(r, cst.Return) and isinstance(r.value, cst.Name)
-                                           and r.value.value == name for r in _walk_nodes(info.parent.node)):
+        if info.parent is not None and name in self._returned_names(info.parent.node):
             return True  # a closure returned to the caller, who decides the grad mode it runs in
         if self._passed_names is None:  # once per file: a file with many functions asks for each
             self._passed_names = {arg.value.value for call in self.a.calls for arg in call.args
                                   if isinstance(arg.value, cst.Name)}
         return name in self._passed_names
+
+    def _returned_names(self, node: cst.CSTNode) -> Set[str]:
+        """The names ``node`` returns bare (``return inner``), walked once per function: a function holding
+        many closures asked for each."""
+        names = self._returned.get(node)
+        if names is None:
+            names = self._returned[node] = {r.value.value for r in _walk_nodes(node)
+                                            if isinstance(r, cst.Return) and isinstance(r.value, cst.Name)}
+        return names
 
     def _returns_nothing(self, name: str) -> bool:
         """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no

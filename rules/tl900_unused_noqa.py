@@ -103,8 +103,12 @@ def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[st
     if kept:
         start, end = match.span("codes")
         return value[:start] + ", ".join(kept) + value[end:]
-    rest = (value[: match.start()] + value[match.end():]).rstrip()
-    return rest if rest.strip("# \t") else None
+    before, after = value[: match.start()], value[match.end():]
+    if not (before + after).strip("# \t"):
+        return None
+    if not before.strip():  # the directive opened the comment: its reason stays a comment
+        return "# " + after.strip()
+    return (before + after).rstrip()
 
 
 @lru_cache(maxsize=None)

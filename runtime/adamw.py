@@ -439,10 +439,16 @@ class AdamW(Optimizer):
         *,
         maximize: bool = False,
         foreach: Optional[bool] = None,
+        capturable: bool = False,
+        differentiable: bool = False,
         fused: Optional[bool] = None,
     ) -> None:
-        if isinstance(lr, Tensor) and lr.numel() != 1:
-            raise ValueError("Tensor lr must be 1-element")
+        # torch.optim.AdamW's checks, in its order and with its messages.
+        if isinstance(lr, Tensor):
+            if foreach and not capturable:
+                raise ValueError("lr as a Tensor is not supported for capturable=False and foreach=True")
+            if lr.numel() != 1:
+                raise ValueError("Tensor lr must be 1-element")
         if not 0.0 <= lr:
             raise ValueError(f"Invalid learning rate: {lr}")
         if not 0.0 <= eps:
@@ -452,6 +458,16 @@ class AdamW(Optimizer):
                 raise ValueError(f"Invalid beta parameter at index {i}: {beta}")
         if not 0.0 <= weight_decay:
             raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if not (all(isinstance(b, float) for b in betas) or all(isinstance(b, Tensor) for b in betas)):
+            raise ValueError("betas must be either both floats or both Tensors")
+        for i, beta in enumerate(betas):
+            if isinstance(beta, Tensor):
+                if not capturable and foreach:
+                    raise ValueError(f"betas[{i}] as a Tensor is not supported for capturable=False and foreach=True")
+                if beta.numel() != 1:
+                    raise ValueError(f"Tensor betas[{i}] must be 1-element")
+        if fused and differentiable:
+            raise RuntimeError("`fused` does not support `differentiable`")
         if fused and foreach:
             raise RuntimeError("`fused` and `foreach` cannot be `True` together.")
         defaults = dict(
@@ -464,9 +480,10 @@ class AdamW(Optimizer):
             foreach=foreach,
             fused=fused,
             # Same group keys as torch.optim.AdamW so param_groups (and thus
-            # state dicts) are interchangeable; these two are always fixed.
-            capturable=False,
-            differentiable=False,
+            # state dicts) are interchangeable. A group with capturable or
+            # differentiable runs torch's own update (``_torch_adamw``).
+            capturable=capturable,
+            differentiable=differentiable,
             decoupled_weight_decay=True,
         )
         super().__init__(params, defaults)
@@ -497,7 +514,7 @@ class AdamW(Optimizer):
         if group["fused"] is not None or group["foreach"] is not None:
             return bool(group["fused"])
         with_grad = [p for p in group["params"] if p.grad is not None]
-        return bool(with_grad) and all(uses_fused_by_default(p) for p in with_grad)
+        return bool(with_grad) and all(uses_fused_by_default(p) and _same_layout(p, p.grad) for p in with_grad)
 
     def _collect(self, group: Dict[str, Any], fused: bool = False) -> Tuple[List[Tensor], ...]:
         """Lists of (param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, step) for params with a grad.
@@ -538,6 +555,11 @@ class AdamW(Optimizer):
                 loss = closure()
 
         for group in self.param_groups:
+            if group["capturable"] or group["differentiable"]:
+                tensors = self._collect(group, bool(group["fused"]))
+                if tensors[0]:
+                    _torch_adamw(group, tensors)
+                continue
             fused = self._uses_fused(group)
             tensors = self._collect(group, fused)
             if not tensors[0]:
@@ -565,6 +587,38 @@ class AdamW(Optimizer):
             else:
                 _single_tensor_adamw(*tensors, **{**hyper, **tensor_betas})
         return loss
+
+
+def _torch_adamw(group: Dict[str, Any], tensors: Tuple[List[Tensor], ...]) -> None:
+    """A capturable or differentiable group: torch's own functional AdamW (its choice of path included),
+    with the grad mode torch's ``step`` gives it."""
+    from torch.optim.adam import adam
+
+    beta1, beta2 = group["betas"]
+    with torch.set_grad_enabled(group["differentiable"]):
+        adam(*tensors, foreach=group["foreach"], capturable=group["capturable"],
+             differentiable=group["differentiable"], fused=group["fused"], decoupled_weight_decay=True,
+             amsgrad=group["amsgrad"], beta1=beta1, beta2=beta2, lr=group["lr"],
+             weight_decay=group["weight_decay"], eps=group["eps"], maximize=group["maximize"])
+
+
+def _same_layout(param: Tensor, grad: Tensor) -> bool:
+    """The gradient lies in memory as its parameter does, and both are dense: the fused kernel walks the
+    tensors' storage in one order, so a transposed gradient, or a channels_last parameter with a contiguous
+    gradient, would be paired element for element with the wrong entries' moments (torch's ``fused=True``
+    is wrong there too; its default path is not)."""
+    return (param.layout == grad.layout == torch.strided and param.shape == grad.shape
+            and param.stride() == grad.stride() and _dense(param))
+
+
+def _dense(t: Tensor) -> bool:
+    """No gaps and no overlap: the strides, sorted, are the running products of the sizes."""
+    expected = 1
+    for stride, size in sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _check_fused_supported(p: Tensor) -> None:

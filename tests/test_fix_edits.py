@@ -11,7 +11,8 @@ import pytest
 
 from fixture_support import apply_edits, fixture_settings, flagged_fixtures
 from torchlint.config import Settings
-from torchlint.engine import _run_rules, _text_edits, lint_source, parse
+from torchlint.engine import _run_rules, lint_source, parse
+from torchlint.fix_edits import text_edits
 from torchlint.fix_edits import FixEdits
 from torchlint.fixer import FixApplier
 from torchlint.registry import get_rule
@@ -58,7 +59,7 @@ def test_fixture_edits_equal_the_whole_module_path(code, path):
     module, analysis, reports = _fixable_reports(source, rules, settings)
     maker = FixEdits(module, analysis, "t.py", source)
     for report in reports:
-        assert maker.edits(report) == _text_edits(source, FixApplier(module, analysis, "t.py").render([report]))
+        assert maker.edits(report) == text_edits(source, FixApplier(module, analysis, "t.py").render([report]))
 
 
 def test_most_fixture_reports_take_the_statement_path():
@@ -85,7 +86,7 @@ def test_json_output_carries_the_same_edits():
     module, analysis, reports = _fixable_reports(source, rules, settings)
     assert len(diagnostics) == len(reports) > 0
     for diagnostic, report in zip(diagnostics, reports):
-        assert diagnostic.edits == _text_edits(source, FixApplier(module, analysis, "t.py").render([report]))
+        assert diagnostic.edits == text_edits(source, FixApplier(module, analysis, "t.py").render([report]))
 
 
 # -- hand-written cases ------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from robustness_support import REPO, invoke, torchlint_subprocess, with_finding
+from robustness_support import FINDING, REPO, invoke, torchlint_subprocess, with_finding
 
 from torchlint.config import Settings
 from torchlint.fileio import decode_source
@@ -95,3 +95,22 @@ def test_what_cpython_rejects_is_a_tl000_and_is_never_fixed(tmp_path, monkeypatc
     result = invoke("fix", "--apply", "--no-cache", "bad.py")
     assert "bad.py:2:" in result.output and "TL000" in result.output and message in result.output
     assert (tmp_path / "bad.py").read_bytes() == data
+
+
+# Issue 27 item 11: CPython is the oracle. Its tokenizer refuses more than 200 open brackets on every version,
+# so such a file is a syntax error for torchlint too (it used to be checked and fixed); one level fewer is fine.
+@pytest.mark.parametrize("depth", [190, 199, 200, 201, 260])
+@pytest.mark.parametrize("brackets", ["()", "[]"])
+def test_bracket_depth_is_judged_as_cpython_does(tmp_path, depth, brackets):
+    body = "x = " + brackets[0] * depth + ("1" if brackets == "()" else "") + brackets[1] * depth
+    source = with_finding(body)
+    try:
+        compile(source, "deep.py", "exec")
+        valid = True
+    except SyntaxError:
+        valid = False
+    path = tmp_path / "deep.py"
+    path.write_text(source)
+    result = invoke("fix", "--apply", "--no-cache", str(path))
+    assert ("TL000 syntax error: too many nested parentheses" in result.output) == (not valid), result.output
+    assert (FINDING in path.read_text()) == (not valid)  # rejected code is left alone, valid code is fixed

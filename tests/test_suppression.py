@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from torchlint import suppression
@@ -73,3 +75,24 @@ def test_tl900_is_silent_where_a_line_holds_only_a_continuation():
     assert lint_source(unused, "m.py", rules, settings).diagnostics == []  # ...but the rule cannot tell
     plain = unused.replace("\\\n", "")
     assert [d.code for d in lint_source(plain, "m.py", rules, settings).diagnostics] == ["TL900"]
+
+
+# An unused `# noqa: TL101 <reason>` under the default rules: the fix keeps the reason as a comment (it used
+# to build a comment without `#`, an internal error); the project's own TL900 fixture is the first case.
+@pytest.mark.parametrize("source, fixed_line", [
+    (open(Path(__file__).parent.parent / "fixtures/TL900/clean_used_or_foreign.py").read(),
+     "z = 3  # (TL101 is not selected here: it cannot be judged)"),
+    ("import torch\nx = 1  # noqa: TL101 because reasons\n", "x = 1  # because reasons"),
+    ("import torch\nx = 1  # noqa:TL101,TL102\n", "x = 1"),
+])
+def test_tl900_fix_keeps_the_reason_after_an_unused_code(source, fixed_line):
+    from torchlint.config import Settings
+    from torchlint.engine import fix_source, lint_source
+    from torchlint.registry import all_rules
+
+    rules, settings = [rule() for rule in all_rules()], Settings()
+    codes = [d.code for d in lint_source(source, "m.py", rules, settings).diagnostics]
+    assert "TL000" not in codes and "TL900" in codes
+    fixed = fix_source(source, "m.py", rules, settings, unsafe=False).source
+    assert fixed_line in fixed.splitlines()
+    assert fix_source(fixed, "m.py", rules, settings, unsafe=False).source == fixed

@@ -3,14 +3,21 @@
 An entry's key hashes the file's bytes with torchlint's version and the settings that decide its
 diagnostics (the rules selected for that file, the target PyTorch version), so a moved or copied file hits
 and any change misses. Entries are written atomically; one that cannot be read is ignored, never fatal.
+
+The folder stays in the project, as Ruff's ``.ruff_cache`` does (with a ``.gitignore`` of ``*``), but each
+entry carries an HMAC under a secret key of this machine's user, kept outside every project
+(``machine_key_path``): an entry committed to a repository, copied from another machine or written by hand
+(an empty one would hide every finding of its file) is a miss, as the key is unknown there.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
 import stat
+import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -44,10 +51,55 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def machine_key_path() -> Path:
+    """Where this user's cache key lives: the user cache folder (``$XDG_CACHE_HOME``, ``~/.cache``, or
+    ``%LOCALAPPDATA%`` on Windows), never a project."""
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        base = Path(os.environ["LOCALAPPDATA"])
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "torchlint" / "cache-key"
+
+
+@lru_cache(maxsize=None)
+def _machine_key(path: Path) -> Optional[bytes]:
+    """The secret key at ``path``, made on first use (32 random bytes, readable by this user only); None
+    where it can be neither read nor made: the cache is then off, as no entry could be trusted."""
+    try:
+        return _read_key(path)
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+    except FileExistsError:
+        pass  # another run made it first: use theirs
+    except OSError:
+        return None
+    try:
+        return _read_key(path)
+    except OSError:
+        return None
+
+
+def _read_key(path: Path) -> bytes:
+    key = path.read_bytes()
+    if len(key) < 32:
+        raise OSError("cache key too short")  # half-written by a killed run: never trust a short key
+    return key
+
+
+def _mac(secret: bytes, key: str, payload: bytes) -> str:
+    return hmac.new(secret, key.encode("ascii") + b"\n" + payload, hashlib.sha256).hexdigest()
+
+
 class Cache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self._prepared = False
+        self._secret = _machine_key(machine_key_path())
 
     def key(self, data: bytes, rule_codes: Sequence[str], torch_version: tuple, mode: str) -> str:
         digest = hashlib.blake2b(data, digest_size=20)
@@ -59,14 +111,18 @@ class Cache:
 
     def get(self, key: str, path: str) -> Optional[List[Diagnostic]]:
         """The entry's diagnostics, or None (a miss) for anything but an intact entry of this key."""
+        if self._secret is None:
+            return None
         try:
             with self._entry(key).open("rb") as f:
                 blob = f.read(_MAX_ENTRY_BYTES + 1)
-            return _decode_entry(blob, key, path)
+            return _decode_entry(blob, key, path, self._secret)
         except (OSError, ValueError, KeyError, TypeError, RecursionError, MemoryError):
             return None
 
     def put(self, key: str, diagnostics: Sequence[Diagnostic]) -> None:
+        if self._secret is None:
+            return
         tmp = None
         try:
             self._prepare()
@@ -75,7 +131,7 @@ class Cache:
             _own_folder(entry.parent)
             fd, tmp = tempfile.mkstemp(dir=str(entry.parent), prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(_encode_entry(key, diagnostics))
+                f.write(_encode_entry(key, diagnostics, self._secret))
             os.replace(tmp, entry)
             tmp = None
         except OSError:
@@ -114,29 +170,31 @@ def _own_folder(path: Path) -> None:
         raise NotADirectoryError(f"{path} is not a folder (a symbolic link?); the cache is not written")
 
 
-# An entry: one header line {"schema", "key", "blake2b" of the rest}, then the diagnostics as JSON. An entry
-# whose header, checksum or fields do not check out is a miss: a damaged cache can cost time, never results.
-SCHEMA = 2
+# An entry: one header line {"schema", "key", "hmac" of the key and the rest under this machine's secret},
+# then the diagnostics as JSON. An entry whose header, MAC or fields do not check out is a miss: a damaged or
+# forged cache can cost time, never results.
+SCHEMA = 3
 _MAX_ENTRY_BYTES = 64 * 1024 * 1024
 _MAX_HEADER_BYTES = 512
 _FIELDS = {"code": str, "name": str, "message": str, "line": int, "column": int, "end_line": int,
            "end_column": int, "fix": (str, type(None)), "edits": list, "cell": (int, type(None))}
 
 
-def _encode_entry(key: str, diagnostics: Sequence[Diagnostic]) -> bytes:
+def _encode_entry(key: str, diagnostics: Sequence[Diagnostic], secret: bytes) -> bytes:
     payload = json.dumps([_to_json(d) for d in diagnostics]).encode("utf-8")
-    header = {"schema": SCHEMA, "key": key, "blake2b": hashlib.blake2b(payload, digest_size=20).hexdigest()}
+    header = {"schema": SCHEMA, "key": key, "hmac": _mac(secret, key, payload)}
     return json.dumps(header).encode("utf-8") + b"\n" + payload
 
 
-def _decode_entry(blob: bytes, key: str, path: str) -> Optional[List[Diagnostic]]:
+def _decode_entry(blob: bytes, key: str, path: str, secret: bytes) -> Optional[List[Diagnostic]]:
     header_bytes, newline, payload = blob.partition(b"\n")
     if not newline or len(header_bytes) > _MAX_HEADER_BYTES or len(blob) > _MAX_ENTRY_BYTES:
         return None
     header = json.loads(header_bytes)
     if not isinstance(header, dict) or header.get("schema") != SCHEMA or header.get("key") != key:
         return None
-    if header.get("blake2b") != hashlib.blake2b(payload, digest_size=20).hexdigest():
+    mac = header.get("hmac")
+    if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(secret, key, payload)):
         return None
     items = json.loads(payload)
     if not isinstance(items, list) or not all(_well_formed(item) for item in items):

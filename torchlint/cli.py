@@ -32,6 +32,7 @@ from torchlint.reporters import (
     fixable_counts,
     format_json,
     format_text,
+    printable,
     statistics_json,
     statistics_lines,
     summary_line,
@@ -522,7 +523,7 @@ def _report_fix(results: List[FileResult], opts: dict, settings: Settings, apply
     if opts["output_format"] in TEXT_FORMATS and not opts["quiet"]:
         for r in results:
             for code, count in sorted(r.applied.items()):
-                click.echo(f"{r.path}: fixed {count} x {code} ({get_rule(code).name})")
+                click.echo(f"{printable(r.path)}: fixed {count} x {code} ({get_rule(code).name})")
     _emit_diagnostics(remaining, opts, settings)
     if not opts["quiet"] and opts["output_format"] in TEXT_FORMATS:
         total = sum(applied.values())

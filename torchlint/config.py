@@ -7,7 +7,7 @@ import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -140,31 +140,60 @@ def find_config(start: Path) -> Optional[Path]:
 
 def _has_torchlint_table(path: Path) -> bool:
     try:
-        with path.open("rb") as f:
-            return "torchlint" in tomllib.load(f).get("tool", {})
+        data = path.read_bytes()
     except OSError:
         return False
-    except tomllib.TOMLDecodeError as exc:  # it may hold our settings: running without them would mislead
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-
-
-def load_config(path: Path, _seen: Tuple[Path, ...] = ()) -> Settings:
     try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+        return "torchlint" in _toml(data, path).get("tool", {})
+    except ConfigError:  # it may hold our settings: running without them would mislead; else not ours
+        if b"torchlint" in data:
+            raise
+        return False
+
+
+def _toml(data: bytes, path: Path) -> Dict[str, Any]:
+    """A TOML file's table; any way it fails to be TOML (bad syntax, not UTF-8, nested past the
+    parser's recursion) is a ConfigError naming the file."""
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 (byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML here: nested too deeply to read") from None
+
+
+def load_config(path: Path) -> Settings:
+    """A configuration file's settings over those of the files its ``extend`` chain names (as in Ruff).
+    The chain is followed in a loop, not by recursion: hundreds of files deep is still a chain."""
+    chain: List[Tuple[Path, Dict[str, Any]]] = []
+    seen = set()
+    while True:
+        seen.add(path.resolve())
+        table = _settings_table(path)
+        chain.append((path, parse_table(table, str(path), allowed_extra=("extend",))))
+        if "extend" not in table:
+            break
+        path = _extended(path, table["extend"], seen)
+    settings = Settings()
+    for path, values in reversed(chain):
+        root = path.parent.resolve()
+        settings = replace(merge_layer(settings, values), root=root, config_path=path, project_root=root)
+    return settings
+
+
+def _settings_table(path: Path) -> Dict[str, Any]:
+    try:
+        data = _toml(path.read_bytes(), path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     # [tool.torchlint] wherever it is; else a pyproject.toml has no settings for us, and any other file
     # (torchlint.toml, or a file given with --config) holds them at its top level.
     table = data.get("tool", {}).get("torchlint")
     if table is None:
         table = {} if path.name == "pyproject.toml" else data
-    values = parse_table(table, str(path), allowed_extra=("extend",))
-    base = _extended(path, table.get("extend"), _seen) if "extend" in table else Settings()
-    root = path.parent.resolve()
-    return replace(merge_layer(base, values), root=root, config_path=path, project_root=root)
+    return table
 
 
 def parse_table(table: Dict[str, Any], where: str, allowed_extra: Tuple[str, ...] = ()) -> Dict[str, Any]:
@@ -193,16 +222,16 @@ def parse_inline(text: str) -> Dict[str, Any]:
     return parse_table(table, f"--config {text!r}")
 
 
-def _extended(path: Path, value: Any, seen: Tuple[Path, ...]) -> Settings:
-    """The settings of the file named by ``extend`` (relative to this file), as in Ruff."""
+def _extended(path: Path, value: Any, seen: Set[Path]) -> Path:
+    """The file named by ``extend`` (relative to this file)."""
     if not isinstance(value, str):
         raise ConfigError(f"{path}: extend: expected the path of another configuration file, got {value!r}")
     target = (path.parent / Path(value).expanduser()).resolve()
-    if target in seen or target == path.resolve():
+    if target in seen:
         raise ConfigError(f"{path}: extend: {value!r} extends itself in a cycle")
     if not target.is_file():
         raise ConfigError(f"{path}: extend: no such file: {value!r}")
-    return load_config(target, (*seen, path.resolve()))
+    return target
 
 
 def merge_layer(base: Settings, values: Dict[str, Any]) -> Settings:

@@ -11,27 +11,16 @@ of it (autocast, a half/bf16 model, a framework that manages precision).
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, call_name, dotted_name, keyword_arg, receiver
 
-CUDA = "cuda"
-CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
-UNKNOWN = None
-
-# Names that, when nothing else is known, plausibly hold an accelerator device (a `.to(device)` on them is
-# how nearly every training script moves its batches).
-DEVICE_NAME = re.compile(r"(^|_)(device|dev|gpu|cuda|rank|local_rank)s?($|_|\d)", re.IGNORECASE)
-_REDUCED_DTYPES = {"float16", "half", "bfloat16"}
-# Imports that hand precision to a framework the rules cannot read.
-_PRECISION_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "apex", "composer")
-_AUTOCAST_NAMES = {
-    "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
-    "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.GradScaler",
-}
+# The vocabulary has one home, beside the index's forms of these facts.
+from torchlint.facts.devices import AUTOCAST_NAMES as _AUTOCAST_NAMES, CPU, CUDA, DEVICE_NAME, UNKNOWN  # noqa: F401
+from torchlint.facts.devices import PRECISION_FRAMEWORKS as _PRECISION_FRAMEWORKS
+from torchlint.facts.devices import REDUCED_DTYPES as _REDUCED_DTYPES
 def device_kind(analysis: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> Optional[str]:
     """CUDA, CPU or UNKNOWN for an expression used as a device."""
     if depth > 4:

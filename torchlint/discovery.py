@@ -6,6 +6,7 @@ import errno
 import os
 import re
 import stat
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -84,6 +85,21 @@ class Discovery:
     problems: List[Tuple[str, str]] = field(default_factory=list)
 
 
+def _gitignore_spec(lines: List[str]) -> "pathspec.PathSpec":
+    """A .gitignore's spec without the lines git itself ignores as invalid (`!`, a lone `\\`, `[z-a]`)."""
+    try:
+        return _spec(lines)
+    except (ValueError, re.error):  # pathspec's pattern errors (ValueError), bad ranges: find the bad lines
+        valid = []
+        for line in lines:
+            try:
+                _spec([line])
+            except (ValueError, re.error):
+                continue
+            valid.append(line)
+        return _spec(valid)
+
+
 class _GitIgnores:
     """The .gitignore files that apply below a folder, each anchored at its own folder."""
 
@@ -96,7 +112,7 @@ class _GitIgnores:
             ignore_file = folder / ".gitignore"
             if os.path.isfile(ignore_file):
                 try:
-                    spec = _spec(ignore_file.read_text(encoding="utf-8", errors="replace").splitlines())
+                    spec = _gitignore_spec(ignore_file.read_text(encoding="utf-8", errors="replace").splitlines())
                 except OSError:
                     spec = None
             self._by_dir[folder] = spec

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import os
 import warnings
 
 from collections import Counter
@@ -17,10 +16,9 @@ from torchlint.ast_index import AstIndex, forget_last_index, index_of
 from torchlint.config import Settings
 from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
-from torchlint.fileio import split_lines
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rule import (
-    Applicability, Diagnostic, Edit, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
+    Applicability, Diagnostic, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
 
@@ -263,35 +261,6 @@ def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAna
             report.message = rewrite.refused.replace("{reason}", made)
         else:
             report.fix = made
-
-
-def _text_edits(before: str, after: str) -> Tuple[Edit, ...]:
-    """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
-    old_lines = split_lines(before)  # Python's lines: a form feed inside one is no line end
-    new_lines = split_lines(after)
-    starts = [0]
-    for line in old_lines:
-        starts.append(starts[-1] + len(line))
-    edits = []
-    import difflib
-
-    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
-        prefix = len(os.path.commonprefix([old, new]))
-        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
-        start, end = starts[i1] + prefix, starts[i2] - suffix
-        edits.append(Edit(*_line_col(before, start), *_line_col(before, end), new[prefix:len(new) - suffix]))
-    return tuple(edits)
-
-
-def _line_col(text: str, offset: int) -> Tuple[int, int]:
-    """1-based line and column of a character offset."""
-    line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
-    line = text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
-    return line, offset - line_start + 1
 
 
 def lint_source(

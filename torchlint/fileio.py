@@ -54,6 +54,9 @@ def decode_source(data: bytes) -> SourceText:
             line,
             column,
         ) from exc
+    except (LookupError, UnicodeError) as exc:  # rot13, hex, zlib: not text codecs; punycode, undefined: fail
+        raise SourceError(f"its coding cookie names {encoding!r}, which cannot decode Python source "
+                          f"(the interpreter rejects it too): {exc}") from exc
     return SourceText(text, encoding, _round_trips(text, encoding, data))
 
 
@@ -95,6 +98,18 @@ def read_bytes(path: Path, max_size: Optional[int] = None) -> bytes:
     return read_regular(path, max_size)[0]
 
 
+def _read_up_to(f, limit: int, first: int) -> bytes:
+    """At most ``limit`` bytes: ``first`` at once (the size it had, plus one to notice growth), the rest in
+    steps; never one buffer of ``limit`` bytes, as a configured limit may exceed any memory."""
+    data = f.read(min(first, limit))
+    while len(data) < limit:
+        more = f.read(min(limit - len(data), 1 << 20))
+        if not more:
+            break
+        data += more
+    return data
+
+
 def read_regular(path: Path, max_size: Optional[int] = None) -> Tuple[bytes, os.stat_result]:
     """The bytes of a regular file and its status (to check before writing that it is still the same
     file). Anything else (a FIFO would block forever, /dev/zero never ends) and files over ``max_size``
@@ -116,7 +131,7 @@ def read_regular(path: Path, max_size: Optional[int] = None) -> Tuple[bytes, os.
         if max_size is not None and status.st_size > max_size:
             raise SourceError(too_large_message(status.st_size, max_size))
         try:
-            data = f.read() if max_size is None else f.read(max_size + 1)
+            data = f.read() if max_size is None else _read_up_to(f, max_size + 1, status.st_size + 1)
         except OSError as exc:
             raise SourceError(f"cannot read: {exc.strerror or exc}") from exc
     if max_size is not None and len(data) > max_size:  # it grew while we read

@@ -5,7 +5,7 @@ diffing it against the source, once per report, cost a transform of the whole tr
 every statement and a diff of every line. Here only the innermost statement that holds the fix's
 replacements is rendered, before and after (with the indentation of its block, as ``positions.py`` locates
 nodes); its old text is found at exactly one line start of the source, and the edits are the line diff of
-that statement's two texts (``engine._text_edits``), moved to where the statement starts. Applied to the
+that statement's two texts (``text_edits``), moved to where the statement starts. Applied to the
 source, they give exactly the module rendered with the fix. Where the statement cannot be rendered alone
 (the fix adds imports, removes a statement at module level, the text is not unique, LibCST does not
 reproduce the source byte for byte), the whole-module path runs as before.
@@ -17,12 +17,13 @@ round trip of the original (``engine._carry_to_original``) has to be generated.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.engine import _line_col, _text_edits
-from torchlint.fixer import FixApplier, _Replacer
+from torchlint.fileio import split_lines
+from torchlint.fixer import FixApplier, Replacer
 from torchlint.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
                                  reproduced_exactly)
 from torchlint.rule import Edit, Report
@@ -38,13 +39,15 @@ class FixEdits:
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
         self.exact = reproduced_exactly(module, source) and not has_continuation_only_line(source)
         self._locator: Optional[StatementLocator] = None
+        self._old_texts: Dict[cst.CSTNode, str] = {}
+        self._starts: Dict[str, Optional[int]] = {}
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
         local = self._local_edits(report)
         if local is not None:
             return local
-        return _text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
+        return text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
 
     def _local_edits(self, report: Report) -> Optional[Tuple[Edit, ...]]:
         fix = report.fix
@@ -71,14 +74,17 @@ class FixEdits:
             if report.fix.imports or not report.fix.replacements:
                 return None
             pending.append(dict(report.fix.replacements))
+        # Find each fix's statement first and render each merged region once: N fixes in one statement
+        # whose text is not unique (the same line repeated in a loop) all land in the loop, which rendering
+        # per fix made cost N times the loop.
         while True:
-            regions: List[Tuple[int, int, str, Dict[cst.CSTNode, object]]] = []
+            regions: List[Tuple[int, int, Tuple[cst.CSTNode, List[str]], Dict[cst.CSTNode, object]]] = []
             for replacements in pending:
-                region = self._changed_statement(replacements)
-                if region is None:
+                found = self._statement_for(replacements)
+                if found is None:
                     return None
-                start, old, new = region
-                regions.append((start, start + len(old), new, replacements))
+                start, old, statement, indents = found
+                regions.append((start, start + len(old), (statement, indents), replacements))
             regions.sort(key=lambda region: region[0])
             merged = regions[:1]
             for region in regions[1:]:
@@ -91,7 +97,10 @@ class FixEdits:
                 break
             pending = [replacements for _, _, _, replacements in merged]
         text = self.source
-        for start, end, new, _ in reversed(regions):
+        for start, end, (statement, indents), replacements in reversed(regions):
+            new = self._rendered(statement, indents, replacements)
+            if new is None:
+                return None
             text = text[:start] + new + text[end:]
         return text
 
@@ -100,6 +109,16 @@ class FixEdits:
     def _changed_statement(self, replacements: Mapping[cst.CSTNode, object]) -> Optional[Tuple[int, str, str]]:
         """(offset in the source, old text, new text) of the innermost statement that holds every replaced
         node and whose code occurs once in the source; None where there is none."""
+        found = self._statement_for(replacements)
+        if found is None:
+            return None
+        start, old, statement, indents = found
+        new = self._rendered(statement, indents, replacements)
+        return None if new is None else (start, old, new)
+
+    def _statement_for(self, replacements: Mapping[cst.CSTNode, object]
+                       ) -> Optional[Tuple[int, str, cst.CSTNode, List[str]]]:
+        """(offset, old text, statement, indents) of ``_changed_statement``'s statement, not rendered yet."""
         if self._locator is None:
             self._locator = StatementLocator(self.module, self.analysis.parents, self.source)
         chains = []
@@ -112,17 +131,25 @@ class FixEdits:
         for statement, indents in chains[0]:
             if id(statement) not in shared:
                 continue
-            old = "".join(generate_code(self.module, statement, indents).tokens)
-            start = only_line_start(self._locator.haystack, old) if old else None
+            old, start = self._old_text(statement, indents)
             if start is None:
                 continue  # not unique: an enclosing statement may be
             if start + len(old) > len(self.source):
                 return None  # the last statement of a file without a final newline: LibCST adds one
-            new = self._rendered(statement, indents, replacements)
-            if new is None:
-                continue  # the statement is removed: its block's rendering may change (an empty one gets `pass`)
-            return start, old, new
+            if _removed(statement, replacements):
+                continue  # its block's rendering may change (an empty one gets `pass`): the enclosing one renders it
+            return start, old, statement, indents
         return None
+
+    def _old_text(self, statement: cst.CSTNode, indents: Sequence[str]) -> Tuple[str, Optional[int]]:
+        """A statement's code and its only line start in the source (None: not unique), once per statement
+        and text: every fix in a loop asks about the loop."""
+        old = self._old_texts.get(statement)
+        if old is None:
+            old = self._old_texts[statement] = "".join(generate_code(self.module, statement, indents).tokens)
+        if old not in self._starts:
+            self._starts[old] = only_line_start(self._locator.haystack, old) if old else None
+        return old, self._starts[old]
 
     def _rendered(self, statement: cst.CSTNode, indents: Sequence[str],
                   replacements: Mapping[cst.CSTNode, object]) -> Optional[str]:
@@ -139,7 +166,7 @@ class FixEdits:
             if not nodes:
                 return None
         else:
-            result = statement.visit(_Replacer(dict(replacements)))
+            result = statement.visit(Replacer(dict(replacements)))
             if not isinstance(result, cst.CSTNode):
                 return None
             nodes = [result]
@@ -149,7 +176,47 @@ class FixEdits:
 
     def _diff(self, offset: int, old: str, new: str) -> Tuple[Edit, ...]:
         """The edits that turn ``old`` at ``offset`` (a line start) into ``new``, in the source's lines."""
-        line, column = _line_col(self.source, offset)
+        line, column = line_col(self.source, offset)
         assert column == 1
         return tuple(Edit(e.line + line - 1, e.column, e.end_line + line - 1, e.end_column, e.content)
-                     for e in _text_edits(old, new))
+                     for e in text_edits(old, new))
+
+
+def text_edits(before: str, after: str) -> Tuple[Edit, ...]:
+    """The changes from ``before`` to ``after`` as non-overlapping edits, trimmed to what differs."""
+    old_lines = split_lines(before)  # Python's lines: a form feed inside one is no line end
+    new_lines = split_lines(after)
+    starts = [0]
+    for line in old_lines:
+        starts.append(starts[-1] + len(line))
+    edits = []
+    import difflib
+
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = "".join(old_lines[i1:i2]), "".join(new_lines[j1:j2])
+        prefix = len(os.path.commonprefix([old, new]))
+        suffix = len(os.path.commonprefix([old[prefix:][::-1], new[prefix:][::-1]]))
+        start, end = starts[i1] + prefix, starts[i2] - suffix
+        edits.append(Edit(*line_col(before, start), *line_col(before, end), new[prefix:len(new) - suffix]))
+    return tuple(edits)
+
+
+def line_col(text: str, offset: int) -> Tuple[int, int]:
+    """1-based line and column of a character offset."""
+    line_start = max(text.rfind("\n", 0, offset), text.rfind("\r", 0, offset)) + 1
+    line = text.count("\n", 0, offset) + text.count("\r", 0, offset) - text.count("\r\n", 0, offset) + 1
+    return line, offset - line_start + 1
+
+
+
+def _removed(statement: cst.CSTNode, replacements: Mapping[cst.CSTNode, object]) -> bool:
+    """The fix removes ``statement`` (``_rendered`` gives None for it)."""
+    if statement not in replacements:
+        return False
+    replacement = replacements[statement]
+    if isinstance(replacement, cst.FlattenSentinel):
+        return not replacement.nodes
+    return not isinstance(replacement, cst.CSTNode)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -21,7 +21,7 @@ class PassResult:
     whole_module: bool = False  # ``code`` is LibCST's rendering of the whole module (not the source spliced)
 
 
-class _Replacer(cst.CSTTransformer):
+class Replacer(cst.CSTTransformer):
     """Swaps the replaced nodes in. With ``on_path`` (every node above a replaced one), it enters only those
     nodes: LibCST rebuilds each node a transformer enters, and rebuilding the whole module for a fix or two
     was most of the time `fix` took."""
@@ -96,24 +96,51 @@ class FixApplier:
             assert report.fix is not None
             replacements.update(report.fix.replacements)
             imports.extend(report.fix.imports)
-        module = self.module.visit(_Replacer(replacements, self._path_to(replacements)))
+        module = self.module.visit(Replacer(replacements, self._path_to(replacements)))
         if imports:
             module = _add_imports(module, imports)
         return module.code
 
     def _path_to(self, targets: Dict[cst.CSTNode, Replacement]) -> Optional[Set[cst.CSTNode]]:
-        """Every node above a target, the module included; None (enter everything) where a target is not in
-        the analysed tree."""
-        parents = self.analysis.parents
-        path: Set[cst.CSTNode] = set()
-        for target in targets:
-            if target not in parents:
-                return None
-            node = parents[target]
-            while node is not None and node not in path:
-                path.add(node)
-                node = parents.get(node)
-        return path
+        return _nodes_above(self.analysis, targets)
+
+
+def _nodes_above(analysis: FileAnalysis, targets: Iterable[cst.CSTNode]) -> Optional[Set[cst.CSTNode]]:
+    """Every node above a target, the module included; None (enter everything) where a target is not in
+    the analysed tree."""
+    parents = analysis.parents
+    path: Set[cst.CSTNode] = set()
+    for target in targets:
+        if target not in parents:
+            return None
+        node = parents[target]
+        while node is not None and node not in path:
+            path.add(node)
+            node = parents.get(node)
+    return path
+
+
+def replaced_within(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode, analysis: FileAnalysis) -> cst.CSTNode:
+    """``root.deep_replace(old, new)``, rebuilding only the nodes from ``old`` up to ``root``: deep_replace
+    (or a transformer) visits all of ``root``, which made a rule's fix inside a loop cost the loop's size."""
+    node, replacement = old, new
+    while node is not root:
+        parent = analysis.parents[node]
+        replacement = _with_child(parent, node, replacement)
+        node = parent
+    return replacement
+
+
+def _with_child(parent: cst.CSTNode, child: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    for name in parent.__dataclass_fields__:
+        value = getattr(parent, name)
+        if value is child:
+            return parent.with_changes(**{name: new})
+        if isinstance(value, (tuple, list)):
+            for index, item in enumerate(value):
+                if item is child:
+                    return parent.with_changes(**{name: (*value[:index], new, *value[index + 1:])})
+    raise ValueError("not a child of its parent")  # the analysis and the tree disagree: never expected
 
 
 def _add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.Module:

@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from torchlint import __version__
-from torchlint.reporters import diagnostic_json
+from torchlint.reporters import diagnostic_json, printable
 from torchlint.rule import Applicability, Diagnostic
 
 FORMATS = ("concise", "text", "full", "json", "json-lines", "github", "sarif", "gitlab", "junit")
@@ -277,7 +277,8 @@ def format_junit(diagnostics: Sequence[Diagnostic]) -> str:
     if not diagnostics:
         suite = ElementTree.SubElement(root, "testsuite", name="torchlint", tests="1", failures="0", errors="0")
         ElementTree.SubElement(suite, "testcase", name="No problems found")
-    for path, found in by_file.items():
+    for raw_path, found in by_file.items():
+        path = printable(raw_path)  # XML 1.0 cannot hold most control characters, even escaped
         suite = ElementTree.SubElement(root, "testsuite", name=path, tests=str(len(found)),
                                        failures=str(len(found)), errors="0")
         for d in found:
@@ -285,8 +286,9 @@ def format_junit(diagnostics: Sequence[Diagnostic]) -> str:
             case = ElementTree.SubElement(suite, "testcase", name=f"torchlint.{d.code}",
                                           classname=Path(path).with_suffix("").as_posix().replace("/", "."),
                                           file=path, line=str(d.line))
-            failure = ElementTree.SubElement(case, "failure", message=d.message, type=d.code)
-            failure.text = f"{where}line {d.line}, col {d.column}, {d.message}"
+            message = printable(d.message)
+            failure = ElementTree.SubElement(case, "failure", message=message, type=d.code)
+            failure.text = f"{where}line {d.line}, col {d.column}, {message}"
     ElementTree.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"
 

@@ -160,6 +160,8 @@ def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
     global _last_tree
     tree, error = _stdlib_parse(source)
     _last_tree = (None, None, None)  # LibCST parses next: the tree is not needed again, and may be large
+    if isinstance(error, SyntaxError) and error.msg in _REJECTED_BY_EVERY_PYTHON:
+        return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
     depth, line = _ast_nesting(tree, source) if tree is not None else _token_nesting(source)
     del tree
     if depth <= MAX_NESTING:
@@ -168,6 +170,11 @@ def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
         return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
     return (f"too deeply nested for torchlint to parse: {depth} levels in one statement (the limit is "
             f"{MAX_NESTING}); the file was not checked", line, 1)
+
+
+# CPython's errors that no version lifts, on code LibCST would check and fix: its tokenizer's limit of 200
+# open brackets. (Other errors go to LibCST, which also takes syntax newer than this interpreter's.)
+_REJECTED_BY_EVERY_PYTHON = frozenset({"too many nested parentheses"})
 
 
 def _invalid_everywhere(source: str) -> Optional[Tuple[str, int, int]]:

@@ -44,6 +44,11 @@ def is_ipython_line(line: str) -> bool:
     return bool(_MAGIC.match(line) or _HELP.match(line))
 
 
+def _is_text(source: Any) -> bool:
+    """nbformat's multiline string: a string or a list of strings."""
+    return isinstance(source, str) or (isinstance(source, list) and all(isinstance(s, str) for s in source))
+
+
 def cell_source(cell: Dict[str, Any]) -> str:
     source = cell.get("source", "")
     return "".join(source) if isinstance(source, list) else str(source)
@@ -67,6 +72,8 @@ class NotebookProgram:
             notebook = json.loads(raw)
         except ValueError as exc:
             raise NotebookError(f"not a valid notebook: {exc}") from None
+        except RecursionError:
+            raise NotebookError("not a valid notebook: its JSON is nested too deeply to read") from None
         cells = notebook.get("cells") if isinstance(notebook, dict) else None
         if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
             raise NotebookError("not a valid notebook: no list of cells (nbformat 4 is required)")
@@ -74,6 +81,8 @@ class NotebookProgram:
         line_map: List[Tuple[int, int]] = [(0, 0)]
         program = cls(notebook, raw, "", line_map, [])
         for index, cell in enumerate(cells):
+            if not _is_text(cell.get("source", "")):
+                raise NotebookError(f"not a valid notebook: the source of cell {index + 1} is not text")
             source = cell_source(cell)
             if cell.get("cell_type") != "code" or source.lstrip().startswith("%%"):
                 continue  # markdown, raw, or a cell magic (%%bash, %%timeit...): not Python
@@ -91,6 +100,12 @@ class NotebookProgram:
                 lines.append(body + ending)
                 line_map.append((number, line_number))
         program.text = "".join(lines)
+        try:
+            program.text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # JSON's "\ud800": no Python source can hold a lone surrogate
+            line = len(split_lines(program.text[: exc.start + 1]))
+            raise NotebookError(f"cell {line_map[line][0]} holds a lone surrogate ({program.text[exc.start]!r}), "
+                                "which no Python source can contain") from None
         return program
 
     # --- positions -----------------------------------------------------------------------------
@@ -147,6 +162,8 @@ class NotebookProgram:
                 placeholder = _PLACEHOLDER_LINE.match(line.rstrip("\r\n"))
                 if placeholder:
                     used.append(int(placeholder.group(2)))
+                    if used[-1] >= len(self.magics):  # the cell's own text looks like a placeholder
+                        return None
                     line = placeholder.group(1) + self.magics[used[-1]] + line_ending(line)
                 restored.append(line)
             if restored and not line_ending(cell_source(self.notebook["cells"][number - 1])):

@@ -19,13 +19,23 @@ def fixable_counts(diagnostics: Sequence[Diagnostic], unsafe: bool) -> tuple:
     return (safe + unsafe_only, 0) if unsafe else (safe, unsafe_only)
 
 
+def printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped (``\\n``, ``\\x1b``, ``\\u2028``):
+    a newline in a file name or a message must not start a line of its own, nor an escape sequence reach
+    the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def format_text(d: Diagnostic, color: bool, unsafe: bool = False) -> str:
-    path = click.style(d.path, bold=True) if color else d.path
+    shown = printable(d.path)
+    path = click.style(shown, bold=True) if color else shown
     cell = f"cell {d.cell}:" if d.cell is not None else ""
     location = f"{path}:{cell}{d.line}:{d.column}:"
     code = click.style(d.code, fg="red", bold=True) if color else d.code
     marker = "[*] " if d.fix is Applicability.SAFE or (unsafe and d.fix is Applicability.UNSAFE) else ""
-    return f"{location} {code} {marker}{d.message}"
+    return f"{location} {code} {marker}{printable(d.message)}"
 
 
 def summary_line(diagnostics: Sequence[Diagnostic], unsafe: bool) -> str:
@@ -98,7 +108,7 @@ def unified_diff(path: str, before: str, after: str) -> str:
     import difflib
 
     lines = difflib.unified_diff(
-        split_lines(before), split_lines(after), fromfile=f"a/{path}", tofile=f"b/{path}"
+        split_lines(before), split_lines(after), fromfile=f"a/{printable(path)}", tofile=f"b/{printable(path)}"
     )  # Python's lines: a form feed inside a line is no line end
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 

@@ -22,10 +22,10 @@ UNKNOWN = None
 # Names that, when nothing else is known, plausibly hold an accelerator device (a `.to(device)` on them is
 # how nearly every training script moves its batches).
 DEVICE_NAME = re.compile(r"(^|_)(device|dev|gpu|cuda|rank|local_rank)s?($|_|\d)", re.IGNORECASE)
-_REDUCED_DTYPES = {"float16", "half", "bfloat16"}
+REDUCED_DTYPES = {"float16", "half", "bfloat16"}
 # Imports that hand precision to a framework the rules cannot read.
-_PRECISION_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "apex", "composer")
-_AUTOCAST_NAMES = {
+PRECISION_FRAMEWORKS = ("accelerate", "lightning", "pytorch_lightning", "deepspeed", "apex", "composer")
+AUTOCAST_NAMES = {
     "torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
     "torch.amp.GradScaler", "torch.cuda.amp.GradScaler", "torch.GradScaler",
 }
@@ -113,7 +113,7 @@ def cuda_evidence(index: AstIndex) -> Optional[ast.Call]:
 
 def is_reduced_dtype(index: AstIndex, expr: ast.expr) -> bool:
     qualified = index.qualified_name(expr) or ""
-    return qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in _REDUCED_DTYPES
+    return qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in REDUCED_DTYPES
 
 
 def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
@@ -122,14 +122,14 @@ def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
     a `precision=` argument, autocast passed as a value (`partial(torch.autocast, ...)`), or an import of a
     framework that manages precision (accelerate, Lightning, DeepSpeed, apex): the module for an import.
     None where there is no sign at all."""
-    if any(qualified.split(".")[0] in _PRECISION_FRAMEWORKS for qualified in index.imports.values()):
+    if any(qualified.split(".")[0] in PRECISION_FRAMEWORKS for qualified in index.imports.values()):
         return index.tree
     for info in index.calls:
         call = info.node
         if _computes_in_reduced_precision(index, call):
             return call
         # autocast handed on rather than called: `partial(torch.autocast, device_type="cuda")`
-        if any(index.qualified_name(value) in _AUTOCAST_NAMES for _, value in call_arguments(call)):
+        if any(index.qualified_name(value) in AUTOCAST_NAMES for _, value in call_arguments(call)):
             return call
         if keyword_value(call, "precision") is not None:
             return call
@@ -148,7 +148,7 @@ def _computes_in_reduced_precision(index: AstIndex, call: ast.Call) -> bool:
     """An autocast or GradScaler call, a `.half()` / `.bfloat16()` call, a reduced `dtype=`, or
     `.to(torch.float16)`: the signs both precision facts count."""
     name = call_name(call)
-    if (index.qualified_name(call.func) or "") in _AUTOCAST_NAMES or name in {"autocast", "GradScaler"}:
+    if (index.qualified_name(call.func) or "") in AUTOCAST_NAMES or name in {"autocast", "GradScaler"}:
         return True
     if name in {"half", "bfloat16"} and isinstance(call.func, ast.Attribute) and not call.args and not call.keywords:
         return True
