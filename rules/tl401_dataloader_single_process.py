@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import ast
-
-import libcst as cst
-
-from torchlint.text_prefilter import TRAINING_WORDS
 from torchlint.config import Settings
-from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire, may_step
-from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
-from torchlint.rule import FixAvailability, Rule, RuleContext
-
-
-def _single_process_in_ast(call: ast.Call) -> bool:
-    value = ast_argument(call, "num_workers", 5)
-    return value is None or (isinstance(value, ast.Constant) and value.value == 0) or isinstance(value, ast.Name)
+from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.loader_prefilter import may_step
+from torchlint.rule import FixAvailability, IndexContext, Rule
+from torchlint.text_prefilter import TRAINING_WORDS
 
 
 class DataloaderSingleProcess(Rule):
@@ -101,26 +91,22 @@ class DataloaderSingleProcess(Rule):
                "training loop waits for data; set `num_workers`, e.g. `min(8, os.cpu_count())`")
     summary = "Training DataLoader without worker processes"
     fix_availability = FixAvailability.NONE
+    # Text gate: every finding's text holds `DataLoader` (the call is found by that name) and a training
+    # step (`backward`, `.step(`).
     text_gate = (("DataLoader",), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return "DataLoader" in text and may_step(text)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return loader_may_fire(tree, _single_process_in_ast)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        facts = loader_facts(a)
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        facts = loader_facts(index)
         for site in facts.sites:
             workers = loader_argument(site.call, "num_workers")
             if workers is UNREADABLE:
                 continue
-            if isinstance(workers, cst.Arg) and int_value(a, workers.value) != 0:
+            if workers is not None and int_value(index, workers) != 0:  # type: ignore[arg-type]
                 continue
             if facts.is_in_memory_dataset(site) or not facts.training_loops(site):
                 continue

@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import ast
+import functools
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.text_prefilter import TRAINING_WORDS
-from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
+from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.loader_prefilter import is_literal as ast_is_literal
-from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire, may_move_to_device, may_step
-from torchlint.loaders import UNREADABLE, loader_argument, loader_facts
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.facts.loaders import UNREADABLE, argument_position, loader_argument, loader_facts
+from torchlint.loader_prefilter import may_move_to_device, may_step
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import TRAINING_WORDS
 
-
-def _unpinned_in_ast(call: ast.Call) -> bool:
-    value = ast_argument(call, "pin_memory", 7)
-    return value is None or ast_is_literal(value, False)
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 
 class DataloaderUnpinned(Rule):
@@ -86,35 +83,34 @@ class DataloaderUnpinned(Rule):
     summary = "DataLoader feeding the GPU without pin_memory=True"
     fix_availability = FixAvailability.ALWAYS
     fix_applicabilities = (Applicability.UNSAFE,)
+    # Text gate: every finding's text holds `DataLoader`, a `.to(`/`.cuda(` move and a training step.
     text_gate = (("DataLoader",), TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return "DataLoader" in text and may_move_to_device(text) and may_step(text)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return loader_may_fire(tree, _unpinned_in_ast)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        facts = loader_facts(a)
+    def detect(self, ctx: IndexContext) -> None:
+        facts = loader_facts(ctx.index)
         for site in facts.sites:
             pinned = loader_argument(site.call, "pin_memory")
-            if pinned is UNREADABLE or (isinstance(pinned, cst.Arg) and not is_literal(pinned.value, "False")):
+            if pinned is UNREADABLE or (pinned is not None and not is_literal(pinned, False)):  # type: ignore[arg-type]
                 continue
             if facts.is_in_memory_dataset(site) or facts.dataset_on_cuda():
                 continue
             if not any(facts.batch_moves(loop) for loop in facts.training_loops(site)):
                 continue
-            if isinstance(pinned, cst.Arg) and pinned.keyword is None:  # passed by position
-                fixed = site.call.with_changes(args=[
-                    arg.with_changes(value=cst.Name("True")) if arg is pinned else arg for arg in site.call.args])
-            else:
-                fixed = with_keyword(site.call, "pin_memory", cst.Name("True"))
-            if loses_comment({site.call: fixed}):
-                ctx.report(site.call, message=f"{self.message} ({DROPS_COMMENT})")
-                continue
-            ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))
+            make = functools.partial(_pin, argument_position(site.call, "pin_memory"))
+            ctx.report(site.call, rewrite=Rewrite(make, self.message + " ({reason})", site.call))
+
+
+def _pin(position: Optional[int], call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
+    """``pin_memory=True`` on the LibCST twin; ``position``: where ``pin_memory=False`` is passed by position."""
+    if position is not None:
+        fixed = call.with_changes(args=[
+            arg.with_changes(value=cst.Name("True")) if at == position else arg for at, arg in enumerate(call.args)])
+    else:
+        fixed = with_keyword(call, "pin_memory", cst.Name("True"))
+    if loses_comment({call: fixed}):
+        return DROPS_COMMENT
+    return Fix.replace(call, fixed, Applicability.UNSAFE)

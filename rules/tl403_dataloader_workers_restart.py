@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import ast
+from typing import TYPE_CHECKING, Union
 
 import libcst as cst
 
-from torchlint.text_prefilter import TRAINING_WORDS
-from torchlint.analysis import is_literal
 from torchlint.arguments import with_keyword
+from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.loader_prefilter import is_literal as ast_is_literal
-from torchlint.loader_prefilter import loader_argument as ast_argument
-from torchlint.loader_prefilter import loader_may_fire, may_pass_positionally, may_step
-from torchlint.loaders import UNREADABLE, int_value, loader_argument, loader_facts
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.loader_prefilter import may_pass_positionally, may_step
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import TRAINING_WORDS
 
-
-
-def _restarts_in_ast(call: ast.Call) -> bool:
-    workers = ast_argument(call, "num_workers", 5)
-    if workers is None or workers is ... or (isinstance(workers, ast.Constant) and workers.value == 0):
-        return False
-    persistent = ast_argument(call, "persistent_workers", None)
-    return persistent is None or ast_is_literal(persistent, False)
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 
 class DataloaderWorkersRestart(Rule):
@@ -99,29 +91,31 @@ class DataloaderWorkersRestart(Rule):
         return ("DataLoader" in text and ("num_workers" in text or may_pass_positionally(text, 5))
                 and may_step(text))
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return loader_may_fire(tree, _restarts_in_ast)
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        facts = loader_facts(a)
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        facts = loader_facts(index)
         for site in facts.sites:
             workers = loader_argument(site.call, "num_workers")
-            if not isinstance(workers, cst.Arg) or (int_value(a, workers.value) or 0) <= 0:
+            if workers is None or workers is UNREADABLE:
+                continue
+            if (int_value(index, workers) or 0) <= 0:  # type: ignore[arg-type]
                 continue
             persistent = loader_argument(site.call, "persistent_workers")
-            if persistent is UNREADABLE or (isinstance(persistent, cst.Arg) and not is_literal(persistent.value, "False")):
+            if persistent is UNREADABLE:
+                continue
+            if persistent is not None and not is_literal(persistent, False):  # type: ignore[arg-type]
                 continue
             if not any(facts.repeated_iteration(site, loop) for loop in facts.training_loops(site)):
                 continue
             if ctx.torch_version < (1, 7):
                 ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
                 continue
-            fixed = with_keyword(site.call, "persistent_workers", cst.Name("True"))
-            if loses_comment({site.call: fixed}):
-                ctx.report(site.call, message=f"{self.message} ({DROPS_COMMENT})")
-                continue
-            ctx.report(site.call, fix=Fix.replace(site.call, fixed, Applicability.UNSAFE))
+            ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call))
+
+
+def _persist(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
+    """``persistent_workers=True`` on the LibCST twin."""
+    fixed = with_keyword(call, "persistent_workers", cst.Name("True"))
+    if loses_comment({call: fixed}):
+        return DROPS_COMMENT
+    return Fix.replace(call, fixed, Applicability.UNSAFE)

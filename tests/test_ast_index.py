@@ -195,3 +195,14 @@ def test_a_slice_ending_in_a_colon_holds_the_space_after_it_as_in_libcst():
     module = cst.parse_module(source)
     elements = module.body[0].body[0].value.slice
     assert ours == [module.code_for_node(e.slice) for e in elements] == ["1 :  ", "2 : "]
+
+
+def test_statement_block_is_the_list_that_holds_the_statement():
+    source = "if c:\n    a = 1\nelse:\n    b = 2\n    c = 3\ntry:\n    pass\nfinally:\n    d = 4\ne = 5\n"
+    tree = ast.parse(source)
+    index = index_of(tree, source)
+    branch, trial, last = tree.body
+    assert index.statement_block(branch.body[0]) is branch.body
+    assert index.statement_block(branch.orelse[1]) is branch.orelse
+    assert index.statement_block(trial.finalbody[0]) is trial.finalbody
+    assert index.statement_block(last) is tree.body

@@ -1,5 +1,5 @@
-"""The program model's device and precision facts (torchlint/facts/devices.py) mean on the index what their
-LibCST forms mean, on every fixture and on hand-made edge cases, while rules of both kinds use them (docs/architecture.md, "One
+"""The program model's device, precision and loader facts (torchlint/facts/devices.py, loaders.py) mean on the
+index what their LibCST forms mean, on every fixture and on hand-made edge cases, while rules of both kinds use them (docs/architecture.md, "One
 program model")."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from fixture_support import FIXTURES
 from torchlint import device_facts
+from torchlint import loaders as cst_loaders
 from torchlint.analysis import FileAnalysis
 from torchlint.ast_index import AstIndex
-from torchlint.facts import devices
+from torchlint.facts import devices, loaders
 
 CASES = [
     "import torch\nwith torch.autocast('cuda'):\n    pass\n",
@@ -81,3 +82,39 @@ def test_device_and_precision_facts_agree(source):
     assert ast_place(devices.mixed_precision_evidence(index)) == cst_place(device_facts.mixed_precision_evidence(analysis))
     assert (ast_place(devices.reduced_precision_evidence(index))
             == cst_place(device_facts.reduced_precision_evidence(analysis)))
+
+
+LOADER_CASES = [
+    "from torch.utils.data import DataLoader, TensorDataset\nif c:\n    ds = load(p)\nelse:\n    ds = TensorDataset(x)\n"
+    "    loader = DataLoader(ds)\nfor e in range(2):\n    for x, y in loader:\n        x.cuda(); loss.backward()\n",
+    "import torch.utils.data as tud\nclass T:\n    def __init__(self, ds):\n        self.dl = tud.DataLoader(ds, num_workers=W)\n"
+    "    def fit(self):\n        for e in range(3):\n            for i, (x, y) in enumerate(tqdm(self.dl)):\n"
+    "                self.step(x.to(self.device))\n    def step(self, x):\n        x.backward()\nW = 2\n",
+    "from torch.utils.data import DataLoader\nclass D(torch.utils.data.Dataset):\n    def __init__(self):\n"
+    "        self.x = x.to('cuda')\ndef run(loader, opt):\n    for batch in loader:\n"
+    "        batch = {k: v.to(0) for k, v in batch.items()}\n        opt.step()\n"
+    "train = DataLoader(D(), 4, True, None, None, 2)\nfor e in range(5):\n    run(train, opt)\n",
+    "from torch.utils.data import DataLoader\nasync def main(ds):\n    dl: DataLoader = DataLoader(ds)\n"
+    "    async for b in zip(dl, other):\n        b.cuda(); loss.backward()\n",
+]
+
+
+@pytest.mark.parametrize("source", SAMPLES + [pytest.param(s, id=f"loader{n}") for n, s in enumerate(LOADER_CASES)])
+def test_loader_facts_agree(source):
+    """Every loader site, the loops tied to it, which of them train, repeat, and move the batch to CUDA."""
+    analysis, index, cst_place, ast_place = _both(source)
+
+    def start(place):
+        return place[:2] if place is not None else None
+
+    def described(facts, place):
+        out = []
+        for site in facts.sites:
+            out.append((place(site.call), site.target, facts.is_in_memory_dataset(site), [
+                (start(place(loop.node)), facts.loop_trains(loop),
+                 start(place(getattr(facts.repeated_iteration(site, loop), "node", None))),
+                 [place(call) for call in facts.batch_moves(loop)])
+                for loop in site.loops]))
+        return out, facts.dataset_on_cuda()
+
+    assert described(loaders.loader_facts(index), ast_place) == described(cst_loaders.loader_facts(analysis), cst_place)

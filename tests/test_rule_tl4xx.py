@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ast
 
-import libcst as cst
 import pytest
 
 from fixture_support import fix, lint
-from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import index_of
 from torchlint.config import Settings
-from torchlint.loaders import loader_facts
+from torchlint.engine import reports_without_stages
+from torchlint.facts.loaders import loader_facts
 from torchlint.registry import get_rule
 from torchlint.rule import Applicability
 
@@ -25,7 +25,7 @@ def train_one_epoch(model, optimizer, data, device):
 
 
 def facts(source: str):
-    return loader_facts(FileAnalysis(cst.parse_module(source), source))
+    return loader_facts(index_of(ast.parse(source), source))
 
 
 def test_loader_tied_through_a_helper_parameter_and_an_epoch_loop():
@@ -124,12 +124,50 @@ def test_tl403_fix_needs_torch_1_7():
 
 
 @pytest.mark.parametrize("code", ["TL401", "TL402", "TL403"])
-def test_ast_stage_rules_out_files_without_training_or_with_kwargs(code):
-    rule = get_rule(code)
-    no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x)\n"
-    assert rule.may_fire_in_ast(ast.parse(no_training), no_training, Settings()) is False
-    kwargs = HEADER + TRAIN + "loader = DataLoader(ds, **kw)\ntrain_one_epoch(m, o, loader, 'cuda')\n"
-    assert rule.may_fire_in_ast(ast.parse(kwargs), kwargs, Settings()) is False
-    plain = HEADER + TRAIN + "loader = DataLoader(ds, num_workers={})\ntrain_one_epoch(m, o, loader, 'cuda')\n".format(
-        2 if code == "TL403" else 0)
-    assert rule.may_fire_in_ast(ast.parse(plain), plain, Settings()) is True
+def test_silent_without_training_or_with_kwargs(code):
+    rule = get_rule(code)()
+
+    def reports(source):
+        return reports_without_stages([rule], source, Settings(), [])
+
+    no_training = HEADER + "loader = DataLoader(ds, num_workers=2)\nfor x in loader:\n    print(x.cuda())\n"
+    assert reports(no_training) == []
+    kwargs = HEADER + TRAIN + (
+        "loader = DataLoader(ds, **kw)\nfor e in range(3):\n    train_one_epoch(m, o, loader, 'cuda')\n")
+    assert reports(kwargs) == []
+    plain = kwargs.replace("**kw", "num_workers={}".format(2 if code == "TL403" else 0))
+    assert len(reports(plain)) == 1
+
+
+def test_batch_names_grow_in_source_order():
+    # `a = x[0]` comes before `x` holds the batch: `a` is not (a part of) the batch, though `ast.walk`
+    # (breadth first) would meet the top-level `x = batch[0]` first
+    source = HEADER + (
+        "loader = DataLoader(ds)\n"
+        "for batch in loader:\n"
+        "    if c:\n"
+        "        a = x[0]\n"
+        "    x = batch[0]\n"
+        "    y = x[1]\n"
+        "    a.cuda()\n"
+        "    model(a).backward()\n"
+        "    optimizer.step()\n"
+    )
+    f = facts(source)
+    (site,) = f.sites
+    (loop,) = f.training_loops(site)
+    assert f.batch_names(loop) == {"batch", "x", "y"}
+    assert f.batch_moves(loop) == []
+    moved = facts(source.replace("a.cuda()", "y.cuda()"))
+    assert moved.batch_moves(moved.training_loops(moved.sites[0])[0])
+
+
+def test_a_decorator_that_trains_makes_its_function_train():
+    # LibCST's calls of a def include its decorators'; `ast` places the def at its keyword
+    source = HEADER + (
+        "@hook(loss.backward())\n"
+        "def step(x):\n    pass\n"
+        "loader = DataLoader(ds)\n"
+        "for x in loader:\n    step(x)\n"
+    )
+    assert len(lint(source, "TL401")) == 1

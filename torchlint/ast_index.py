@@ -380,8 +380,13 @@ class AstIndex:
                 return self.statement_line(candidate)
         return None
 
+    def statement_block(self, statement: ast.stmt) -> List[ast.stmt]:
+        """The statement list that holds ``statement``: a body, an ``else``/``finally`` block, the module's
+        (LibCST's ``IndentedBlock``, ``SimpleStatementSuite`` or ``Module`` around its statement line)."""
+        return _block_holding(self.parents.get(statement) or self.tree, statement)
+
     def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
-        block = _block_holding(self.parents.get(statement) or self.tree, statement)
+        block = self.statement_block(statement)
         at = next(i for i, s in enumerate(block) if s is statement)
         first = last = at
         while first > 0 and block[first - 1].end_lineno == block[first].lineno:

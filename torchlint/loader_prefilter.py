@@ -1,15 +1,16 @@
-"""Cheap stdlib-``ast`` questions for the input-pipeline rules' pre-filter stage (TL102, TL103, TL401-TL403).
+"""Cheap text and stdlib-``ast`` questions for the input-pipeline rules' gates (TL102, TL103; TL401-TL403's
+text gates).
 
-Each answer is a superset of what the LibCST checks can report: False only where the rule certainly
-finds nothing. ``DataLoader`` and ``.to(`` occur in a great many files; these stages keep the LibCST
-parse for the few that build a loader and train on it, or move a fresh tensor or batch.
+Each answer is a superset of what the rules can report: False only where the rule certainly finds nothing.
+``.to(`` occurs in a great many files; these stages keep the LibCST parse for the few that move a fresh
+tensor or batch. (TL401-TL403 detect on the index, with ``torchlint.facts.loaders``.)
 """
 
 from __future__ import annotations
 
 import ast
 import re
-from typing import Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import AstIndex, index_of
 from torchlint.ast_index import _children as ast_children
@@ -170,39 +171,6 @@ def _keyword(call: ast.Call, name: str) -> Optional[ast.keyword]:
 
 def has_star(call: ast.Call) -> bool:
     return any(k.arg is None for k in call.keywords) or any(isinstance(a, ast.Starred) for a in call.args)
-
-
-def is_literal(node: Optional[ast.AST], value: object) -> bool:
-    return isinstance(node, ast.Constant) and node.value is value
-
-
-def dataloader_calls(tree: ast.Module) -> Iterator[ast.Call]:
-    for info in index_of(tree).calls_by_name.get("DataLoader", ()):
-        yield info.node
-
-
-def loader_argument(call: ast.Call, name: str, position: Optional[int]) -> object:
-    """The value node that sets ``name``, None when absent, ``...`` when ``*args``/``**kwargs`` may set it."""
-    keyword = _keyword(call, name)
-    if keyword is not None:
-        return keyword.value
-    if has_star(call):
-        return ...
-    if position is not None and position < len(call.args):
-        return call.args[position]
-    return None
-
-
-def may_train(tree: ast.Module) -> bool:
-    """A for loop and a ``backward``/``.step(`` call somewhere: what every loader-to-training tie needs."""
-    index = index_of(tree)
-    return (("backward" in index.calls_by_name or "step" in index.calls_by_name)
-            and any(type(loop.node) in (ast.For, ast.AsyncFor) for loop in index.loops))  # LibCST's For is both
-
-
-def loader_may_fire(tree: ast.AST, wants: Callable[[ast.Call], bool]) -> bool:
-    """Some ``DataLoader(...)`` call passes ``wants`` and the file may train on it."""
-    return any(wants(call) for call in dataloader_calls(tree)) and may_train(tree)
 
 
 def is_move_without_non_blocking(node: ast.AST) -> bool:
