@@ -17,7 +17,8 @@ from torchlint.ast_index import target_names as ast_target_names
 from torchlint.ast_index import walk as ast_walk
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.device_facts import DEVICE_NAME
+from torchlint.facts.devices import CUDA, to_destination
+from torchlint.facts.loaders import is_batch_part, root_name
 from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, is_move_without_non_blocking, last_name,
                                        loop_may_move_batch, may_move_to_device, may_name_a_loader)
 from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
@@ -397,79 +398,27 @@ def _ast_moves_batch(index: AstIndex, loop: Union[ast.For, ast.AsyncFor], moves)
     if not found:
         return False
     names = set(ast_target_names(loop.target))
-    assignments = [node for node in body if type(node) is ast.Assign and _ast_is_batch_part(node.value)]
+    assignments = [node for node in body if type(node) is ast.Assign and is_batch_part(node.value)]
     grown = True
     while grown:
         grown = False
         for assignment in assignments:
-            if _ast_root_name(assignment.value) in names:
+            if root_name(assignment.value) in names:
                 new = {name for target in assignment.targets for name in ast_target_names(target)} - names
                 if new:
                     names |= new
                     grown = True
     comprehension_names = {name for node in body if type(node) is ast.comprehension
-                           and _ast_root_name(node.iter) in names for name in ast_target_names(node.target)}
+                           and root_name(node.iter) in names for name in ast_target_names(node.target)}
     for call in found:  # moves of a name or a part of one (is_move_without_non_blocking)
-        root = _ast_root_name(call.func.value)  # type: ignore[attr-defined]
+        root = root_name(call.func.value)  # type: ignore[attr-defined]
         if (root in names or root in comprehension_names) and _ast_may_go_to_cuda(index, moves[id(call)]):
             return True
     return False
 
 
-def _ast_root_name(expr: ast.AST) -> Optional[str]:
-    while True:
-        kind = type(expr)
-        if kind is ast.Name:
-            return expr.id  # type: ignore[attr-defined]
-        if kind is ast.Attribute or kind is ast.Subscript:
-            expr = expr.value  # type: ignore[attr-defined]
-        elif kind is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr in ("items", "values"):  # type: ignore
-            expr = expr.func.value  # type: ignore[attr-defined]
-        else:
-            return None
-
-
-def _ast_is_batch_part(expr: ast.AST) -> bool:
-    while type(expr) in (ast.Attribute, ast.Subscript):
-        expr = expr.value  # type: ignore[attr-defined]
-    return type(expr) is ast.Name
-
-
 def _ast_may_go_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
-    """``to_destination(...) == CUDA``: ``.cuda()``, or ``.to(<device>)`` where the device may be CUDA or
-    is a name that says it is one (``device``, ``args.gpu``)."""
-    call = info.node
-    if ast_call_name(call) == "cuda":
-        return True
-    device = next((k.value for k in call.keywords if k.arg == "device"), None)
-    target = device if device is not None else (call.args[0] if call.args else None)
-    if target is None:
-        return False
-    if _ast_may_be_cuda(index, target, 0):
-        return True
-    written = ast_dotted_name(target)
-    return written is not None and DEVICE_NAME.search(written.split(".")[-1]) is not None
-
-
-def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, depth: int) -> bool:
-    """``device_kind(...) == CUDA``, on the ast (a superset)."""
-    if depth > 4:
-        return False
-    kind = type(expr)
-    if kind is ast.Constant:
-        value = expr.value  # type: ignore[attr-defined]
-        if isinstance(value, str):
-            return value.strip().startswith("cuda")
-        return type(value) is int
-    if kind is ast.IfExp:
-        return (_ast_may_be_cuda(index, expr.body, depth + 1)  # type: ignore[attr-defined]
-                or _ast_may_be_cuda(index, expr.orelse, depth + 1))  # type: ignore[attr-defined]
-    if kind is ast.Call:
-        qualified = index.qualified_name(expr.func)  # type: ignore[attr-defined]
-        arguments = [*expr.args, *(k.value for k in expr.keywords)]  # type: ignore[attr-defined]
-        if qualified == "torch.device" and arguments:  # LibCST's first argument may be a keyword one
-            return _ast_may_be_cuda(index, arguments[0], depth + 1)
-        return qualified == "torch.cuda.current_device"
-    if kind is ast.Name:  # any value the name is given anywhere (check reads the one of its scope)
-        return any(_ast_may_be_cuda(index, value, depth + 1) for value in assigned_values(index).get(expr.id, ()))  # type: ignore
-    return False
+    """``to_destination(...) == CUDA``, read by the index's form of the fact (equal to LibCST's:
+    tests/test_facts.py)."""
+    scope = info.function if info.function is not None else index.tree
+    return to_destination(index, info.node, scope) == CUDA

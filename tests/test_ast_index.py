@@ -10,7 +10,7 @@ import pytest
 
 from fixture_support import FIXTURES
 from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import index_of
+from torchlint.ast_index import AstIndex, index_of
 
 SAMPLES = sorted(FIXTURES.rglob("*.py"))
 
@@ -206,3 +206,12 @@ def test_statement_block_is_the_list_that_holds_the_statement():
     assert index.statement_block(branch.orelse[1]) is branch.orelse
     assert index.statement_block(trial.finalbody[0]) is trial.finalbody
     assert index.statement_block(last) is tree.body
+
+
+def test_literal_string_reads_one_literal_and_never_fails_without_the_text():
+    source = "a = 'cuda'\nb = 'cu' 'da'\nc = f'x'\n"
+    tree = ast.parse(source)
+    index = AstIndex(tree, source)
+    values = [statement.value for statement in tree.body]
+    assert [index.literal_string(v) for v in values] == ["cuda", None, None]
+    assert AstIndex(tree).literal_string(values[0]) is None  # an index without its text cannot tell

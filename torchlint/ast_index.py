@@ -461,7 +461,7 @@ class AstIndex:
         if type(node) is not ast.Constant or type(node.value) is not str:  # type: ignore[attr-defined]
             return None
         text = self._span_text(node)
-        if text[:1] in "\"'" and text.count(text[0]) == 2 and "\\" not in text:
+        if text[:1] in ("'", '"') and text.count(text[0]) == 2 and "\\" not in text:
             return node.value  # type: ignore[attr-defined]  # `"cuda"`: the common case, without tokenizing
         try:
             strings = sum(t.type == tokenize.STRING for t in tokenize.generate_tokens(io.StringIO(text).readline))

@@ -58,6 +58,7 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     if on_libcst and (len(on_libcst) < len(candidates) or all(rule.has_ast_prefilter for rule in on_libcst)):
         tree = _stdlib_ast(source)
         if tree is not None:
+            index_of(tree, source)  # the stages' shared index knows its text (spans, literals)
             candidates = [rule for rule in candidates if rule.detects_on_index() or not rule.has_ast_prefilter
                           or rule.may_fire_in_ast(tree, source, settings)]
     return candidates

@@ -252,7 +252,7 @@ class LoaderFacts:
         names = set(target_names(loop.node.target))  # type: ignore[union-attr]
         assignments = [node for statement in loop.node.body for node in walk(statement) if type(node) is ast.Assign]
         for node in sorted(assignments, key=lambda n: (n.lineno, n.col_offset)):
-            if _root_name(node.value) in names and _is_batch_part(node.value):
+            if root_name(node.value) in names and is_batch_part(node.value):
                 for target in node.targets:
                     names.update(target_names(target))
         return names
@@ -270,7 +270,7 @@ class LoaderFacts:
         comprehension_names = set()
         for statement in body:
             for node in walk(statement):
-                if type(node) is ast.comprehension and _root_name(node.iter) in names:
+                if type(node) is ast.comprehension and root_name(node.iter) in names:
                     comprehension_names.update(target_names(node.target))
         moves = []
         for info in (info for statement in body for info in index.calls_in(statement)):
@@ -278,9 +278,9 @@ class LoaderFacts:
             if call_name(call) not in {"to", "cuda"} or type(call.func) is not ast.Attribute:
                 continue
             owner = call.func.value  # type: ignore[attr-defined]
-            if not _is_batch_part(owner):
+            if not is_batch_part(owner):
                 continue
-            root = _root_name(owner)
+            root = root_name(owner)
             if root not in names and root not in comprehension_names:
                 continue
             if to_destination(index, call, _scope(index, info)) == CUDA:
@@ -387,7 +387,7 @@ def _assigned_target(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
     return target if target is not None and dotted_name(target) is not None else None
 
 
-def _root_name(expr: ast.AST) -> Optional[str]:
+def root_name(expr: ast.AST) -> Optional[str]:
     """``batch`` in ``batch``, ``batch[0]``, ``batch["x"].y``, ``batch.items()``."""
     while True:
         kind = type(expr)
@@ -403,7 +403,7 @@ def _root_name(expr: ast.AST) -> Optional[str]:
             return None
 
 
-def _is_batch_part(expr: ast.AST) -> bool:
+def is_batch_part(expr: ast.AST) -> bool:
     """A name, or a subscript/attribute chain of one: a part of the batch, not something computed from it."""
     while type(expr) in (ast.Attribute, ast.Subscript):
         expr = expr.value  # type: ignore[attr-defined]
