@@ -13,7 +13,8 @@ from torchlint.ast_index import (
 from torchlint.config import Settings
 from torchlint.facts.script import training_loop_around
 from torchlint.rule import FixAvailability, IndexContext, Rule
-from torchlint.text_prefilter import call_text, has_method_call, search_method, search_word
+from torchlint.text_prefilter import (CALL_GAP, GAP, call_text, finditer_word, has_method_call, search_method,
+                                      search_word, with_newline_ends)
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
 _TORCH_FUNCS = {
@@ -41,6 +42,15 @@ _VIA_LEN = " (len)"  # marks a `range(len(x))` bound: `x` may be a list, so the 
 _TENSOR_FACTORIES = re.compile(r"^torch\.(empty|zeros|ones|full|rand|randn)(_like)?$")
 _CONTEXT_FUNCTIONS = re.compile(r"^(forward|training_step|train_step|train_one_step|compute_loss)$")
 _STEP_FUNCTIONS = ("training_step", "train_step", "train_one_step")
+# The header of every reported loop, however spaced: `for i in range(` and a length (`len(`, `.shape[`,
+# `.size(`, a name), with `(`s and a `0,` start allowed (searched with `finditer_word`).
+_OPEN = r"(?:\(" + GAP + r")*"
+_FOR_RANGE_TEXT = re.compile(
+    r"for(?=[\s\\(])" + GAP + _OPEN + r"(\w+)(?=[\s\\)])" + CALL_GAP + r"in(?=[\s\\(])" + GAP + _OPEN + r"range"
+    + CALL_GAP + r"\(" + GAP + _OPEN
+    + r"(?:0" + GAP + r"," + GAP + _OPEN + r")?"
+    + r"(?:len" + CALL_GAP + r"\(|(?:[\w.\[\]()\s\\]|#[^\r\n]*[\r\n])+?\." + GAP + r"(?:shape" + GAP + r"\[|size" + CALL_GAP
+    + r"\()|\w+" + CALL_GAP + r"\))")
 _SHAPE_TEXT = re.compile(r"shape\b")  # with search_method: `.shape`
 _LEN_TEXT = call_text("len")  # with search_word: `\blen\s*\(`
 _CONTEXT_DEF_TEXT = re.compile(r"def[\s\\]+(?:forward|training_step|train_step|train_one_step|compute_loss)\b")
@@ -135,7 +145,9 @@ class PythonLoopOverTensorElements(Rule):
         if not (".shape" in text or "len(" in text or has_method_call(text, "size") or search_word(_LEN_TEXT, text)
                 or ("shape" in text and search_method(_SHAPE_TEXT, text))):
             return False
-        return "backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text) is not None
+        if not ("backward" in text or has_method_call(text, "step") or _CONTEXT_DEF_TEXT.search(text) is not None):
+            return False
+        return next(finditer_word(_FOR_RANGE_TEXT, with_newline_ends(text)), None) is not None
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index

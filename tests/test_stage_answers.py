@@ -397,10 +397,14 @@ def test_tl704_text_stage_answers_as_its_plain_regexes():
     patterns = [r"range", DOT + r"shape\b|" + DOT + call("size") + r"|\b" + call("len"),
                 r"def[\s\\]+(?:forward|training_step|train_step|train_one_step|compute_loss)\b|backward|"
                 + DOT + call("step")]
+    from torchlint.rules.tl704_python_loop_over_tensor_elements import _FOR_RANGE_TEXT
+
+    # the loop header, with its word boundary tested by `finditer_word`: the plain regex with `\b` in front
+    header = re.compile(r"\b" + _FOR_RANGE_TEXT.pattern)
     rule = get_rule("TL704")
     answers = set()
     for text in SNIPPETS + FIXTURE_SOURCES:
-        plain = all(re.search(p, text) for p in patterns)
+        plain = all(re.search(p, text) for p in patterns) and bool(header.search(text.replace("\r\n", "\n").replace("\r", "\n")))
         answers.add(plain)
         assert rule.may_fire(text, Settings()) is plain, text[:200]
     assert answers == {True, False}
