@@ -89,8 +89,6 @@ class AstIndex:
     def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
         self.source = source  # the text ``tree`` was parsed from: spans and statement lines read it
-        # node -> the node whose field holds it, for every node but the leaves (names, constants, contexts)
-        self.parents: Dict[ast.AST, ast.AST] = {}
         self.loop_info: Dict[ast.AST, AstLoopInfo] = {}
         # Facts rules compute once per file and share (``torchlint.facts``), by name.
         self.shared: Dict[str, object] = {}
@@ -126,7 +124,6 @@ class AstIndex:
         # body holds the node. An explicit stack: deep code must not hit the recursion limit.
         frames: List[tuple] = [(None, None, None, None, [tree])]
         imports: List[Union[ast.Import, ast.ImportFrom]] = []
-        parents = self.parents
         bindings: List[Tuple[ast.AST, AstScope, str, Optional[ast.AST]]] = []  # (where, scope, name, value)
         bind = bindings.append
         module = self.tree
@@ -138,13 +135,9 @@ class AstIndex:
                 if kind not in _RECORDED_TYPES:  # two nodes in three: nothing to record, only children to visit
                     children = _children(node)
                     if children:
-                        for child in children:
-                            parents[child] = node
                         frames.append((function, loop, body_loop, klass, children))
                     continue
                 children = _children(node)
-                for child in children:
-                    parents[child] = node
                 if kind in _BLOCK_TYPES:
                     self._note_blocks(node)
                 if kind is ast.Call:
@@ -314,6 +307,22 @@ class AstIndex:
         return name is not None and bool(LOADER_NAME.search(name.split(".")[-1]))
 
     # --- the tree around a node ------------------------------------------------------------------
+    @property
+    def parents(self) -> Dict[ast.AST, ast.AST]:
+        """node -> the node whose field holds it, for every node but the leaves (names, constants,
+        contexts), built by one walk on first use: most files past the text gate never ask."""
+        parents = self.__dict__.get("_parents")
+        if parents is None:
+            parents = self.__dict__["_parents"] = {}
+            stack: List[ast.AST] = [self.tree]
+            while stack:
+                node = stack.pop()
+                children = _children(node)
+                for child in children:
+                    parents[child] = node
+                stack.extend(children)
+        return parents
+
     # ``parents`` covers every node but the leaves (names, constants, contexts, operators): the questions
     # below start from calls, statements and other non-leaf nodes.
     def parent(self, node: ast.AST) -> Optional[ast.AST]:
