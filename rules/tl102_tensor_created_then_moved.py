@@ -15,7 +15,8 @@ from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg,
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.loader_prefilter import may_chain_factory_into_move, may_move_to_device
-from torchlint.device_facts import CPU, CUDA, DEVICE_NAME, device_kind, to_destination
+from torchlint.device_facts import device_kind, to_destination
+from torchlint.facts.devices import CPU, CUDA, DEVICE_NAME
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
 
 # Factories that fill their result the same way on every device.

@@ -1,16 +1,22 @@
 """The shared device and precision facts: CUDA destinations, provable CPU devices, mixed-precision signs."""
 
+import ast
+
 import libcst as cst
 import pytest
 
 from torchlint.analysis import FileAnalysis
-from torchlint.device_facts import (
-    CPU, CUDA, cuda_evidence, mixed_precision_evidence, to_destination,
-)
+from torchlint.ast_index import AstIndex
+from torchlint.device_facts import to_destination
+from torchlint.facts.devices import CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_evidence
 
 
 def analyse(source: str) -> FileAnalysis:
     return FileAnalysis(cst.parse_module(source), source)
+
+
+def index(source: str) -> AstIndex:
+    return AstIndex(ast.parse(source), source)
 
 
 def last_to_call(analysis: FileAnalysis) -> cst.Call:
@@ -38,9 +44,9 @@ def test_to_destination(setup, move, expected):
 
 
 def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
-    assert cuda_evidence(analyse("import torch\nmodel.to('cpu')\nx = torch.zeros(3)\n")) is None
-    found = cuda_evidence(analyse("import torch\nx = torch.zeros(3, device='cuda')\nmodel.cuda()\n"))
-    assert found is not None and cst.Module([]).code_for_node(found).startswith("torch.zeros")
+    assert cuda_evidence(index("import torch\nmodel.to('cpu')\nx = torch.zeros(3)\n")) is None
+    found = cuda_evidence(index("import torch\nx = torch.zeros(3, device='cuda')\nmodel.cuda()\n"))
+    assert found is not None and ast.unparse(found).startswith("torch.zeros")
 
 
 @pytest.mark.parametrize(
@@ -58,12 +64,12 @@ def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
     ],
 )
 def test_mixed_precision_evidence(source):
-    assert mixed_precision_evidence(analyse(source)) is not None
+    assert mixed_precision_evidence(index(source)) is not None
 
 
 def test_no_mixed_precision_in_a_plain_fp32_script():
     source = "import torch\nx = torch.zeros(3, dtype=torch.float32)\nmodel.to(device)\nloss.backward()\n"
-    assert mixed_precision_evidence(analyse(source)) is None
+    assert mixed_precision_evidence(index(source)) is None
 
 
 # The default rule set (Rule.default_enabled) lives in config.selected_codes; tested here beside the other
@@ -80,7 +86,6 @@ def test_default_set_leaves_out_opt_in_rules_until_selected():
     assert selected_codes(Settings(ignore=("TL1",)), codes, default_codes=defaults) == ()
 
 
-from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -95,6 +100,6 @@ from torchlint.device_facts import reduced_precision_evidence  # noqa: E402
     ],
 )
 def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_bf16(source, expected):
-    assert (reduced_precision_evidence(analyse(source)) is not None) is expected
+    assert (reduced_precision_evidence(index(source)) is not None) is expected
     if expected:
-        assert mixed_precision_evidence(analyse(source)) is not None  # the stricter fact implies the broader one
+        assert mixed_precision_evidence(index(source)) is not None  # the stricter fact implies the broader one

@@ -1,6 +1,6 @@
-"""The program model's device, precision and loader facts (torchlint/facts/devices.py, loaders.py) mean on the
-index what their LibCST forms mean, on every fixture and on hand-made edge cases, while rules of both kinds use them (docs/architecture.md, "One
-program model")."""
+"""The program model's device and loader facts (torchlint/facts/devices.py, loaders.py) mean on the index what
+their LibCST forms mean, on every fixture and on hand-made edge cases, while code on both trees uses them
+(docs/architecture.md, "One program model")."""
 
 from __future__ import annotations
 
@@ -76,12 +76,20 @@ def _both(source: str):
 
 
 @pytest.mark.parametrize("source", SAMPLES)
-def test_device_and_precision_facts_agree(source):
+def test_device_facts_agree(source):
+    """Where each call sends its tensor, and the kind of each `device=` argument, on both trees."""
     analysis, index, cst_place, ast_place = _both(source)
-    assert ast_place(devices.cuda_evidence(index)) == cst_place(device_facts.cuda_evidence(analysis))
-    assert ast_place(devices.mixed_precision_evidence(index)) == cst_place(device_facts.mixed_precision_evidence(analysis))
-    assert (ast_place(devices.reduced_precision_evidence(index))
-            == cst_place(device_facts.reduced_precision_evidence(analysis)))
+    assert len(analysis.calls) == len(index.calls)
+    for cst_call, info in zip(analysis.calls, index.calls):
+        assert ast_place(info.node) == cst_place(cst_call)
+        scope = info.function if info.function is not None else index.tree
+        assert devices.to_destination(index, info.node, scope) == device_facts.to_destination(analysis, cst_call)
+        cst_device = next((arg.value for arg in cst_call.args if arg.keyword is not None
+                           and arg.keyword.value == "device"), None)
+        ast_device = next((k.value for k in info.node.keywords if k.arg == "device"), None)
+        assert (cst_device is None) == (ast_device is None)
+        if ast_device is not None:
+            assert devices.device_kind(index, ast_device, scope) == device_facts.device_kind(analysis, cst_device)
 
 
 LOADER_CASES = [

@@ -17,7 +17,8 @@ import libcst as cst
 from torchlint.analysis import (
     FileAnalysis, FunctionInfo, LoopInfo, call_name, dotted_name, keyword_arg, receiver, target_names, walk,
 )
-from torchlint.device_facts import CUDA, device_kind, to_destination
+from torchlint.device_facts import device_kind, to_destination
+from torchlint.facts.devices import CUDA
 
 # torch.utils.data.DataLoader's parameters that may be passed by position, in order (torch 1.7 to 2.x);
 # prefetch_factor, persistent_workers and pin_memory_device are keyword-only.
