@@ -274,15 +274,11 @@ def lint_source(
     selected = frozenset(rule.code for rule in rules)
     # held here: parsing with LibCST drops the stages' shared index
     index = _index_of(source) if any(rule.detects_on_index() for rule in candidates) else None
-    module = None
-    if needs_libcst(candidates, source):
-        try:
-            module = parse(source, path)
-        except SyntaxProblem as exc:
-            return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
     try:
+        module = parse(source, path) if needs_libcst(candidates, source) else None
+        # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
         analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
-    except SyntaxProblem as exc:  # a fix on the index needed LibCST's tree, and LibCST cannot parse the file
+    except SyntaxProblem as exc:
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
     return LintOutcome(diagnostics, parsed=analysis is not None)
 
