@@ -21,9 +21,10 @@ if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
 
 Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+_MATCH = getattr(ast, "Match", ast.If)  # Python 3.10+
 _COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
-             ast.AsyncFunctionDef, ast.ClassDef, ast.Match, getattr(ast, "TryStar", ast.Try))
-_BRANCHES = (ast.If, ast.IfExp, ast.Match, ast.BoolOp)  # what makes an eval() switch conditional
+             ast.AsyncFunctionDef, ast.ClassDef, _MATCH, getattr(ast, "TryStar", ast.Try))
+_BRANCHES = (ast.If, ast.IfExp, _MATCH, ast.BoolOp)  # what makes an eval() switch conditional
 # Anything in this text means the code wants (or manages) gradients: leave it alone.
 _GRAD_TEXT = re.compile(
     r"backward|\bautograd\b|requires_grad|enable_grad|set_grad_enabled|retain_grad|zero_grad|\.grad\b"
@@ -65,6 +66,8 @@ _EVAL_LOADER_SEARCHES = tuple(re.compile(word + r"\w*(?:loader|dl|ds|dataset|bat
 def _may_name_eval_loader(lower: str) -> bool:
     """``_EVAL_LOADER_TEXT.search(lower)``, faster (``tests/test_rule_tl202.py`` holds them equal)."""
     return any(search.search(lower) for search in _EVAL_LOADER_SEARCHES)
+
+
 # Names of things that are models: the last part of the called name.
 _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "classifier",
                 "generator", "discriminator", "policy", "critic", "actor", "teacher", "student", "autoencoder",
