@@ -48,7 +48,7 @@ _EVAL_WORDS = {"validate", "validation", "evaluate", "evaluation", "eval", "val"
 _FRAMEWORK_NO_GRAD = re.compile(r"^(validation|val|test|predict|prediction)_step(_end)?$|^on_(validation|test|predict)"
                                 r"|^(validation|test)_epoch_end$")
 _HOOK_NAME = re.compile(r"_step$|^on_|_epoch_end$|^forward$|^__\w+__$|^train|^training|^fit|^compute_loss")
-# Pre-filter texts (supersets of what the checker accepts; see `may_fire`).
+# Pre-filter texts (supersets of what `detect` accepts; see `may_fire`).
 _EVAL_WORD_TEXT = (r"(?:validate|validation|evaluate|evaluation|eval|val|predict|prediction|predictions|infer"
                    r"|inference)")
 # (`\` continuations may stand between `def`, the name and its `(`.)
