@@ -214,7 +214,7 @@ class _Detector:
     def __init__(self, ctx: IndexContext) -> None:
         self.ctx = ctx
         self.index: AstIndex = ctx.index
-        self.alias = next((local for local, target in self.index.imports.items() if target == "torch"), None)
+        self.alias = self.index.module_alias("torch")
         self._text_cache: Dict[ast.AST, str] = {}
         self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
         self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument

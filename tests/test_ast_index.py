@@ -310,3 +310,10 @@ def test_definition_name_stands_where_libcst_places_the_name():
         where = positions[name]
         assert index.span(index.definition_name(node)) == (where.start.line, where.start.column, where.end.line,
                                                            where.end.column)
+
+
+def test_module_alias_is_the_first_local_name_bound_to_the_module():
+    source = "import numpy\nimport torch as t\nimport torch\nfrom torch import nn as torch\n"
+    index = index_of(ast.parse(source), source)
+    assert index.module_alias("torch") == "t" == FileAnalysis(cst.parse_module(source)).module_alias("torch")
+    assert index.module_alias("os") is None

@@ -247,6 +247,10 @@ class AstIndex:
             return None
         return f"{target}.{rest}" if rest else target
 
+    def module_alias(self, module: str) -> Optional[str]:
+        """The local name the file first binds to ``module`` ("t" for ``import torch as t``), if any."""
+        return next((local for local, target in self.imports.items() if target == module), None)
+
     def imports_torch(self) -> bool:
         return any(target.split(".")[0] == "torch" for target in self.imports.values())
 
