@@ -8,8 +8,8 @@ import textwrap
 import pytest
 
 from torchlint.ast_index import index_of
-from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, disables_grad, eval_receiver,
-                                        grad_globally_off, grad_off_between, is_eval_loader, train_receiver)
+from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, eval_receiver, grad_globally_off,
+                                        grad_off_between, is_eval_loader, may_disable_grad, train_receiver)
 
 
 def _index(source: str):
@@ -29,9 +29,9 @@ def _index(source: str):
     ("open(path) as f", False),
     ("torch.autocast('cuda')", False),
 ])
-def test_disables_grad(head, disables):
+def test_may_disable_grad(head, disables):
     index = _index(f"import torch\nimport torch as t\nwith {head}:\n    pass\n")
-    assert disables_grad(index, index.tree.body[-1]) is disables
+    assert may_disable_grad(index, index.tree.body[-1]) is disables
 
 
 def test_grad_off_between_stops_at_the_outer_node():

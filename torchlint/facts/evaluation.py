@@ -32,7 +32,7 @@ Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
 # --- grad mode ----------------------------------------------------------------------------------------
-def disables_grad(index: AstIndex, node: ast.AST) -> bool:
+def may_disable_grad(index: AstIndex, node: ast.AST) -> bool:
     """``node`` is a ``with`` that may turn autograd off: a no-grad / inference-mode / ``set_grad_enabled(False)``
     call, a call of something named for grad or inference (a project's own helper), or a context manager
     made elsewhere (``with ctx:``, ``ctx = torch.no_grad()``), which may be one."""
@@ -58,16 +58,16 @@ def disables_grad(index: AstIndex, node: ast.AST) -> bool:
 def grad_off_between(index: AstIndex, node: ast.AST, outer: ast.AST) -> bool:
     """A grad-disabling ``with`` holds ``node``, up to and including ``outer``."""
     for ancestor in index.ancestors(node):
-        if disables_grad(index, ancestor):
+        if may_disable_grad(index, ancestor):
             return True
         if ancestor is outer:
             return False
-    return disables_grad(index, outer)
+    return may_disable_grad(index, outer)
 
 
 def grad_off_anywhere_around(index: AstIndex, node: ast.AST) -> bool:
     """A grad-disabling ``with`` holds ``node``, however far out (a def inside the block included)."""
-    return any(disables_grad(index, ancestor) for ancestor in index.ancestors(node))
+    return any(may_disable_grad(index, ancestor) for ancestor in index.ancestors(node))
 
 
 def decorator_names(function: Def) -> Sequence[str]:
