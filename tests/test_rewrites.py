@@ -18,8 +18,8 @@ SAMPLES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".fixe
 RULES = [rule() for rule in all_rules() if rule.detects_on_index()]
 
 
-def _answers(source: str, with_edits: bool):
-    diagnostics = lint_source(source, "sample.py", RULES, Settings(), with_edits=with_edits).diagnostics
+def _answers(source: str, with_edits: bool, rules=RULES):
+    diagnostics = lint_source(source, "sample.py", rules, Settings(), with_edits=with_edits).diagnostics
     return [(d.code, d.line, d.column, d.end_line, d.end_column, d.message, d.fix) for d in diagnostics]
 
 
@@ -70,3 +70,37 @@ def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatc
     source = "import numpy as np, torch\nz = (1,\n 2); y = torch.tensor(np.ones(2))\n"
     answers = _answers(source, with_edits=False)
     assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None and calls == [1]
+
+
+def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
+    from torchlint import rewrites
+
+    seen = []
+    real = rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "trusted_parse", lambda text: seen.append(text) or real(text))
+    source = textwrap.dedent(
+        """\
+        \"\"\"Train.\"\"\"
+        import torch
+        import torch.nn as nn
+
+        def helper(x):
+            return x + 1
+
+        def main():
+            model = nn.Linear(8, 8).cuda()
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in range(3):
+                loss = model(torch.randn(4, 8, device="cuda")).sum()
+                loss.backward()
+                opt.step()
+
+        if __name__ == "__main__":
+            main()
+        """
+    )
+    only = [rule for rule in RULES if rule.code == "TL702"]
+    answers = _answers(source, with_edits=False, rules=only)
+    assert [a[0] for a in answers] == ["TL702"] and answers[0][6] is not None
+    assert seen == ['import torch\nimport torch.nn as nn\nif __name__ == "__main__":\n    main()\n']
+    assert answers == _answers(source, with_edits=True, rules=only)

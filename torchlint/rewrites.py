@@ -7,7 +7,8 @@ CPython) is parsed whole, so that `check` reports it as `fix` will.
 LibCST parses about six times slower than ``ast`` and most findings sit in one function of a long file, so
 `check` parses a few statements where it used to parse the file. A rewrite sees the same statement, the same
 function, the same class and the same imports either way; ``tests/test_rewrites.py`` holds the two answers
-equal, finding by finding, on every fixture. A module rewrite (``Rewrite.call`` None) needs the file.
+equal, finding by finding, on every fixture. A module rewrite (``Rewrite.call`` None) names the top-level
+statements it reads (``Rewrite.statements``), or needs the whole file.
 """
 
 from __future__ import annotations
@@ -34,12 +35,16 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex) -> b
     """As ``make_rewrites``, on a LibCST parse of the top-level statements that hold the reports' calls
     (and the file's top-level imports). False, with nothing made, where that cannot answer as the whole
     file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the file)."""
-    if any(report.rewrite is None or report.rewrite.call is None for report in reports):
+    if any(report.rewrite is None or (report.rewrite.call is None and not report.rewrite.statements)
+           for report in reports):
         return False
     if "\f" in index.source or parse_problem(index.source) is not None:
         return False  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
-    tops = {id(top): top for top in (_top_level(index, report.rewrite.call) for report in reports)}
-    tops.update((id(node), node) for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom)))
+    tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    for report in reports:
+        rewrite = report.rewrite
+        tops.update((id(top), top) for top in (
+            rewrite.statements if rewrite.call is None else (_top_level(index, rewrite.call),)))
     ranges = _merged(sorted(_line_range(node) for node in tops.values()))
     text = "".join(index.lines_text(first, last) for first, last in ranges)
     try:
@@ -50,6 +55,9 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex) -> b
     analysis = FileAnalysis(module, text, "")
     if len(inside) != len(analysis.calls):
         return False
+    # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
+    # import inside a function or a `try:` elsewhere names modules here too
+    analysis.imports = dict(index.imports)
     _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis)
     analysis.release()
     return True
