@@ -314,7 +314,7 @@ class _Detector:
                        f"decorate it with `@{torch_name}.no_grad()`")
             if not _GENERATOR_TEXT.search(text) or self.ctx.torch_version >= (2, 0):
                 place = next(i for i, f in enumerate(index.functions) if f is node)
-                rewrite = Rewrite(partial(_decorate, place=place, name=name), message)
+                rewrite = Rewrite(partial(_decorate, place=place, name=name), message + " ({reason})")
             else:
                 message += " (no fix for a generator before PyTorch 2.0)"
         self.ctx.report(index.definition_name(node), message=message, rewrite=rewrite)
@@ -356,7 +356,7 @@ class _Detector:
         rewrite = None
         if not _GENERATOR_TEXT.search(text) and not _AWAIT_TEXT.search(text):
             place = next(i for i, info in enumerate(index.loops) if info.node is loop)
-            rewrite = Rewrite(partial(_wrap_loop, place=place, count=len(index.loops)), message)
+            rewrite = Rewrite(partial(_wrap_loop, place=place, count=len(index.loops)), message + " ({reason})")
         self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
 
@@ -597,7 +597,7 @@ def _decorate(module: cst.Module, a: FileAnalysis, place: int, name: str) -> Uni
     """``@torch.no_grad()`` as the innermost decorator of the file's ``place``-th def (the index and LibCST
     list the defs alike, in source order), ``name``."""
     if place >= len(a.functions) or a.functions[place].name != name:
-        return "the two parsers disagree on the file's functions"  # never seen; reported as found
+        return "the two parsers disagree on the file's functions"  # never seen
     node = a.functions[place].node
     decorator = cst.Decorator(decorator=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))
     new = node.with_changes(decorators=[*node.decorators, decorator])
@@ -609,7 +609,7 @@ def _wrap_loop(module: cst.Module, a: FileAnalysis, place: int, count: int) -> U
     inside ``with torch.no_grad():``, its leading comments kept above."""
     loop = a.loops[place].node if len(a.loops) == count else None
     if not isinstance(loop, cst.For):
-        return "the two parsers disagree on the file's loops"  # never seen; reported as found
+        return "the two parsers disagree on the file's loops"  # never seen
     with_node = cst.With(
         items=[cst.WithItem(item=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))],
         body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),

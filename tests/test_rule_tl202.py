@@ -222,3 +222,13 @@ def test_detects_on_the_index_and_fixes_the_def_and_the_loop_it_reports():
     assert "@torch.no_grad()\ndef predict" in fixed
     assert "model.eval()\nwith torch.no_grad():\n    for x, _ in val_loader:\n        model(x)\n" in fixed
     assert "async  def \\\n  evaluate" in fixed
+
+
+def test_a_file_libcst_refuses_keeps_its_finding_and_says_why_there_is_no_fix():
+    """Valid Python that LibCST's parser gives up on (5,000 adjacent string literals) no longer hides the
+    finding behind a TL000: the finding stands, its fix refused with LibCST's reason."""
+    source = _src("import torch\n" + "S = (" + " ".join(['"a"'] * 5000) + ")\n" + EVALUATE)
+    [diagnostic] = lint(source, "TL202")
+    assert diagnostic.code == "TL202" and diagnostic.fix is None
+    assert diagnostic.message.startswith("`evaluate()` evaluates `model(...)` with autograd on; decorate it with")
+    assert "(LibCST, which writes the fixes, cannot parse this file" in diagnostic.message

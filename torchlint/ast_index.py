@@ -407,7 +407,7 @@ class AstIndex:
         while last + 1 < len(block) and block[last + 1].lineno == block[last].end_lineno:
             last += 1
         head = block[first]
-        if self._line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
+        if self.line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
             return statement  # after `if x:` on its line: LibCST's statement is the simple statement itself
         return StatementLine(head, block[last])
 
@@ -421,7 +421,7 @@ class AstIndex:
         end_line = last.end_lineno  # type: ignore[attr-defined]
         end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
         kind = type(node)
-        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self._line_text(line)[column:column + 1] == "(":
+        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self.line_text(line)[column:column + 1] == "(":
             # LibCST leaves brackets out: a generator's span takes the call's, `f(x for x in y)`, a tuple's
             # only its own (not those of `(a), (b)`)
             inside = self._inside_brackets(line, column, end_line, end_column, kind is ast.Tuple)
@@ -439,8 +439,8 @@ class AstIndex:
         """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
         first token to its last (comments and line breaks around them left out); None where the bracket
         closes before the end (``own_only``) or the text does not tokenize."""
-        text = "\n".join(self._line_text(n) for n in range(line, end_line + 1))
-        text = text[column:len(text) - len(self._line_text(end_line)) + end_column]
+        text = "\n".join(self.line_text(n) for n in range(line, end_line + 1))
+        text = text[column:len(text) - len(self.line_text(end_line)) + end_column]
         try:
             tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
                       if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER,
@@ -486,19 +486,20 @@ class AstIndex:
         """The text of ``node``'s span (``code_for_node`` quotes a node as LibCST writes it)."""
         line, column, end_line, end_column = self.span(node)
         if line == end_line:
-            return self._line_text(line)[column:end_column]
-        lines = [self._line_text(line)[column:], *map(self._line_text, range(line + 1, end_line)),
-                 self._line_text(end_line)[:end_column]]
+            return self.line_text(line)[column:end_column]
+        lines = [self.line_text(line)[column:], *map(self.line_text, range(line + 1, end_line)),
+                 self.line_text(end_line)[:end_column]]
         return "\n".join(lines)
 
-    def _line_text(self, line: int) -> str:
+    def line_text(self, line: int) -> str:
+        """Line ``line`` of the source (1-based), without its line end."""
         lines = self.__dict__.get("_lines")
         if lines is None:
             lines = self.__dict__["_lines"] = _NEWLINE_SPLIT.split(self.source)
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     def _char_column(self, line: int, byte_column: int) -> int:
-        text = self._line_text(line)
+        text = self.line_text(line)
         if text.isascii():
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
@@ -529,7 +530,7 @@ class AstIndex:
         last one indented at least as deep as the block)."""
         first = statement.decorator_list[0].lineno if getattr(statement, "decorator_list", None) else statement.lineno  # type: ignore[attr-defined]
         start = first
-        while start > 1 and _is_empty_line(self._line_text(start - 1)):
+        while start > 1 and _is_empty_line(self.line_text(start - 1)):
             start -= 1
         block = self.statement_block(statement)
         at = next(i for i, s in enumerate(block) if s is statement)
@@ -537,7 +538,7 @@ class AstIndex:
             start = first
         elif at > 0 and start < first:
             start = max(start, self._footer_end(block[at - 1]) + 1)
-        return "".join(self._line_text(n) + "\n" for n in range(start, self._footer_end(statement) + 1))
+        return "".join(self.line_text(n) + "\n" for n in range(start, self._footer_end(statement) + 1))
 
     def _footer_end(self, statement: ast.stmt) -> int:
         """The last line of ``statement`` with the footer of its last block (see ``owned_text``)."""
@@ -546,18 +547,18 @@ class AstIndex:
         if not block:
             return end
         head = block[0]
-        indent = self._line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)]
+        indent = self.line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)]
         if indent.strip(" \t\f"):
             return end  # the block follows its header on one line: no footer
         last, line = end, end + 1
-        while line <= self._line_count() and _is_empty_line(self._line_text(line)):
-            if self._line_text(line).startswith(indent):
+        while line <= self._line_count() and _is_empty_line(self.line_text(line)):
+            if self.line_text(line).startswith(indent):
                 last = line
             line += 1
         return last
 
     def _line_count(self) -> int:
-        self._line_text(1)
+        self.line_text(1)
         return len(self.__dict__["_lines"])
 
     def definition_name(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> ast.Name:
@@ -566,10 +567,14 @@ class AstIndex:
         tokens = StatementCode(self, node).tokens
         token = next((t for t in tokens if t.type == tokenize.NAME and t.string == node.name), None)
         line, column = token.start if token is not None else (node.lineno, self._char_column(node.lineno, node.col_offset))
-        before = self._line_text(line)[:column]
+        before = self.line_text(line)[:column]
         byte_column = len(before.encode("utf-8"))
         return ast.Name(id=node.name, ctx=ast.Load(), lineno=line, col_offset=byte_column, end_lineno=line,
                         end_col_offset=byte_column + len(node.name.encode("utf-8")))
+
+    def lines_text(self, first: int, last: int) -> str:
+        """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
+        return self.source[self._offset(first, 0):self._offset(last + 1, 0)]
 
     def _offset(self, line: int, column: int) -> int:
         """The character offset in ``source`` of (line, character column)."""
@@ -653,7 +658,7 @@ class StatementCode:
 
     def __init__(self, index: AstIndex, statement: ast.stmt) -> None:
         self.index = index
-        first = index._line_text(statement.lineno)
+        first = index.line_text(statement.lineno)
         self.indent = first[: len(first) - len(first.lstrip(" \t"))]
         self.tokens: List[tokenize.TokenInfo] = []  # up to the logical line's end, layout left out
         self.broken_lines = set()  # lines that end inside brackets (LibCST's ParenthesizedWhitespace)
@@ -755,7 +760,7 @@ def _last_block(index: AstIndex, statement: ast.stmt) -> Optional[List[ast.stmt]
         orelse = statement.orelse  # type: ignore[attr-defined]
         if len(orelse) == 1 and type(orelse[0]) is ast.If:
             elif_ = orelse[0]
-            if index._line_text(elif_.lineno)[index._char_column(elif_.lineno, elif_.col_offset):].startswith("elif"):
+            if index.line_text(elif_.lineno)[index._char_column(elif_.lineno, elif_.col_offset):].startswith("elif"):
                 return _last_block(index, elif_)
         return orelse or statement.body  # type: ignore[attr-defined]
     if kind in _LOOP_TYPES:
