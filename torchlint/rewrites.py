@@ -78,7 +78,9 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
         return None
     if exact and module.code != text:  # (a lone carriage return at the end)
         return None
-    inside = [info for info in index.calls if any(first <= info.node.lineno <= last for first, last in ranges)]
+    lines = [line for first, last in ranges for line in range(first, last + 1)]
+    held = set(lines)
+    inside = [info for info in index.calls if info.node.lineno in held]
     analysis = FileAnalysis(module, text, "")
     if len(inside) != len(analysis.calls):
         return None
@@ -86,7 +88,7 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
     # import inside a function or a `try:` elsewhere names modules here too
     analysis.imports = dict(index.imports)
     _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis, index, set())
-    return StatementTree(analysis, text, [line - 1 for first, last in ranges for line in range(first, last + 1)])
+    return StatementTree(analysis, text, [line - 1 for line in lines])
 
 
 def refuse_rewrites(reports: Sequence[Report], reason: str) -> None:
