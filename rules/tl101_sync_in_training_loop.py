@@ -6,20 +6,20 @@ import ast
 import bisect
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterator, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
 from torchlint.ast_index import (
-    AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name, source_order, target_names,
-    walk,
+    AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name, names_spelled, source_order,
+    spells_name, target_names, walk,
 )
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
-from torchlint.facts.script import training_loop_around
+from torchlint.facts.script import calls_step, step_functions, training_loop_around
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, call_text, may_train, search_method, search_word
@@ -276,18 +276,13 @@ class _Detector:
 
     # --- which loops train --------------------------------------------------------------------------
     def step_functions(self) -> Set[str]:
-        """Names of the file's functions that run a training step themselves: ``def _backward(loss): ...
-        loss.backward(); optimizer.step()`` (a closure or helper a loop calls every iteration)."""
         if self._steps is None:
-            index = self.index
-            self._steps = {info.function.name for info in index.calls
-                           if type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef)
-                           and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
+            self._steps = step_functions(self.index)
         return self._steps
 
     def is_training(self, loop: AstLoopInfo) -> bool:
         steps = self.step_functions()
-        return loop.is_training or (bool(steps) and any(_calls_step(c, steps) for c in loop.direct_calls))
+        return loop.is_training or (bool(steps) and any(calls_step(c, steps) for c in loop.direct_calls))
 
     def _helper_training_loop(self, node: ast.AST) -> Optional[AstLoopInfo]:
         """The innermost loop around ``node`` whose body calls one of the file's step functions."""
@@ -295,7 +290,7 @@ class _Detector:
         if not steps:
             return None
         for loop in self.index.enclosing_loops(node):
-            if any(_calls_step(c, steps) for c in loop.direct_calls):
+            if any(calls_step(c, steps) for c in loop.direct_calls):
                 return loop
         return None
 
@@ -312,7 +307,7 @@ class _Detector:
         if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or function.name not in self.step_functions():
             return False
         callers = [info.node for info in index.calls_by_name.get(function.name, ())
-                   if _calls_step(info.node, {function.name})]
+                   if calls_step(info.node, {function.name})]
         in_loops = [(c, next(index.enclosing_loops(c), None)) for c in callers]
         in_loops = [(c, loop) for c, loop in in_loops if loop is not None]
         if not in_loops or len(in_loops) != len(callers):
@@ -552,7 +547,7 @@ class _Detector:
             if expr.id in self._backward_receivers(scope):
                 return True
             # `m = torch.zeros(3)` then `m = (m * i + x) / (i + 1)`: the update keeps the kind of the start
-            fresh = [v for v in known if not _spells(v, expr.id)]
+            fresh = [v for v in known if not spells_name(v, expr.id)]
             return bool(values) and len(known) == len(values) and bool(fresh) and all(
                 self.is_tensor(v, scope, depth + 1) for v in fresh)
         if kind is ast.Attribute:
@@ -772,7 +767,7 @@ class _Detector:
         names = self._names_by_node.get(node)
         if names is None:
             names = self._names_by_node[node] = {}
-            for spelling, use, how, parent in _mentions(node):
+            for spelling, use, how, parent in names_spelled(node):
                 names.setdefault(spelling, []).append((use, how))
                 if how == "name":
                     self._name_parents[use] = parent
@@ -818,7 +813,7 @@ class _Detector:
             return None
         acc = aug.target.id
         recv = call.func.value  # type: ignore[attr-defined]
-        if chain_has_sync(recv) or _spells(recv, acc):
+        if chain_has_sync(recv) or spells_name(recv, acc):
             return None
         # nothing in the loop but this statement mentions acc
         if any(use is not aug.target for use, _ in self._names_under(loop.node).get(acc, ())):
@@ -856,10 +851,10 @@ class _Detector:
                 if any(not index.contains(loop, use) for use, _ in self._names_under(container).get(acc, ())):
                     return None
             elif kind is ast.If:
-                if _spells(container.test, acc):
+                if spells_name(container.test, acc):
                     return None
             elif kind in (ast.With, ast.AsyncWith):
-                if any(_spells(item, acc) for item in container.items):
+                if any(spells_name(item, acc) for item in container.items):
                     return None
             elif kind is not ast.Try:
                 return None
@@ -873,7 +868,7 @@ class _Detector:
             positions, mentions = {}, {}
             for position, statement in enumerate(block):
                 positions[statement] = position
-                for spelling, *_ in _mentions(statement):
+                for spelling, *_ in names_spelled(statement):
                     spots = mentions.setdefault(spelling, [])
                     if not spots or spots[-1] != position:
                         spots.append(position)
@@ -913,14 +908,6 @@ class _LoopReads:
         self.load_bearing: dict = {}  # receiver text -> ``_Detector._load_bearing_reads``
 
 
-def _calls_step(call: ast.Call, steps: Set[str]) -> bool:
-    func = call.func
-    if type(func) is ast.Name:
-        return func.id in steps
-    return type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self" \
-        and func.attr in steps
-
-
 def _is_module(expr: ast.AST) -> bool:
     name = dotted_name(expr)
     return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
@@ -958,55 +945,6 @@ def _is_detach_call(expr: ast.AST) -> bool:
     return type(expr) is ast.Call and call_name(expr) == "detach" and not expr.args and not expr.keywords  # type: ignore[attr-defined]
 
 
-def _mentions(node: ast.AST) -> Iterator[Tuple[str, ast.AST, str, Optional[ast.AST]]]:
-    """Every name spelled under ``node``, as LibCST's ``Name`` nodes count them: (spelling, node, how,
-    parent). ``how`` is "name" for a variable, "attribute" for ``x.name`` (the node is the attribute),
-    "keyword" for ``f(name=...)`` (the node is the keyword) and "other" for the names of parameters,
-    defs, classes, imports, ``global`` / ``except ... as`` / ``match`` captures."""
-    stack: List[Tuple[ast.AST, Optional[ast.AST]]] = [(node, None)]
-    while stack:
-        current, parent = stack.pop()
-        kind = type(current)
-        if kind is ast.Name:
-            yield current.id, current, "name", parent  # type: ignore[attr-defined]
-            continue
-        if kind is ast.Attribute:
-            yield current.attr, current, "attribute", parent  # type: ignore[attr-defined]
-        elif kind is ast.keyword:
-            if current.arg is not None:  # type: ignore[attr-defined]
-                yield current.arg, current, "keyword", parent  # type: ignore[attr-defined]
-        else:
-            for spelling in _other_names(current):
-                yield spelling, current, "other", parent
-        stack.extend((child, current) for child in ast.iter_child_nodes(current))
-
-
-def _spells(node: ast.AST, name: str) -> bool:
-    """Whether ``name`` is spelled under ``node`` (``_mentions``)."""
-    return any(spelling == name for spelling, *_ in _mentions(node))
-
-
-def _other_names(node: ast.AST) -> List[str]:
-    kind = type(node)
-    if kind is ast.arg:
-        return [node.arg]  # type: ignore[attr-defined]
-    if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
-        return [node.name]  # type: ignore[attr-defined]
-    if kind is ast.alias:
-        return node.name.split(".") + ([node.asname] if node.asname else [])  # type: ignore[attr-defined]
-    if kind is ast.ImportFrom:
-        return node.module.split(".") if node.module else []  # type: ignore[attr-defined]
-    if kind in (ast.Global, ast.Nonlocal):
-        return list(node.names)  # type: ignore[attr-defined]
-    if kind is ast.ExceptHandler or kind in _MATCH_CAPTURES:
-        return [node.name] if getattr(node, "name", None) else []  # type: ignore[attr-defined]
-    if kind in _MATCH_MAPPING:
-        return ([node.rest] if node.rest else [])  # type: ignore[attr-defined]
-    if kind in _MATCH_CLASS:
-        return list(node.kwd_attrs)  # type: ignore[attr-defined]
-    return []
-
-
 def _number_literal_init(index: AstIndex, statement: Optional[ast.stmt], acc: str) -> Optional[ast.Constant]:
     """The number in ``acc = 0.0``, ``a = acc = 0`` or ``loss, acc = 0.0, 0`` as a statement alone on its
     line."""
@@ -1027,10 +965,10 @@ def _number_literal_init(index: AstIndex, statement: Optional[ast.stmt], acc: st
             for element, item in zip(target.elts, value.elts):
                 if type(element) is ast.Name and element.id == acc and type(item) is not ast.Starred:
                     found = item
-        elif _spells(target, acc):
+        elif spells_name(target, acc):
             return None
     if type(found) is ast.Constant and type(found.value) in (int, float) \
-            and not _spells(value, acc):
+            and not spells_name(value, acc):
         return found
     return None
 
@@ -1087,6 +1025,3 @@ _BRANCHING = frozenset({ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, as
 # Expressions a host value passes through on its way to where it is used (``_destination``).
 _PASS_UP = frozenset({ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.List, ast.Tuple, ast.Set, ast.Dict,
                       ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp})
-_MATCH_CAPTURES = tuple(getattr(ast, name) for name in ("MatchAs", "MatchStar") if hasattr(ast, name))
-_MATCH_MAPPING = tuple(getattr(ast, name) for name in ("MatchMapping",) if hasattr(ast, name))
-_MATCH_CLASS = tuple(getattr(ast, name) for name in ("MatchClass",) if hasattr(ast, name))

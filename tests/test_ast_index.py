@@ -215,3 +215,27 @@ def test_literal_string_reads_one_literal_and_never_fails_without_the_text():
     values = [statement.value for statement in tree.body]
     assert [index.literal_string(v) for v in values] == ["cuda", None, None]
     assert AstIndex(tree).literal_string(values[0]) is None  # an index without its text cannot tell
+
+
+def test_names_spelled_count_what_libcst_calls_names():
+    """As LibCST's ``Name`` nodes: variables, attribute and keyword names, parameters, the names of defs,
+    classes and imports, ``global`` and ``except ... as`` names."""
+    from torchlint.ast_index import names_spelled, spells_name
+
+    tree = ast.parse(textwrap.dedent(
+        """\
+        import a.b as c
+        from d.e import f
+        def g(h, *i, j=1, **k):
+            global m
+            try:
+                n.o(p=q)
+            except E as r:
+                s = lambda t: t
+        class U: pass
+        """))
+    spelled = sorted({spelling for spelling, *_ in names_spelled(tree)})
+    assert spelled == sorted("a b c d e f g h i j k m n o p q E r s t U".split())
+    kinds = {spelling: how for spelling, _, how, _ in names_spelled(tree)}
+    assert (kinds["n"], kinds["o"], kinds["p"], kinds["h"]) == ("name", "attribute", "keyword", "other")
+    assert spells_name(tree.body[2], "q") and not spells_name(tree.body[0], "q")
