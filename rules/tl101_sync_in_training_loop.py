@@ -442,7 +442,7 @@ class _Detector:
         index = self.index
         if type(call.func) is not ast.Name or name in index.imports or len(call.args) + len(call.keywords) != 1 \
                 or (call.keywords and call.keywords[0].arg is not None):
-            return  # one positional argument (`*x` and `**x` count as LibCST's arguments without keywords)
+            return  # one argument without a keyword (`float(*x)` and `float(**x)` count)
         loop = self._training_loop(call)
         if loop is None:
             return
@@ -638,8 +638,8 @@ class _Detector:
         if kind is ast.Raise or kind is ast.Return:
             return True
         if kind is ast.Break:
-            # a `break` is a leaf, without a parent link: its loop is the owner's (a loop's `else`, as LibCST
-            # counts it, is the loop's own)
+            # a `break` is a leaf, without a parent link: its loop is the owner's (one in a loop's `else`
+            # block counts as that loop's)
             inner = owner if type(owner) in _LOOPS else next(
                 (info.node for info in self.index.enclosing_loops(owner)), None)
             return inner is loop.node
@@ -919,7 +919,7 @@ def _unstarred(node: ast.expr) -> ast.expr:
 
 def _is_host_value(value: ast.AST) -> bool:
     """A number or string literal, an f-string, or a call of a host function (``len``, ``.item()``): once a
-    name is bound to one, it is not a tensor. (``True`` and ``None`` are names to LibCST: not counted.)"""
+    name is bound to one, it is not a tensor (``True``, ``False`` and ``None`` are not counted)."""
     kind = type(value)
     if kind is ast.Constant:
         return type(value.value) in (int, float, str, bytes)  # type: ignore[attr-defined]
