@@ -92,8 +92,12 @@ def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings
     """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``), as the
     ``test-paths`` settings say, judged from the project root (``discovery.is_test_file``)."""
     if path and is_test_file(path, settings if settings is not None else Settings()):
-        return [rule for rule in rules if not rule.silent_in_test_files]
+        return rules_for_test_files(rules)
     return rules
+
+
+def rules_for_test_files(rules: Sequence[Rule]) -> List[Rule]:
+    return [rule for rule in rules if not rule.silent_in_test_files]
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:

@@ -358,13 +358,6 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
                           status: Optional[os.stat_result] = None) -> FileResult:
     """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write over
     ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files)."""
-    try:
-        source = decode_notebook(data)
-        program = NotebookProgram.parse(source.text)
-    except UnicodeDecodeError:
-        return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
-    except NotebookError as exc:
-        return FileResult(shown, [error_diagnostic(shown, str(exc))])
     rules = rules_for(job.settings, path)
     cache, key = None, ""
     if job.cache_dir is not None:
@@ -374,6 +367,13 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         cached = cache.get(key, shown)
         if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
             return FileResult(shown, cached)
+    try:  # (after the cache: a notebook that does not parse is never cached)
+        source = decode_notebook(data)
+        program = NotebookProgram.parse(source.text)
+    except UnicodeDecodeError:
+        return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
+    except NotebookError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc))])
     if not program.text:
         return FileResult(shown, [])
     if job.mode == "check":

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
-from torchlint.discovery import cached_spec, display_path
-from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_path
+from torchlint.discovery import cached_spec, display_path, is_test_file
+from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_test_files
 from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
@@ -105,9 +105,17 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
             spec = cached_spec((pattern,))
             if spec.match_file(relative) or spec.match_file(absolute.name):
                 extra.extend(codes)
-    codes = selected_codes(settings, rule_codes(), extra, default_codes())
     # Test files drop their silent rules here too, so that the cache key says whether the file is a test.
-    return tuple(rules_for_path(_rule_instances(codes), str(path) if path is not None else "", settings))
+    is_test = path is not None and is_test_file(str(path), settings)
+    return _rules(settings, tuple(extra), is_test)
+
+
+@lru_cache(maxsize=256)
+def _rules(settings: Settings, extra_ignores: Tuple[str, ...], is_test: bool) -> Tuple[Rule, ...]:
+    """The rules for files of these settings, per-file ignores and kind: asked once per file, the same
+    for nearly all of them."""
+    rules = _rule_instances(selected_codes(settings, rule_codes(), extra_ignores, default_codes()))
+    return tuple(rules_for_test_files(rules)) if is_test else rules
 
 
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
@@ -165,7 +173,6 @@ def process_file(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
     try:
         data, status = read_regular(path, job.settings.max_file_size)
-        source = decode_source(data)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     cache, key = None, ""
@@ -175,6 +182,10 @@ def process_file(path: Path, job: Job) -> FileResult:
         cached = _usable(cache.get(key, shown), job)
         if cached is not None:
             return FileResult(shown, cached)
+    try:
+        source = decode_source(data)  # (after the cache: an undecodable file is never cached)
+    except SourceError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     result = process_source(source, shown, path, job)
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
