@@ -5,21 +5,28 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from typing import List, Optional, Set
+from functools import partial
+from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import (
-    FileAnalysis, LoopInfo, ScopeNode, call_name, dotted_name, names_in, receiver, target_names, walk,
+from torchlint.ast_index import (
+    AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name, names_spelled, source_order,
+    spells_name, target_names, walk,
 )
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.ast_index import call_name as ast_call_name
-from torchlint.ast_index import dotted_name as ast_dotted_name
 from torchlint.comments import DROPS_COMMENT, loses_comment
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.facts.arrays import numpy_source
+from torchlint.facts.grad_mode import disables_grad
+from torchlint.facts.guards import is_logging_guard
+from torchlint.facts.loaders import iterates_loader
+from torchlint.facts.script import calls_step, step_functions, training_loop_around
+from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, call_text, may_train, search_method, search_word
 
-_SYNC_METHODS = ("item", "tolist", "cpu", "numpy")
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
+
 _CONVERSIONS = ("float", "int", "bool")
 # Names whose call returns a tensor: the model, the loss.
 _MODEL_NAME = re.compile(
@@ -54,9 +61,6 @@ _SINK_FUNCTIONS = {"print"}
 _TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
 # Calls that end the program: a sync just before one runs once.
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit", "builtins.exit", "builtins.quit"}
-# Names in an `if` test that make it a logging guard: logging words, and `divisible_by(step, every)`, the
-# spelled-out form of `step % every == 0`.
-_GUARD_NAME = re.compile(r"log|print|verbose|report|display|debug|divisible", re.IGNORECASE)
 # Helpers that only show a value: `progress_bar(i, n, msg)`, `log_metrics(...)`, `show_stats(...)`.
 _DISPLAY_HELPER = re.compile(
     r"^_*(progress|print|show|display|report|plot|pbar|log$|logger|log_(?!softmax|prob|sigmoid|sum|det|normal|lik))",
@@ -73,9 +77,9 @@ _FSTRING_TEXTS = tuple(re.compile(first + r"[\"']") for first in (
 def _may_sync_or_format(text: str) -> bool:
     """``.item()``/``.tolist()``/``.cpu()``/``.numpy()``, ``float(``/``int(``/``bool(``/``print(``, ``%``,
     ``.format(`` or an f-string: the plain spellings first (nearly every file that has one has those)."""
-    if "%" in text or "print(" in text or any("." + name + "(" in text for name in _SYNC_METHODS):
+    if "%" in text or "print(" in text or any("." + name + "(" in text for name in SYNC_METHODS):
         return True
-    if any(search_method(call_text(name), text) for name in (*_SYNC_METHODS, "format") if name in text):
+    if any(search_method(call_text(name), text) for name in (*SYNC_METHODS, "format") if name in text):
         return True
     if any(search_word(pattern, text) for pattern in _CONVERSION_CALL_TEXTS):
         return True
@@ -210,156 +214,151 @@ class SyncInTrainingLoop(Rule):
     def may_fire(cls, text: str, settings) -> bool:
         return may_train(text) and _may_sync_or_format(text)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings) -> bool:
-        """``check``'s gates: a sync, conversion, print or formatting of the kinds ``check`` reads, inside a
-        training loop (or returned by a step function)."""
-        return _ast_may_report(index_of(tree))
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        checker = _Checker(ctx, a)
-        if not any(loop.is_training for loop in a.loops) and not checker.step_functions():
-            return
-        for name in _SYNC_METHODS:
-            for call in a.calls_by_name.get(name, ()):
-                checker.check_method(call, name)
-        for name in _CONVERSIONS:
-            for call in a.calls_by_name.get(name, ()):
-                checker.check_conversion(call, name)
-        for call in a.calls_by_name.get("print", ()):
-            checker.check_print(call)
-        for loop in a.loops:
-            if checker.is_training(loop) and not any(checker.is_training(o) for o in a.enclosing_loops(loop.node)):
-                checker.check_formatting(loop)  # outermost training loops only
-        checker.flush()
+    def detect(self, ctx: IndexContext) -> None:
+        _Detector(ctx).run()
 
 
-class _Checker:
-    def __init__(self, ctx: RuleContext, a: FileAnalysis) -> None:
+class _Detector:
+    """One file's findings. Nodes are the index's ``ast`` nodes; ``scope`` is the def or lambda around an
+    expression, or the module."""
+
+    def __init__(self, ctx: IndexContext) -> None:
         self.ctx = ctx
-        self.a = a
+        self.index: AstIndex = ctx.index
         self._backward_names: dict = {}
-        # statement -> [(node, message, fix, what)]: one finding per statement, listing its syncs
+        # statement -> [(node, message, what, rewrite)]: one finding per statement, listing its syncs
         self._found: dict = {}
         # Per-loop indexes, built on first use (the read-before and name-use questions over a whole loop).
         self._reads_by_loop: dict = {}
         self._names_by_node: dict = {}
+        self._name_parents: dict = {}  # a Name (a leaf: the index keeps no parent for it) -> its parent
         self._loads_of_name: dict = {}
         self._mentions_by_block: dict = {}
+        self._codes: dict = {}  # statement -> its StatementCode, for quoting
+        self._steps: Optional[Set[str]] = None
 
-    def report(self, node: cst.CSTNode, message: str, what: str, fix=None) -> None:
-        statement = self.a.enclosing_statement(node) or node
-        self._found.setdefault(statement, []).append((node, message, fix, what))
+    def run(self) -> None:
+        index = self.index
+        if not any(loop.is_training for loop in index.loops) and not self.step_functions():
+            return
+        for name in SYNC_METHODS:
+            for info in index.calls_by_name.get(name, ()):
+                self.check_method(info.node, name)
+        for name in _CONVERSIONS:
+            for info in index.calls_by_name.get(name, ()):
+                self.check_conversion(info.node, name)
+        for info in index.calls_by_name.get("print", ()):
+            self.check_print(info.node)
+        for loop in index.loops:
+            if self.is_training(loop) and not any(self.is_training(o) for o in index.enclosing_loops(loop.node)):
+                self.check_formatting(loop)  # outermost training loops only
+        self.flush()
+
+    def report(self, node: ast.AST, message: str, what: str, rewrite: Optional[Rewrite] = None) -> None:
+        statement = self.index.enclosing_statement(node) or node
+        self._found.setdefault(statement, []).append((node, message, what, rewrite))
 
     def flush(self) -> None:
-        for statement, found in self._found.items():
-            found.sort(key=lambda item: self.a.spans[item[0]][0])
+        for found in self._found.values():
+            found.sort(key=lambda item: source_order(item[0]))
             if len(found) == 1:
-                node, message, fix, _ = found[0]
-                self.ctx.report(node, message=message, fix=fix)
+                node, message, _, rewrite = found[0]
+                self.ctx.report(node, message=message, rewrite=rewrite)
                 continue
-            whats = []
+            whats: List[str] = []
             for item in found:
-                if item[3] not in whats:
-                    whats.append(item[3])
+                if item[2] not in whats:
+                    whats.append(item[2])
             listed = ", ".join(whats[:-1]) + " and " + whats[-1] if len(whats) > 1 else whats[0]
             self.ctx.report(found[0][0], message=(
                 f"{len(found)} host-device syncs in one statement ({listed}) wait for the GPU every training "
                 "step; keep the values on the device and read them once, or every N steps"))
 
+    # --- which loops train --------------------------------------------------------------------------
     def step_functions(self) -> Set[str]:
-        """Names of the file's functions that run a training step themselves: ``def _backward(loss): ...
-        loss.backward(); optimizer.step()`` (a closure or helper a loop calls every iteration)."""
-        names = getattr(self, "_step_names", None)
-        if names is None:
-            names = {
-                info.name for info in self.a.functions
-                if any((self.a.is_backward_call(c) or self.a.is_optimizer_step(c)) and self.a.function_of(c) is info
-                       for c in self.a.calls_in(info.node))
-            }
-            self._step_names = names
-        return names
+        if self._steps is None:
+            self._steps = step_functions(self.index)
+        return self._steps
 
-    def is_training(self, loop: LoopInfo) -> bool:
+    def is_training(self, loop: AstLoopInfo) -> bool:
         steps = self.step_functions()
-        return loop.is_training or (bool(steps) and any(self._calls_step(c, steps) for c in loop.direct_calls))
+        return loop.is_training or (bool(steps) and any(calls_step(c, steps) for c in loop.direct_calls))
 
-    def _helper_training_loop(self, node: cst.CSTNode) -> Optional[LoopInfo]:
+    def _helper_training_loop(self, node: ast.AST) -> Optional[AstLoopInfo]:
         """The innermost loop around ``node`` whose body calls one of the file's step functions."""
         steps = self.step_functions()
         if not steps:
             return None
-        for loop in self.a.enclosing_loops(node):
-            if any(self._calls_step(c, steps) for c in loop.direct_calls):
+        for loop in self.index.enclosing_loops(node):
+            if any(calls_step(c, steps) for c in loop.direct_calls):
                 return loop
         return None
 
-    @staticmethod
-    def _calls_step(call: cst.Call, steps: Set[str]) -> bool:
-        func = call.func
-        if isinstance(func, cst.Name):
-            return func.value in steps
-        return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
-            and func.attr.value in steps
-
-    def per_step_return(self, call: cst.Call, top: cst.BaseExpression) -> bool:
+    def per_step_return(self, call: ast.Call, top: ast.AST) -> bool:
         """``return loss.item()`` at the end of a step function (it calls ``backward()`` or ``step()``, not in
         a loop) that the file calls in a loop, where every such caller only shows or sums the result."""
-        a = self.a
+        index = self.index
         node = top
-        while isinstance(a.parent(node), (cst.Tuple, cst.Element)):
-            node = a.parent(node)
-        if not isinstance(a.parent(node), cst.Return) or next(a.enclosing_loops(call), None) is not None:
+        while type(index.parent(node)) is ast.Tuple:
+            node = index.parent(node)
+        if type(index.parent(node)) is not ast.Return or next(index.enclosing_loops(call), None) is not None:
             return False
-        info = a.function_of(call)
-        if info is None or info.name not in self.step_functions() or not isinstance(info.node, cst.FunctionDef):
+        function = index.function_of(call)
+        if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or function.name not in self.step_functions():
             return False
-        callers = [c for c in a.calls_by_name.get(info.name, ()) if self._calls_step(c, {info.name})]
-        in_loops = [(c, next(a.enclosing_loops(c), None)) for c in callers]
+        callers = [info.node for info in index.calls_by_name.get(function.name, ())
+                   if calls_step(info.node, {function.name})]
+        in_loops = [(c, next(index.enclosing_loops(c), None)) for c in callers]
         in_loops = [(c, loop) for c, loop in in_loops if loop is not None]
         if not in_loops or len(in_loops) != len(callers):
             return False
         return all(self._destination(c, loop, follow=True) == "sink" for c, loop in in_loops)
 
-    def _training_loop(self, node: cst.CSTNode) -> Optional[LoopInfo]:
+    def _training_loop(self, node: ast.AST) -> Optional[AstLoopInfo]:
         """The training loop around ``node``, unless ``node`` sits in an evaluation block nested in it: a
         ``with torch.no_grad()`` / ``inference_mode()`` block that runs its own loop or calls ``.eval()``."""
-        a = self.a
-        loop = a.training_loop_of(node) or self._helper_training_loop(node)
+        index = self.index
+        loop = training_loop_around(index, node) or self._helper_training_loop(node)
         if loop is None:
             return None
-        for ancestor in a.ancestors(node):
+        for ancestor in index.ancestors(node):
             if ancestor is loop.node:
                 break
-            if isinstance(ancestor, cst.With) and _disables_grad(a, ancestor) and _is_evaluation_block(a, ancestor):
+            if type(ancestor) in (ast.With, ast.AsyncWith) and disables_grad(index, ancestor) \
+                    and self._is_evaluation_block(ancestor):
                 return None
         return loop
 
+    def _is_evaluation_block(self, statement: Union[ast.With, ast.AsyncWith]) -> bool:
+        """A no-grad block that evaluates: it loops (over a validation set, sampling steps) or calls ``.eval()``."""
+        if any(type(node) in (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.GeneratorExp)
+               for child in statement.body for node in ast.walk(child)):
+            return True
+        return any(call_name(info.node) == "eval" and not info.node.args and not info.node.keywords
+                   for child in statement.body for info in self.index.calls_in(child))
+
     # --- the three kinds of sync ----------------------------------------------------------------------
-    def check_method(self, call: cst.Call, name: str) -> None:
-        a = self.a
-        if not isinstance(call.func, cst.Attribute) or call.args:
+    def check_method(self, call: ast.Call, name: str) -> None:
+        index = self.index
+        if type(call.func) is not ast.Attribute or call.args or call.keywords:
             return
+        recv = call.func.value
         loop = self._training_loop(call)
         if loop is None:
-            if name in ("item", "tolist", "cpu") and not self._chain_has_sync(call.func.value) \
-                    and self.is_tensor(call.func.value, a.scope_of(call)) \
+            if name in ("item", "tolist", "cpu") and not chain_has_sync(recv) \
+                    and self.is_tensor(recv, index.scope_of(call)) \
                     and self.per_step_return(call, self._chain_top(call)):
-                what = f"`{_short(a, call.func.value)}.{name}()`"
+                what = f"`{self._short(recv, call)}.{name}()`"
                 self.report(call, f"{what} is returned by a training step the loop calls every iteration: it waits "
                                   "for the GPU every step; return the tensor (`.detach()`) and read it every N steps",
                             what)
             return
-        recv = call.func.value
-        if self._chain_has_sync(recv):
+        if chain_has_sync(recv):
             return  # `x.cpu().numpy()`: reported once, at `.cpu()`
-        scope = a.scope_of(call)
-        if a.is_numpy_expr(recv, scope) or self._is_raw_batch(recv, loop):
+        scope = index.scope_of(call)
+        if numpy_source(index, recv, scope) is not None or self._is_raw_batch(recv, loop, call):
             return
-        if name == "cpu" and self._is_module(recv):
+        if name == "cpu" and _is_module(recv):
             return
         if name == "numpy" and not self.is_tensor(recv, scope):
             return  # `.numpy()` needs a CPU tensor: only a sync when it follows device work we can see
@@ -368,24 +367,20 @@ class _Checker:
             return
         if self._read_before(call, recv, loop):
             return  # the step already waited for this value: this read finds it ready
+        text = self._short(recv, call)
         fix = self._accumulation_fix(call, top, loop) if name == "item" else None
-        text = _short(a, recv)
         if fix is not None:
-            acc = fix[1]
+            acc, make = fix
             detached = text if _is_detach_call(recv) else f"{text}.detach()"
             message = (f"`{acc} += {text}.item()` waits for the GPU every step; accumulate on the device "
                        f"(`{acc} += {detached}`) and convert once after the loop")
-            if fix[2]:
-                self.report(call, f"{message} ({DROPS_COMMENT})", f"`{text}.item()`")
-            else:
-                self.report(call, message, f"`{text}.item()`", fix=fix[0])
+            self.report(call, message, f"`{text}.item()`", Rewrite(make, message + " ({reason})", call))
             return
-        what = {"item": f"`{text}.item()`", "tolist": f"`{text}.tolist()`", "cpu": f"`{text}.cpu()`",
-                "numpy": f"`{text}.numpy()`"}[name]
+        what = f"`{text}.{name}()`"
         self.report(call, f"{what} waits for the GPU every training step; keep the value on the "
                           "device (accumulate with `.detach()`) and read it once, or every N steps", what)
 
-    def _read_before(self, call: cst.Call, recv: cst.BaseExpression, loop: LoopInfo) -> bool:
+    def _read_before(self, call: ast.Call, recv: ast.expr, loop: AstLoopInfo) -> bool:
         """An earlier, load-bearing sync of the same value (``if last.item() < tol:`` ... ``print(last.item())``)
         runs in every iteration of ``loop`` before ``call``, and nothing in between can queue GPU work: the
         first read has to stay and has waited already, so this one costs no wait of its own. (Two reads that
@@ -395,686 +390,135 @@ class _Checker:
         between the latest one and ``call`` (two reads of one receiver never nest). The loop's calls, their
         GPU work as a running count and the load-bearing reads by receiver are indexed once per loop, so a
         loop of N reads costs O(N), not a walk over every pair."""
-        a = self.a
+        index = self.index
         reads = self._loop_reads(loop)
-        calls, orders, gpu_counts, position = reads.calls, reads.orders, reads.gpu_counts, reads.position
-        before = bisect.bisect_left(orders, a.order[call])  # calls[:before] come before ``call``
-        earlier = self._load_bearing_reads(loop, reads, a.module.code_for_node(recv))
+        before = bisect.bisect_left(reads.orders, source_order(call))  # calls[:before] come before ``call``
+        earlier = self._load_bearing_reads(loop, reads, self._code(recv, call))
         count = bisect.bisect_left(earlier, before)
         if not count:
             return False
         latest = earlier[count - 1]
-        after = min(latest + len(a.calls_in(calls[latest])), before)  # past the calls inside that read
-        queued = gpu_counts[before] - gpu_counts[after]
-        for ancestor in a.ancestors(call):  # calls around ``call`` are not "in between"
-            index = position.get(ancestor) if isinstance(ancestor, cst.Call) else None
-            if index is not None and after <= index < before and not _queues_no_gpu_work(ancestor):
+        after = min(latest + len(index.calls_in(reads.calls[latest])), before)  # past the calls inside that read
+        queued = reads.gpu_counts[before] - reads.gpu_counts[after]
+        for ancestor in index.ancestors(call):  # calls around ``call`` are not "in between"
+            at = reads.position.get(ancestor) if type(ancestor) is ast.Call else None
+            if at is not None and after <= at < before and not _queues_no_gpu_work(ancestor):
                 queued -= 1
         return queued == 0
 
-    def _loop_reads(self, loop: LoopInfo) -> "_LoopReads":
+    def _loop_reads(self, loop: AstLoopInfo) -> "_LoopReads":
         reads = self._reads_by_loop.get(loop.node)
         if reads is None:
-            calls = self.a.calls_in(loop.node.body)
-            reads = self._reads_by_loop[loop.node] = _LoopReads(calls, self.a)
+            calls = [info.node for statement in loop.node.body for info in self.index.calls_in(statement)]
+            reads = self._reads_by_loop[loop.node] = _LoopReads(calls, self)
         return reads
 
-    def _load_bearing_reads(self, loop: LoopInfo, reads: "_LoopReads", text: str) -> List[int]:
+    def _load_bearing_reads(self, loop: AstLoopInfo, reads: "_LoopReads", text: str) -> List[int]:
         """The reads of receiver ``text`` that run every iteration and whose value Python needs, in order."""
         found = reads.load_bearing.get(text)
         if found is None:
             found = reads.load_bearing[text] = [
-                index for index in reads.by_receiver.get(text, ())
-                if self._every_iteration(reads.calls[index], loop)
-                and self._destination(self._chain_top(reads.calls[index]), loop, follow=True) == "load"
+                at for at in reads.by_receiver.get(text, ())
+                if self._every_iteration(reads.calls[at], loop)
+                and self._destination(self._chain_top(reads.calls[at]), loop, follow=True) == "load"
             ]
         return found
 
-    def _every_iteration(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
+    def _every_iteration(self, node: ast.AST, loop: AstLoopInfo) -> bool:
         """``node`` runs whenever an iteration of ``loop`` runs: no branch, inner loop, comprehension,
         short-circuit or nested def between it and the loop (an ``if`` test always runs)."""
         child = node
-        for ancestor in self.a.ancestors(node):
+        for ancestor in self.index.ancestors(node):
             if ancestor is loop.node:
                 return True
-            if isinstance(ancestor, cst.If) and child is not ancestor.test:
+            if type(ancestor) is ast.If and child is not ancestor.test:
                 return False
-            if isinstance(ancestor, (cst.IfExp, cst.For, cst.While, cst.Try, cst.BooleanOperation, cst.ListComp,
-                                     cst.SetComp, cst.DictComp, cst.GeneratorExp, cst.Lambda, cst.FunctionDef,
-                                     cst.Match)):
+            if type(ancestor) in _BRANCHING:
                 return False
             child = ancestor
         return False
 
-    def check_conversion(self, call: cst.Call, name: str) -> None:
-        a = self.a
-        if not isinstance(call.func, cst.Name) or name in a.imports or len(call.args) != 1 or call.args[0].keyword:
-            return
+    def check_conversion(self, call: ast.Call, name: str) -> None:
+        index = self.index
+        if type(call.func) is not ast.Name or name in index.imports or len(call.args) + len(call.keywords) != 1 \
+                or (call.keywords and call.keywords[0].arg is not None):
+            return  # one argument without a keyword (`float(*x)` and `float(**x)` count)
         loop = self._training_loop(call)
         if loop is None:
             return
-        arg = call.args[0].value
-        scope = a.scope_of(call)
-        if not self.is_tensor(arg, scope) or self._is_raw_batch(arg, loop) or not self._is_slowdown(call, loop):
+        arg = _unstarred(call.args[0]) if call.args else call.keywords[0].value
+        if not self.is_tensor(arg, index.scope_of(call)) or self._is_raw_batch(arg, loop, call) \
+                or not self._is_slowdown(call, loop):
             return
-        what = f"`{name}({_short(a, arg)})`"
+        what = f"`{name}({self._short(arg, call)})`"
         self.report(call, f"{what} copies a tensor to the host and waits for the GPU "
                           "every training step; keep it on the device and convert once, or every N steps", what)
 
-    def check_print(self, call: cst.Call) -> None:
-        a = self.a
-        if not isinstance(call.func, cst.Name) or "print" in a.imports:
+    def check_print(self, call: ast.Call) -> None:
+        index = self.index
+        if type(call.func) is not ast.Name or "print" in index.imports:
             return
         loop = self._training_loop(call)
         if loop is None or self._guarded(call, loop):
             return
-        scope = a.scope_of(call)
-        for arg in call.args:
-            if arg.keyword is not None:
+        scope = index.scope_of(call)
+        for keyword, value in call_arguments(call):
+            if keyword is not None:
                 continue
-            shown = self._printed_tensor(arg.value, scope, loop)
+            shown = self._printed_tensor(value, scope, loop, call)
             if shown is not None:
-                self.report(call, f"`print` of the tensor `{_short(a, shown)}` waits for the GPU every "
+                text = self._short(shown, call)
+                self.report(call, f"`print` of the tensor `{text}` waits for the GPU every "
                                   "training step; print every N steps (`if step % log_every == 0:`)",
-                            f"`print({_short(a, shown)})`")
+                            f"`print({text})`")
                 return
 
-    def check_formatting(self, loop: LoopInfo) -> None:
+    def check_formatting(self, loop: AstLoopInfo) -> None:
         """A tensor formatted into a string outside ``print`` (f-string, ``%``, ``"...".format``) for a
         progress bar or a log line: formatting reads its value on the host."""
-        a = self.a
-        for node in walk(loop.node.body):
-            if isinstance(node, cst.FormattedString):
-                values = [p.expression for p in node.parts if isinstance(p, cst.FormattedStringExpression)]
-            elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) and _is_text(node.left):
+        index = self.index
+        for node in (node for statement in loop.node.body for node in walk(statement)):
+            kind = type(node)
+            if kind is ast.JoinedStr:
+                parent = index.parent(node)
+                if type(parent) is ast.FormattedValue and parent.format_spec is node:
+                    continue  # `f"{x:{width}}"`: part of the outer string
+                values = [part.value for part in node.values if type(part) is ast.FormattedValue]
+            elif kind is ast.BinOp and type(node.op) is ast.Mod and _is_text(node.left):
                 right = node.right
-                values = [e.value for e in right.elements] if isinstance(right, cst.Tuple) else [right]
-            elif isinstance(node, cst.Call) and call_name(node) == "format" and isinstance(
-                    node.func.value, (cst.SimpleString, cst.ConcatenatedString)):
-                values = [arg.value for arg in node.args]
+                values = [_unstarred(e) for e in right.elts] if type(right) is ast.Tuple else [right]
+            elif kind is ast.Call and _formats_literal(node):
+                values = [value for _, value in call_arguments(node)]
             else:
                 continue
-            if any(isinstance(anc, cst.Call) and call_name(anc) == "print" for anc in a.ancestors(node)):
+            if any(type(above) is ast.Call and call_name(above) == "print" for above in index.ancestors(node)):
                 continue  # check_print reports it
             here = self._training_loop(node)
             if here is None or self._guarded(node, here):
                 continue
-            scope = a.scope_of(node)
-            shown = next((v for v in values if not self._chain_has_sync(v) and self.is_tensor(v, scope)
-                          and not self._is_raw_batch(v, here)), None)
+            scope = index.scope_of(node)
+            shown = next((v for v in values if not chain_has_sync(v) and self.is_tensor(v, scope)
+                          and not self._is_raw_batch(v, here, node)), None)
             if shown is None or self._destination(node, here, follow=True) != "sink":
                 continue
-            what = f"formatting `{_short(a, shown)}`"
+            what = f"formatting `{self._short(shown, node)}`"
             self.report(node, f"{what} into a string reads the tensor on the host and waits for the GPU every "
                               "training step; format it every N steps", what)
 
-    def _printed_tensor(self, value: cst.BaseExpression, scope: ScopeNode, loop: LoopInfo):
-        if isinstance(value, cst.FormattedString):
-            for part in value.parts:
-                if isinstance(part, cst.FormattedStringExpression):
-                    found = self._printed_tensor(part.expression, scope, loop)
+    def _printed_tensor(self, value: ast.expr, scope: AstScope, loop: AstLoopInfo, call: ast.Call):
+        if type(value) is ast.JoinedStr:
+            for part in value.values:
+                if type(part) is ast.FormattedValue:
+                    found = self._printed_tensor(part.value, scope, loop, call)
                     if found is not None:
                         return found
             return None
-        if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop):
+        if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop, call):
             return value
         return None
 
     # --- is it a tensor? ------------------------------------------------------------------------------
-    def is_tensor(self, expr: cst.BaseExpression, scope: ScopeNode, depth: int = 0) -> bool:
-        a = self.a
-        if depth > 5:
-            return False
-        if isinstance(expr, cst.Call):
-            qualified = a.qualified_name(expr.func) or ""
-            if qualified.startswith("torch.nn.functional."):
-                return True
-            if qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS:
-                return True
-            if qualified.startswith(("numpy.", "math.", "builtins.")):
-                return False
-            name = dotted_name(expr.func)
-            if name is not None:
-                last = name.split(".")[-1]
-                if _LOSS_NAME.search(last) or _MODEL_NAME.search(last):
-                    return True
-            if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _TENSOR_METHODS:
-                return self.is_tensor(expr.func.value, scope, depth + 1)
-            return False
-        if isinstance(expr, cst.Name):
-            values = a.values_of(expr.value, scope)
-            known = [v for v in values if v is not None]
-            if any(isinstance(v, (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString))
-                   or (isinstance(v, cst.Call) and call_name(v) in _HOST_CALLS) for v in known):
-                return False
-            if expr.value in self._backward_receivers(scope):
-                return True
-            # `m = torch.zeros(3)` then `m = (m * i + x) / (i + 1)`: the update keeps the kind of the start
-            fresh = [v for v in known if not names_in(v, expr.value)]
-            return bool(values) and len(known) == len(values) and bool(fresh) and all(
-                self.is_tensor(v, scope, depth + 1) for v in fresh)
-        if isinstance(expr, cst.Attribute):
-            if expr.attr.value in {"loss", "logits"}:
-                return self.is_tensor(expr.value, scope, depth + 1)
-            return False
-        if isinstance(expr, cst.BinaryOperation):
-            return self.is_tensor(expr.left, scope, depth + 1) or self.is_tensor(expr.right, scope, depth + 1)
-        if isinstance(expr, cst.UnaryOperation):
-            return self.is_tensor(expr.expression, scope, depth + 1)
-        if isinstance(expr, cst.Comparison):
-            return self.is_tensor(expr.left, scope, depth + 1) or any(
-                self.is_tensor(c.comparator, scope, depth + 1) for c in expr.comparisons)
-        if isinstance(expr, cst.Subscript):
-            return self.is_tensor(expr.value, scope, depth + 1)
-        return False
-
-    def _backward_receivers(self, scope: ScopeNode) -> Set[str]:
-        """Names in ``scope`` on which ``.backward()`` is called: those are tensors."""
-        names = self._backward_names.get(scope)
-        if names is None:
-            names = set()
-            for call in self.a.calls_by_name.get("backward", ()):
-                recv = receiver(call)
-                if isinstance(recv, cst.Name) and self.a.scope_of(call) is scope:
-                    names.add(recv.value)
-            self._backward_names[scope] = names
-        return names
-
-    def _is_module(self, expr: cst.BaseExpression) -> bool:
-        name = dotted_name(expr)
-        return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
-
-    def _is_raw_batch(self, expr: cst.BaseExpression, loop: LoopInfo) -> bool:
-        """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync."""
-        root = expr
-        while isinstance(root, (cst.Attribute, cst.Subscript)):
-            root = root.value
-        if not isinstance(root, cst.Name):
-            return False
-        name = root.value
-        a = self.a
-        scope = a.scope_of(expr)
-        targets = 0
-        for info in a.enclosing_loops(expr):
-            if isinstance(info.node, cst.For) and info.iterates_loader and name in target_names(info.node.target):
-                targets += 1
-        return targets > 0 and len(a.values_of(name, scope)) == targets
-
-    # --- where does the host value go? ------------------------------------------------------------------
-    def _chain_has_sync(self, expr: cst.BaseExpression) -> bool:
-        while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
-            if isinstance(expr, cst.Call):
-                if call_name(expr) in _SYNC_METHODS and isinstance(expr.func, cst.Attribute) and not expr.args:
-                    return True
-                expr = expr.func
-            else:
-                expr = expr.value
-        return False
-
-    def _chain_top(self, call: cst.Call) -> cst.BaseExpression:
-        """``x.cpu()`` in ``x.cpu().numpy().tolist()`` -> the whole chain."""
-        node: cst.BaseExpression = call
-        while True:
-            parent = self.a.parent(node)
-            grand = self.a.parent(parent) if parent is not None else None
-            if isinstance(parent, cst.Attribute) and parent.value is node and isinstance(grand, cst.Call) \
-                    and grand.func is parent:
-                node = grand
-            else:
-                return node
-
-    def _is_slowdown(self, node: cst.BaseExpression, loop: LoopInfo) -> bool:
-        return not self._guarded(node, loop) and self._destination(node, loop, follow=True) == "sink"
-
-    def _guarded(self, node: cst.CSTNode, loop: LoopInfo) -> bool:
-        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop, or on a
-        path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` that ends with
-        ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
-        a = self.a
-        child = node
-        for ancestor in a.ancestors(node):
-            if ancestor is loop.node:
-                return False
-            if isinstance(ancestor, cst.Raise):
-                return True
-            if isinstance(ancestor, cst.If) and child is ancestor.body and _is_logging_guard(ancestor.test):
-                return True
-            if isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)) and isinstance(
-                    a.parent(ancestor), (cst.If, cst.Else)) and self._leaves_loop(ancestor, loop):
-                return True
-            child = ancestor
-        return False
-
-    def _leaves_loop(self, block: cst.BaseSuite, loop: LoopInfo) -> bool:
-        """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /
-        ``exit()`` / ``quit()`` / ``os._exit(...)``, or a ``break`` whose innermost loop is ``loop``."""
-        statements = list(block.body)
-        if not statements:
-            return False
-        last = statements[-1]
-        if isinstance(last, cst.SimpleStatementLine):
-            if not last.body:
-                return False
-            last = last.body[-1]
-        if isinstance(last, (cst.Raise, cst.Return)):
-            return True
-        if isinstance(last, cst.Break):
-            inner = next(self.a.enclosing_loops(last), None)
-            return inner is not None and inner.node is loop.node
-        if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
-            called = self.a.qualified_name(last.value.func) or dotted_name(last.value.func) or ""
-            return called in _EXIT_CALLS
-        return False
-
-    def _destination(self, node: cst.CSTNode, loop: LoopInfo, follow: bool) -> str:
-        """"sink" where the host value is only shown, stored or summed; "load" where Python needs it."""
-        a = self.a
-        while True:
-            parent = a.parent(node)
-            if parent is None:
-                return "load"
-            if isinstance(parent, cst.Arg):
-                call = a.parent(parent)
-                assert isinstance(call, cst.Call)
-                kind = self._call_kind(call)
-                if kind == "through":
-                    node = call
-                    continue
-                return kind
-            if isinstance(parent, cst.Attribute):
-                grand = a.parent(parent)
-                if isinstance(grand, cst.Call) and grand.func is parent:
-                    node = grand  # a method of the host value (`loss.item().__round__()`): follow it
-                    continue
-                return "load"
-            if isinstance(parent, cst.BinaryOperation) and isinstance(parent.operator, cst.Modulo) \
-                    and node is parent.right and _is_text(parent.left):
-                return "sink"  # "loss %.3f" % value: formatted for display
-            if isinstance(parent, (cst.BinaryOperation, cst.UnaryOperation, cst.BooleanOperation, cst.Comparison,
-                                   cst.ComparisonTarget, cst.Element, cst.DictElement, cst.StarredElement,
-                                   cst.StarredDictElement, cst.List, cst.Tuple, cst.Set, cst.Dict,
-                                   cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)):
-                if isinstance(parent, (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)) and \
-                        node is not getattr(parent, "elt", None) and node is not getattr(parent, "value", None):
-                    return "load"
-                node = parent
-                continue
-            if isinstance(parent, (cst.FormattedStringExpression, cst.FormattedString)):
-                return "sink"  # formatted for display
-            if isinstance(parent, cst.IfExp):
-                if node is parent.test:
-                    return "load"
-                node = parent
-                continue
-            if isinstance(parent, cst.Subscript):
-                if node is parent.value:
-                    node = parent
-                    continue
-                return "load"
-            if isinstance(parent, cst.Expr):
-                return "sink"
-            if isinstance(parent, cst.AugAssign):
-                if not follow:
-                    return self._feeds_tensor(parent.target, parent.value)
-                return self._name_destination(parent.target, loop)
-            if isinstance(parent, (cst.Assign, cst.AnnAssign)):
-                if not follow:
-                    return self._feeds_tensor(None, parent.value)
-                targets = [t.target for t in parent.targets] if isinstance(parent, cst.Assign) else [parent.target]
-                for target in targets:
-                    if self._name_destination(target, loop) == "load":
-                        return "load"
-                return "sink"
-            return "load"  # if/while/assert tests, return, yield, lambda, await...
-
-    def _feeds_tensor(self, target: Optional[cst.BaseExpression], value: Optional[cst.BaseExpression]) -> str:
-        """A host value used in a statement that computes a tensor (``d_loss = real - k * fake``, the next step's
-        loss) is load-bearing: "load"; otherwise the statement only stores it: "sink"."""
-        if value is None:
-            return "sink"
-        scope = self.a.scope_of(value)
-        if self.is_tensor(value, scope) or (target is not None and self.is_tensor(target, scope)):
-            return "load"
-        return "sink"
-
-    def _name_destination(self, target: cst.BaseExpression, loop: LoopInfo) -> str:
-        """A name that holds a host value: "load" when the loop uses it for control flow."""
-        if not isinstance(target, cst.Name):
-            return "sink"
-        key = (loop.node, target.value)
-        loads = self._loads_of_name.get(key)
-        if loads is None:  # the uses that need the value, found once per loop and name
-            loads = self._loads_of_name[key] = [
-                use for use in self._names_under(loop.node).get(target.value, ())
-                if not self._is_binding(use) and self._destination(use, loop, follow=False) == "load"
-            ]
-        return "load" if any(use is not target for use in loads) else "sink"
-
-    def _names_under(self, node: cst.CSTNode) -> dict:
-        """Every ``Name`` under ``node`` by spelling (``names_in`` for all names at once): one walk per loop."""
-        names = self._names_by_node.get(node)
-        if names is None:
-            names = self._names_by_node[node] = {}
-            for below in walk(node):
-                if isinstance(below, cst.Name):
-                    names.setdefault(below.value, []).append(below)
-        return names
-
-    def _is_binding(self, name: cst.Name) -> bool:
-        """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
-        parent = self.a.parent(name)
-        return isinstance(parent, cst.AssignTarget) and parent.target is name
-
-    def _call_kind(self, call: cst.Call) -> str:
-        a = self.a
-        func = call.func
-        qualified = a.qualified_name(func)
-        if isinstance(func, cst.Name) and func.value not in a.imports:
-            if func.value in _SINK_FUNCTIONS or _DISPLAY_HELPER.search(func.value):
-                return "sink"
-            if func.value in _TRANSPARENT_FUNCTIONS:
-                return "through"
-            return "load"
-        if qualified is not None and qualified.startswith(("math.", "numpy.")):
-            return "through"  # a host number or array in, a host number or array out
-        if isinstance(func, cst.Attribute) and func.attr.value in _SINK_METHODS:
-            return "sink"
-        if isinstance(func, cst.Attribute) and func.attr.value == "format" and isinstance(
-                func.value, (cst.SimpleString, cst.ConcatenatedString)):
-            return "sink"  # "loss {:.3f}".format(value)
-        name = dotted_name(func)
-        if name is not None and _DISPLAY_HELPER.search(name.split(".")[-1]):
-            return "sink"
-        return "load"
-
-    def _previous_mention(self, loop: cst.CSTNode, acc: str) -> Optional[cst.CSTNode]:
-        """The nearest statement before ``loop`` that mentions ``acc``, climbing out of enclosing blocks.
-
-        Climbing out of an enclosing loop requires that nothing else in it mentions ``acc`` (on its next
-        iteration the value must still be the number the conversion left); climbing out of an ``if`` / ``with``
-        / ``try`` body requires only that its header does not.
-        """
-        a = self.a
-        statement: cst.CSTNode = loop
-        while True:
-            block = a.parent(statement)
-            if not isinstance(block, (cst.IndentedBlock, cst.Module)):
-                return None  # an `elif`, or a one-line suite
-            positions, mentions = self._mentions_in_block(block)
-            position = positions.get(statement)
-            if position is None:
-                return None
-            spots = mentions.get(acc, ())
-            before = bisect.bisect_left(spots, position)
-            if before:
-                return block.body[spots[before - 1]]
-            container = a.parent(block)
-            if isinstance(container, (cst.For, cst.While)):
-                if any(use for use in self._names_under(container).get(acc, ()) if not a.contains(loop, use)):
-                    return None
-            elif isinstance(container, (cst.If, cst.With)):
-                header = container.test if isinstance(container, cst.If) else container.items
-                if any(names_in(item, acc) for item in (header if isinstance(header, (list, tuple)) else [header])):
-                    return None
-            elif not isinstance(container, cst.Try):
-                return None
-            statement = container
-
-    def _mentions_in_block(self, block: cst.CSTNode) -> tuple:
-        """A block's statements: the position of each, and for each name the positions of the statements
-        that mention it, in order (one walk per block, not one per accumulator asked about)."""
-        found = self._mentions_by_block.get(block)
-        if found is None:
-            positions, mentions = {}, {}
-            for position, statement in enumerate(block.body):
-                positions[statement] = position
-                for node in walk(statement):
-                    if isinstance(node, cst.Name):
-                        spots = mentions.setdefault(node.value, [])
-                        if not spots or spots[-1] != position:
-                            spots.append(position)
-            found = self._mentions_by_block[block] = (positions, mentions)
-        return found
-
-    # --- the accumulation fix -------------------------------------------------------------------------
-    def _accumulation_fix(self, call: cst.Call, top: cst.BaseExpression, loop: LoopInfo):
-        a = self.a
-        aug = a.parent(call)
-        if top is not call or not isinstance(aug, cst.AugAssign) or aug.value is not call:
-            return None
-        if not isinstance(aug.operator, cst.AddAssign) or not isinstance(aug.target, cst.Name):
-            return None
-        line = a.parent(aug)
-        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
-            return None
-        acc = aug.target.value
-        recv = call.func.value
-        if self._chain_has_sync(recv) or names_in(recv, acc):
-            return None
-        # nothing in the loop but this statement mentions acc
-        if any(use is not aug.target for use in self._names_under(loop.node).get(acc, ())):
-            return None
-        # the loop runs after `acc = <number>`, with nothing touching acc in between
-        if isinstance(a.parent(loop.node), cst.SimpleStatementSuite):
-            return None
-        init = self._previous_mention(loop.node, acc)
-        literal = _number_literal_init(init, acc)
-        if literal is None:
-            return None
-        # `.item(...)` becomes `.detach(...)` in place, so whatever its brackets hold (a comment) stays
-        detach = recv if _is_detach_call(recv) else call.with_changes(
-            func=call.func.with_changes(attr=cst.Name("detach")))
-        from torchlint.fixer import replaced_within  # the fixer loads only for files with a finding
-
-        new_loop = replaced_within(loop.node, aug, aug.with_changes(value=detach), a)
-        imports = ()
-        if isinstance(literal, cst.Float):
-            conversion = cst.parse_statement(f"{acc} = float({acc})")
-        else:
-            torch = a.module_alias("torch")
-            if torch is None:
-                torch = "torch"
-                imports = (ImportRequest("torch"),)
-            conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
-        fix = Fix({loop.node: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
-        # Only ``call`` differs in the loop, and ``conversion`` has no comment: what the whole fix would drop,
-        # ``call``'s replacement drops (asking of the whole loop made every finding cost the loop's size).
-        return fix, acc, loses_comment({call: detach})
-
-
-_NO_GRAD = ("torch.no_grad", "torch.inference_mode", "torch.set_grad_enabled", "torch.autograd.no_grad",
-            "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode")
-
-
-def _disables_grad(a: FileAnalysis, with_node: cst.With) -> bool:
-    for item in with_node.items:
-        call = item.item
-        if isinstance(call, cst.Call) and a.qualified_name(call.func) in _NO_GRAD:
-            if a.qualified_name(call.func) == "torch.set_grad_enabled":
-                if not (call.args and isinstance(call.args[0].value, cst.Name) and call.args[0].value.value == "False"):
-                    continue
-            return True
-    return False
-
-
-def _is_evaluation_block(a: FileAnalysis, with_node: cst.With) -> bool:
-    """A no-grad block that evaluates: it loops (over a validation set, sampling steps) or calls ``.eval()``."""
-    if any(isinstance(node, (cst.For, cst.While, cst.ListComp, cst.GeneratorExp)) for node in walk(with_node.body)):
-        return True
-    return any(call_name(c) == "eval" and not c.args for c in a.calls_in(with_node.body))
-
-
-def _is_text(node: cst.BaseExpression) -> bool:
-    """A string literal, or one built from literals: ``"%11s" * 2 + "%11.4g" * 5``."""
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
-        return True
-    return isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply)) and (
-        _is_text(node.left) or _is_text(node.right))
-
-
-# Calls that queue no GPU work (they show, store or convert host values): a second read of a value that
-# only these separate from the first waits for nothing.
-_NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(_SYNC_METHODS) | {
-    "int", "float", "bool", "str", "len", "repr", "format", "join", "dict", "items", "keys", "values", "get",
-    "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists",
-}
-
-
-def _queues_no_gpu_work(call: cst.Call) -> bool:
-    return call_name(call) in _NO_GPU_WORK_CALLS
-
-
-class _LoopReads:
-    """A loop body's calls in source order, with what ``_read_before`` asks of them: each call's index, how
-    many of the first k calls may queue GPU work, and the argument-less sync calls by receiver text."""
-
-    def __init__(self, calls: List[cst.Call], a: FileAnalysis) -> None:
-        self.calls = calls
-        self.orders = [a.order[c] for c in calls]
-        self.position = {c: i for i, c in enumerate(calls)}
-        self.gpu_counts = [0]
-        self.by_receiver: dict = {}
-        for index, c in enumerate(calls):
-            self.gpu_counts.append(self.gpu_counts[-1] + (not _queues_no_gpu_work(c)))
-            if isinstance(c.func, cst.Attribute) and not c.args and call_name(c) in _SYNC_METHODS:
-                self.by_receiver.setdefault(a.module.code_for_node(c.func.value), []).append(index)
-        self.load_bearing: dict = {}  # receiver text -> ``_Checker._load_bearing_reads``
-
-
-def _is_logging_guard(test: cst.BaseExpression) -> bool:
-    for node in walk(test):
-        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
-            return True
-        if isinstance(node, cst.Name) and _GUARD_NAME.search(node.value):
-            return True
-    return False
-
-
-def _number_literal_init(statement: Optional[cst.CSTNode], acc: str) -> Optional[cst.BaseNumber]:
-    """The number in ``acc = 0.0``, ``a = acc = 0`` or ``loss, acc = 0.0, 0`` as a whole statement line."""
-    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
-        return None
-    assign = statement.body[0]
-    if not isinstance(assign, cst.Assign):
-        return None
-    value = assign.value
-    found = None
-    for target in (t.target for t in assign.targets):
-        if isinstance(target, cst.Name):
-            if target.value == acc:
-                found = value
-        elif isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List)):
-            if len(target.elements) != len(value.elements):
-                return None
-            for element, item in zip(target.elements, value.elements):
-                if isinstance(element.value, cst.Name) and element.value.value == acc and not isinstance(
-                        element, cst.StarredElement) and not isinstance(item, cst.StarredElement):
-                    found = item.value
-        elif names_in(target, acc):
-            return None
-    if isinstance(found, (cst.Integer, cst.Float)) and not names_in(value, acc):
-        return found
-    return None
-
-
-def _is_detach_call(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Call) and call_name(expr) == "detach" and not expr.args
-
-
-def _short(a: FileAnalysis, expr: cst.CSTNode) -> str:
-    text = a.module.code_for_node(expr)
-    text = " ".join(text.split())
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _ast_step_functions(index: AstIndex) -> Set[str]:
-    """``_Checker.step_functions`` on the ast index: the file's functions that call ``backward()`` or
-    ``optimizer.step()`` themselves."""
-    return {info.function.name for info in index.calls
-            if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
-
-
-def _ast_may_report(index: AstIndex) -> bool:
-    steps = _ast_step_functions(index)
-    if not steps and not any(loop.is_training for loop in index.loops):
-        return False
-    training = [loop for loop in index.loops if _ast_is_training(loop, steps)]
-    reached: Set[int] = set()  # calls in a training loop, outside a logging guard (`_Checker._guarded`)
-    tensors = _AstTensors(index)
-    for loop in training:
-        formatted = _ast_walk_training_body(loop.node, {id(other.node) for other in training}, reached)
-        if any(not _ast_chain_has_sync(value) and tensors.is_tensor(value, loop.function)
-               for value in formatted):
-            return True  # `check_formatting`
-    for name in _SYNC_METHODS:  # `check_method`
-        for info in index.calls_by_name.get(name, ()):
-            call = info.node
-            if type(call.func) is ast.Attribute and not call.args and not call.keywords and id(call) in reached:
-                receiver = call.func.value
-                if _ast_chain_has_sync(receiver):
-                    continue  # `x.cpu().numpy()`: reported once, at `.cpu()`
-                if name == "cpu" and _ast_is_module(receiver):
-                    continue
-                if name == "numpy" and not tensors.is_tensor(receiver, info.function):
-                    continue
-                return True
-    for name in _CONVERSIONS + ("print",):  # `check_conversion`, `check_print`
-        if name in index.imports:
-            continue
-        for info in index.calls_by_name.get(name, ()):
-            call = info.node
-            if type(call.func) is not ast.Name or id(call) not in reached:
-                continue
-            if name == "print":
-                if any(_ast_prints_tensor(tensors, _unstarred(arg), info.function) for arg in call.args):
-                    return True
-            elif _ast_one_plain_arg(call):
-                arg = _unstarred(call.args[0]) if call.args else call.keywords[0].value
-                if tensors.is_tensor(arg, info.function):
-                    return True
-    return bool(steps) and _ast_may_return_sync(index, steps, tensors)
-
-
-def _ast_is_module(expr: ast.AST) -> bool:
-    """``_Checker._is_module``."""
-    name = ast_dotted_name(expr)
-    return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
-
-
-def _unstarred(node: ast.AST) -> ast.AST:
-    return node.value if type(node) is ast.Starred else node  # type: ignore[attr-defined]
-
-
-def _ast_prints_tensor(tensors: "_AstTensors", value: ast.AST, scope) -> bool:
-    """``_Checker._printed_tensor`` (a superset: raw loader batches count)."""
-    if type(value) is ast.JoinedStr:
-        return any(_ast_prints_tensor(tensors, part.value, scope)
-                   for part in value.values if type(part) is ast.FormattedValue)
-    return tensors.is_tensor(value, scope)
-
-
-def _ast_chain_has_sync(expr: ast.AST) -> bool:
-    """``_Checker._chain_has_sync``."""
-    while type(expr) in (ast.Call, ast.Attribute, ast.Subscript):
-        if type(expr) is ast.Call:
-            if ast_call_name(expr) in _SYNC_METHODS and type(expr.func) is ast.Attribute and not expr.args \
-                    and not expr.keywords:
-                return True
-            expr = expr.func
-        else:
-            expr = expr.value  # type: ignore[attr-defined]
-    return False
-
-
-class _AstTensors:
-    """``_Checker.is_tensor`` on the index; ``scope`` is the def around the expression (None: the module)."""
-
-    def __init__(self, index: AstIndex) -> None:
-        self.index = index
-        self._backward: dict = {}
-
-    def is_tensor(self, expr: ast.AST, scope, depth: int = 0) -> bool:
+    def is_tensor(self, expr: ast.AST, scope: AstScope, depth: int = 0) -> bool:
         index = self.index
         if depth > 5:
             return False
@@ -1087,7 +531,7 @@ class _AstTensors:
                 return True
             if qualified.startswith(("numpy.", "math.", "builtins.")):
                 return False
-            name = ast_dotted_name(expr.func)
+            name = dotted_name(expr.func)
             if name is not None:
                 last = name.split(".")[-1]
                 if _LOSS_NAME.search(last) or _MODEL_NAME.search(last):
@@ -1098,11 +542,12 @@ class _AstTensors:
         if kind is ast.Name:
             values = index.values_of(expr.id, scope)
             known = [v for v in values if v is not None]
-            if expr.id in self._backward_receivers(scope):
-                return True  # asked first: LibCST's literal test misses implicit concatenations
-            if any(_ast_is_host_value(v) for v in known):
+            if any(_is_host_value(v) for v in known):
                 return False
-            fresh = [v for v in known if not _ast_mentions(v, expr.id)]
+            if expr.id in self._backward_receivers(scope):
+                return True
+            # `m = torch.zeros(3)` then `m = (m * i + x) / (i + 1)`: the update keeps the kind of the start
+            fresh = [v for v in known if not spells_name(v, expr.id)]
             return bool(values) and len(known) == len(values) and bool(fresh) and all(
                 self.is_tensor(v, scope, depth + 1) for v in fresh)
         if kind is ast.Attribute:
@@ -1118,122 +563,465 @@ class _AstTensors:
             return self.is_tensor(expr.value, scope, depth + 1)
         return False
 
-    def _backward_receivers(self, scope) -> Set[str]:
-        names = self._backward.get(scope)
+    def _backward_receivers(self, scope: AstScope) -> Set[str]:
+        """Names in ``scope`` on which ``.backward()`` is called: those are tensors."""
+        names = self._backward_names.get(scope)
         if names is None:
-            names = {info.node.func.value.id for info in self.index.calls_by_name.get("backward", ())
-                     if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
-                     and info.function is scope}
-            self._backward[scope] = names
+            tree = self.index.tree
+            names = self._backward_names[scope] = {
+                info.node.func.value.id for info in self.index.calls_by_name.get("backward", ())
+                if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
+                and (info.function or tree) is scope}
         return names
 
+    def _is_raw_batch(self, expr: ast.AST, loop: AstLoopInfo, anchor: ast.AST) -> bool:
+        """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync.
+        (``anchor``: the call or string that holds ``expr``, whose loops and scope are its own.)"""
+        root = expr
+        while type(root) in (ast.Attribute, ast.Subscript):
+            root = root.value
+        if type(root) is not ast.Name:
+            return False
+        index = self.index
+        scope = index.scope_of(anchor)
+        targets = sum(1 for info in index.enclosing_loops(anchor)
+                      if type(info.node) in (ast.For, ast.AsyncFor) and root.id in target_names(info.node.target)
+                      and iterates_loader(index, info))
+        return targets > 0 and len(index.values_of(root.id, scope)) == targets
 
-def _ast_is_host_value(value: ast.AST) -> bool:
-    """A number or string literal, an f-string, or a call of a host function (``len``, ``.item()``)."""
-    if type(value) is ast.Constant:
-        return type(value.value) in (int, float, str)  # LibCST: Integer, Float, SimpleString (not True/None)
-    if type(value) is ast.JoinedStr:
-        return True
-    return type(value) is ast.Call and ast_call_name(value) in _HOST_CALLS
+    # --- where does the host value go? ------------------------------------------------------------------
+    def _chain_top(self, call: ast.Call) -> ast.AST:
+        """``x.cpu()`` in ``x.cpu().numpy().tolist()`` -> the whole chain."""
+        index = self.index
+        node: ast.AST = call
+        while True:
+            parent = index.parent(node)
+            grand = index.parent(parent) if parent is not None else None
+            if type(parent) is ast.Attribute and type(grand) is ast.Call and grand.func is parent:
+                node = grand
+            else:
+                return node
 
+    def _is_slowdown(self, node: ast.AST, loop: AstLoopInfo) -> bool:
+        return not self._guarded(node, loop) and self._destination(node, loop, follow=True) == "sink"
 
-def _ast_mentions(node: ast.AST, name: str) -> bool:
-    """``names_in(node, name)``: LibCST's names include attribute, keyword and parameter names."""
-    for inner in ast.walk(node):
-        kind = type(inner)
-        if (kind is ast.Name and inner.id == name) or (kind is ast.Attribute and inner.attr == name) or (
-                kind is ast.keyword and inner.arg == name) or (kind is ast.arg and inner.arg == name):
-            return True
-    return False
-
-
-def _ast_walk_training_body(loop: ast.AST, training: Set[int], reached: Set[int]) -> List[ast.AST]:
-    """Adds to ``reached`` the calls of the loop's body that no logging guard holds, stopping at nested defs
-    and at the bodies of nested training loops (their own walk: a guard counts only inside the innermost
-    training loop); returns the values formatted into strings outside logging guards (``check_formatting``)."""
-    formatted: List[ast.AST] = []
-    stack = [(node, False) for node in loop.body + loop.orelse]
-    while stack:
-        node, guarded = stack.pop()
-        kind = type(node)
-        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
-            continue
-        if kind is ast.Call:
-            if not guarded:
-                reached.add(id(node))
-                func = node.func
-                if type(func) is ast.Attribute and func.attr == "format" and (
-                        type(func.value) is ast.JoinedStr or (type(func.value) is ast.Constant
-                                                              and isinstance(func.value.value, (str, bytes)))):
-                    formatted += [_unstarred(arg) for arg in node.args] + [k.value for k in node.keywords]
-        elif kind is ast.If:
-            stack.append((node.test, guarded))
-            inner = guarded or _ast_is_logging_guard(node.test)
-            stack.extend((child, inner) for child in node.body)
-            stack.extend((child, guarded) for child in node.orelse)
-            continue
-        elif id(node) in training:
-            header = [node.test] if kind is ast.While else [node.target, node.iter]
-            stack.extend((child, guarded) for child in header)
-            continue
-        elif not guarded and kind is ast.JoinedStr:
-            formatted += [part.value for part in node.values if type(part) is ast.FormattedValue]
-        elif not guarded and kind is ast.BinOp and type(node.op) is ast.Mod and _ast_is_text(node.left):
-            right = node.right
-            formatted += [_unstarred(e) for e in right.elts] if type(right) is ast.Tuple else [right]
-        stack.extend((child, guarded) for child in ast.iter_child_nodes(node))
-    return formatted
-
-
-def _ast_is_logging_guard(test: ast.AST) -> bool:
-    """``_is_logging_guard``, on the names LibCST's walk yields (names, attribute names, keyword names)."""
-    for node in ast.walk(test):
-        kind = type(node)
-        if kind is ast.BinOp and type(node.op) is ast.Mod:
-            return True
-        name = node.id if kind is ast.Name else node.attr if kind is ast.Attribute else (
-            node.arg if kind is ast.keyword else None)
-        if name and _GUARD_NAME.search(name):
-            return True
-    return False
-
-
-def _ast_one_plain_arg(call: ast.Call) -> bool:
-    """LibCST's ``len(call.args) == 1 and not call.args[0].keyword`` (``*a`` and ``**k`` are args there)."""
-    if len(call.args) + len(call.keywords) != 1:
+    def _guarded(self, node: ast.AST, loop: AstLoopInfo) -> bool:
+        """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop, or on a
+        path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` / ``else`` that
+        ends with ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
+        child = node
+        for ancestor in self.index.ancestors(node):
+            kind = type(ancestor)
+            if kind is ast.Raise:
+                return True
+            if kind is ast.If:
+                in_body = any(s is child for s in ancestor.body)
+                if in_body and is_logging_guard(ancestor.test):
+                    return True
+                block = ancestor.body if in_body else ancestor.orelse
+                if any(s is child for s in block) and self._leaves_loop(block, ancestor, loop):
+                    return True
+            elif kind in _WITH_ELSE and any(s is child for s in ancestor.orelse) \
+                    and self._leaves_loop(ancestor.orelse, ancestor, loop):
+                return True
+            if ancestor is loop.node:
+                return False
+            child = ancestor
         return False
-    return not call.keywords or call.keywords[0].arg is None
 
-
-def _ast_is_training(loop, steps: Set[str]) -> bool:
-    """``_Checker.is_training``."""
-    if loop.is_training:
-        return True
-    for call in loop.direct_calls if steps else ():
-        func = call.func
-        if (type(func) is ast.Name and func.id in steps) or (
-                type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self"
-                and func.attr in steps):
+    def _leaves_loop(self, block: List[ast.stmt], owner: ast.AST, loop: AstLoopInfo) -> bool:
+        """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /
+        ``exit()`` / ``quit()`` / ``os._exit(...)``, or a ``break`` whose innermost loop is ``loop`` (``owner``:
+        the statement the block belongs to)."""
+        last = block[-1]
+        kind = type(last)
+        if kind is ast.Raise or kind is ast.Return:
             return True
-    return False
+        if kind is ast.Break:
+            # a `break` is a leaf, without a parent link: its loop is the owner's (one in a loop's `else`
+            # block counts as that loop's)
+            inner = owner if type(owner) in _LOOPS else next(
+                (info.node for info in self.index.enclosing_loops(owner)), None)
+            return inner is loop.node
+        if kind is ast.Expr and type(last.value) is ast.Call:
+            func = last.value.func
+            return (self.index.qualified_name(func) or dotted_name(func) or "") in _EXIT_CALLS
+        return False
+
+    def _parent(self, node: ast.AST) -> Optional[ast.AST]:
+        parent = self.index.parent(node)
+        return parent if parent is not None else self._name_parents.get(node)
+
+    def _destination(self, node: ast.AST, loop: AstLoopInfo, follow: bool) -> str:
+        """"sink" where the host value is only shown, stored or summed; "load" where Python needs it."""
+        while True:
+            parent = self._parent(node)
+            kind = type(parent)
+            if kind is ast.Starred:
+                grand = self._parent(parent)
+                if type(grand) is not ast.Call:
+                    node = parent  # `[*x]`, `a, *b = ...`
+                    continue
+                node, parent, kind = parent, grand, ast.Call  # `f(*x)`: an argument
+            elif kind is ast.keyword:
+                node, parent = parent, self._parent(parent)
+                kind = type(parent)
+                if kind is not ast.Call:
+                    return "load"  # `class A(metaclass=x)`
+            if kind is ast.Call:
+                if node is parent.func:
+                    return "load"
+                call_kind = self._call_kind(parent)
+                if call_kind == "through":
+                    node = parent
+                    continue
+                return call_kind
+            if kind is ast.Attribute:
+                grand = self._parent(parent)
+                if type(grand) is ast.Call and grand.func is parent:
+                    node = grand  # a method of the host value (`loss.item().__round__()`): follow it
+                    continue
+                return "load"
+            if kind is ast.BinOp and type(parent.op) is ast.Mod and node is parent.right and _is_text(parent.left):
+                return "sink"  # "loss %.3f" % value: formatted for display
+            if kind in _PASS_UP:
+                if kind is ast.DictComp and node is parent.key:
+                    return "load"
+                node = parent
+                continue
+            if kind is ast.FormattedValue or kind is ast.JoinedStr:
+                return "sink"  # formatted for display
+            if kind is ast.IfExp:
+                if node is parent.test:
+                    return "load"
+                node = parent
+                continue
+            if kind is ast.Subscript:
+                if node is parent.value:
+                    node = parent
+                    continue
+                return "load"
+            if kind is ast.Expr:
+                return "sink"
+            if kind is ast.AugAssign:
+                if not follow:
+                    return self._feeds_tensor(parent, parent.target, parent.value)
+                return self._name_destination(parent.target, loop)
+            if kind is ast.Assign or kind is ast.AnnAssign:
+                if (kind is ast.Assign and node is not parent.value) or (
+                        kind is ast.AnnAssign and node is parent.annotation):
+                    return "load"  # a target's part (`x[i] = ...`, `a, b = ...`), an annotation
+                if not follow:
+                    return self._feeds_tensor(parent, None, parent.value)
+                targets = parent.targets if kind is ast.Assign else [parent.target]
+                for target in targets:
+                    if self._name_destination(target, loop) == "load":
+                        return "load"
+                return "sink"
+            return "load"  # if/while/assert tests, return, yield, lambda, await...
+
+    def _feeds_tensor(self, statement: ast.stmt, target: Optional[ast.expr], value: Optional[ast.expr]) -> str:
+        """A host value used in a statement that computes a tensor (``d_loss = real - k * fake``, the next step's
+        loss) is load-bearing: "load"; otherwise the statement only stores it: "sink"."""
+        if value is None:
+            return "sink"
+        scope = self.index.scope_of(statement)
+        if self.is_tensor(value, scope) or (target is not None and self.is_tensor(target, scope)):
+            return "load"
+        return "sink"
+
+    def _name_destination(self, target: ast.expr, loop: AstLoopInfo) -> str:
+        """A name that holds a host value: "load" when the loop uses it for control flow."""
+        if type(target) is not ast.Name:
+            return "sink"
+        key = (loop.node, target.id)
+        loads = self._loads_of_name.get(key)
+        if loads is None:  # the uses that need the value, found once per loop and name
+            loads = self._loads_of_name[key] = [
+                use for use, how in self._names_under(loop.node).get(target.id, ())
+                if not self._is_binding(use, how) and self._use_destination(use, how, loop) == "load"
+            ]
+        return "load" if any(use is not target for use in loads) else "sink"
+
+    def _use_destination(self, use: ast.AST, how: str, loop: AstLoopInfo) -> str:
+        """``_destination`` of one mention of a name (see ``_mentions``): a variable's own; an attribute's
+        or a keyword's as its call takes it; any other (a parameter, a def's name) is "load"."""
+        if how == "name":
+            return self._destination(use, loop, follow=False)
+        if how == "attribute":
+            grand = self._parent(use)
+            if type(grand) is ast.Call and grand.func is use:
+                return self._destination(grand, loop, follow=False)
+            return "load"
+        if how == "keyword":
+            call = self._parent(use)
+            if type(call) is not ast.Call:
+                return "load"
+            call_kind = self._call_kind(call)
+            return self._destination(call, loop, follow=False) if call_kind == "through" else call_kind
+        return "load"
+
+    def _names_under(self, node: ast.AST) -> dict:
+        """Every mention under ``node`` by spelling, as (node, how) (``_mentions`` for all names at once): one
+        walk per loop, which also records the parents of the names it meets."""
+        names = self._names_by_node.get(node)
+        if names is None:
+            names = self._names_by_node[node] = {}
+            for spelling, use, how, parent in names_spelled(node):
+                names.setdefault(spelling, []).append((use, how))
+                if how == "name":
+                    self._name_parents[use] = parent
+        return names
+
+    def _is_binding(self, use: ast.AST, how: str) -> bool:
+        """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
+        if how != "name":
+            return False
+        parent = self._parent(use)
+        return type(parent) is ast.Assign and any(t is use for t in parent.targets)
+
+    def _call_kind(self, call: ast.Call) -> str:
+        index = self.index
+        func = call.func
+        if type(func) is ast.Name and func.id not in index.imports:
+            if func.id in _SINK_FUNCTIONS or _DISPLAY_HELPER.search(func.id):
+                return "sink"
+            if func.id in _TRANSPARENT_FUNCTIONS:
+                return "through"
+            return "load"
+        qualified = index.qualified_name(func)
+        if qualified is not None and qualified.startswith(("math.", "numpy.")):
+            return "through"  # a host number or array in, a host number or array out
+        if type(func) is ast.Attribute and func.attr in _SINK_METHODS:
+            return "sink"
+        if _formats_literal(call):
+            return "sink"  # "loss {:.3f}".format(value)
+        name = dotted_name(func)
+        if name is not None and _DISPLAY_HELPER.search(name.split(".")[-1]):
+            return "sink"
+        return "load"
+
+    # --- the accumulation fix -------------------------------------------------------------------------
+    def _accumulation_fix(self, call: ast.Call, top: ast.AST, loop: AstLoopInfo) -> Optional[Tuple[str, Callable]]:
+        """``acc += x.item()``, where ``acc`` starts as a number and the loop reads it nowhere else: the
+        accumulator's name and the rewrite (``Rewrite.make``) that sums on the device."""
+        index = self.index
+        aug = index.parent(call)
+        if top is not call or type(aug) is not ast.AugAssign or aug.value is not call:
+            return None
+        if type(aug.op) is not ast.Add or type(aug.target) is not ast.Name:
+            return None
+        acc = aug.target.id
+        recv = call.func.value  # type: ignore[attr-defined]
+        if chain_has_sync(recv) or spells_name(recv, acc):
+            return None
+        # nothing in the loop but this statement mentions acc
+        if any(use is not aug.target for use, _ in self._names_under(loop.node).get(acc, ())):
+            return None
+        # the loop runs after `acc = <number>`, with nothing touching acc in between
+        literal = _number_literal_init(index, self._previous_mention(loop.node, acc), acc)
+        if literal is None:
+            return None
+        depth = next(i for i, info in enumerate(index.enclosing_loops(call)) if info is loop)
+        make = partial(_accumulate_on_device, depth=depth, keep_receiver=_is_detach_call(recv),
+                       from_float=type(literal.value) is float)
+        return acc, make
+
+    def _previous_mention(self, loop: ast.AST, acc: str) -> Optional[ast.stmt]:
+        """The nearest statement before ``loop`` that mentions ``acc``, climbing out of enclosing blocks.
+
+        Climbing out of an enclosing loop requires that nothing else in it mentions ``acc`` (on its next
+        iteration the value must still be the number the conversion left); climbing out of an ``if`` / ``with``
+        / ``try`` body requires only that its header does not.
+        """
+        index = self.index
+        statement: ast.stmt = loop  # type: ignore[assignment]
+        while True:
+            container = index.parent(statement)
+            block = index.statement_block(statement)
+            positions, mentions = self._mentions_in_block(block)
+            spots = mentions.get(acc, ())
+            before = bisect.bisect_left(spots, positions[statement])
+            if before:
+                return block[spots[before - 1]]
+            if container is None or block is not getattr(container, "body", None):
+                return None  # the module's top, an `else`, `except` or `finally` block
+            kind = type(container)
+            if kind in _LOOPS:
+                if any(not index.contains(loop, use) for use, _ in self._names_under(container).get(acc, ())):
+                    return None
+            elif kind is ast.If:
+                if spells_name(container.test, acc):
+                    return None
+            elif kind in (ast.With, ast.AsyncWith):
+                if any(spells_name(item, acc) for item in container.items):
+                    return None
+            elif kind is not ast.Try:
+                return None
+            statement = container
+
+    def _mentions_in_block(self, block: List[ast.stmt]) -> tuple:
+        """A block's statements: the position of each, and for each name the positions of the statements
+        that mention it, in order (one walk per block, not one per accumulator asked about)."""
+        found = self._mentions_by_block.get(id(block))
+        if found is None:
+            positions, mentions = {}, {}
+            for position, statement in enumerate(block):
+                positions[statement] = position
+                for spelling, *_ in names_spelled(statement):
+                    spots = mentions.setdefault(spelling, [])
+                    if not spots or spots[-1] != position:
+                        spots.append(position)
+            found = self._mentions_by_block[id(block)] = (positions, mentions, block)  # keeps `block` alive
+        return found[:2]
+
+    # --- quoting code ---------------------------------------------------------------------------------
+    def _code(self, expr: ast.AST, anchor: ast.AST) -> str:
+        """``expr`` as LibCST's ``code_for_node`` writes it; ``anchor`` is a call or string that holds it
+        (``expr`` may be a name, which has no parent link)."""
+        statement = anchor if isinstance(anchor, ast.stmt) else next(
+            a for a in self.index.ancestors(anchor) if isinstance(a, ast.stmt))
+        code = self._codes.get(statement)
+        if code is None:
+            code = self._codes[statement] = self.index.statement_code(statement)
+        return code.text(*code.place(expr))
+
+    def _short(self, expr: ast.AST, anchor: ast.AST) -> str:
+        text = " ".join(self._code(expr, anchor).split())
+        return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _ast_is_text(node: ast.AST) -> bool:
-    """``_is_text``: a string literal, or one built from literals with ``+`` and ``*``."""
+class _LoopReads:
+    """A loop body's calls in source order, with what ``_read_before`` asks of them: each call's index, how
+    many of the first k calls may queue GPU work, and the argument-less sync calls by receiver text."""
+
+    def __init__(self, calls: List[ast.Call], detector: _Detector) -> None:
+        self.calls = calls
+        self.orders = [source_order(c) for c in calls]
+        self.position = {c: i for i, c in enumerate(calls)}
+        self.gpu_counts = [0]
+        self.by_receiver: dict = {}
+        for at, c in enumerate(calls):
+            self.gpu_counts.append(self.gpu_counts[-1] + (not _queues_no_gpu_work(c)))
+            if is_sync_call(c):
+                self.by_receiver.setdefault(detector._code(c.func.value, c), []).append(at)  # type: ignore[attr-defined]
+        self.load_bearing: dict = {}  # receiver text -> ``_Detector._load_bearing_reads``
+
+
+def _is_module(expr: ast.AST) -> bool:
+    name = dotted_name(expr)
+    return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
+
+
+def _unstarred(node: ast.expr) -> ast.expr:
+    return node.value if type(node) is ast.Starred else node  # type: ignore[attr-defined]
+
+
+def _is_host_value(value: ast.AST) -> bool:
+    """A number or string literal, an f-string, or a call of a host function (``len``, ``.item()``): once a
+    name is bound to one, it is not a tensor (``True``, ``False`` and ``None`` are not counted)."""
+    kind = type(value)
+    if kind is ast.Constant:
+        return type(value.value) in (int, float, str, bytes)  # type: ignore[attr-defined]
+    return kind is ast.JoinedStr or (kind is ast.Call and call_name(value) in _HOST_CALLS)  # type: ignore[arg-type]
+
+
+def _is_text(node: ast.AST) -> bool:
+    """A string literal, or one built from literals: ``"%11s" * 2 + "%11.4g" * 5``."""
     if type(node) is ast.JoinedStr or (type(node) is ast.Constant and isinstance(node.value, (str, bytes))):
         return True
     return type(node) is ast.BinOp and type(node.op) in (ast.Add, ast.Mult) and (
-        _ast_is_text(node.left) or _ast_is_text(node.right))
+        _is_text(node.left) or _is_text(node.right))
 
 
-def _ast_may_return_sync(index: AstIndex, steps: Set[str], tensors: "_AstTensors") -> bool:
-    """``check_method``'s other case (``per_step_return``): ``.item()``/``.tolist()``/``.cpu()`` of a tensor
-    outside any loop in a step function."""
-    for name in ("item", "tolist", "cpu"):
-        for info in index.calls_by_name.get(name, ()):
-            call = info.node
-            if type(call.func) is ast.Attribute and not call.args and not call.keywords and info.loop is None \
-                    and type(info.function) in (ast.FunctionDef, ast.AsyncFunctionDef) and info.function.name in steps \
-                    and not _ast_chain_has_sync(call.func.value) and tensors.is_tensor(call.func.value, info.function):
-                return True
-    return False
+def _formats_literal(call: ast.Call) -> bool:
+    """``"loss {:.3f}".format(...)`` on a string literal (not an f-string)."""
+    func = call.func
+    return type(func) is ast.Attribute and func.attr == "format" and type(func.value) is ast.Constant \
+        and isinstance(func.value.value, (str, bytes))
+
+
+def _is_detach_call(expr: ast.AST) -> bool:
+    return type(expr) is ast.Call and call_name(expr) == "detach" and not expr.args and not expr.keywords  # type: ignore[attr-defined]
+
+
+def _number_literal_init(index: AstIndex, statement: Optional[ast.stmt], acc: str) -> Optional[ast.Constant]:
+    """The number in ``acc = 0.0``, ``a = acc = 0`` or ``loss, acc = 0.0, 0`` as a statement alone on its
+    line."""
+    if type(statement) is not ast.Assign:
+        return None
+    line = index.statement_line(statement)
+    if not isinstance(line, StatementLine) or line.first is not statement or line.last is not statement:
+        return None
+    value = statement.value
+    found = None
+    for target in statement.targets:
+        if type(target) is ast.Name:
+            if target.id == acc:
+                found = value
+        elif type(target) in (ast.Tuple, ast.List) and type(value) in (ast.Tuple, ast.List):
+            if len(target.elts) != len(value.elts):
+                return None
+            for element, item in zip(target.elts, value.elts):
+                if type(element) is ast.Name and element.id == acc and type(item) is not ast.Starred:
+                    found = item
+        elif spells_name(target, acc):
+            return None
+    if type(found) is ast.Constant and type(found.value) in (int, float) \
+            and not spells_name(value, acc):
+        return found
+    return None
+
+
+def _accumulate_on_device(call: cst.Call, a: "FileAnalysis", depth: int, keep_receiver: bool,
+                          from_float: bool) -> Union[Fix, str]:
+    """The rewrite of ``acc += x.item()`` (``call`` is LibCST's ``x.item()``): ``acc += x.detach()`` in the
+    loop ``depth`` loops out, and ``acc = float(acc)`` (or ``torch.as_tensor(acc).item()`` for an integer
+    start) right after it."""
+    aug = a.parent(call)
+    loop = list(a.enclosing_loops(call))[depth].node
+    # `.item(...)` becomes `.detach(...)` in place, so whatever its brackets hold (a comment) stays
+    detach = call.func.value if keep_receiver else call.with_changes(  # type: ignore[attr-defined]
+        func=call.func.with_changes(attr=cst.Name("detach")))  # type: ignore[attr-defined]
+    # Only ``call`` differs in the loop, and the conversion has no comment: what the whole fix would drop,
+    # ``call``'s replacement drops (asking of the whole loop made every finding cost the loop's size).
+    if loses_comment({call: detach}):
+        return DROPS_COMMENT
+    from torchlint.fixer import replaced_within  # the fixer loads only for files with a finding
+
+    new_loop = replaced_within(loop, aug, aug.with_changes(value=detach), a)  # type: ignore[union-attr]
+    acc = aug.target.value  # type: ignore[union-attr]
+    imports: Tuple[ImportRequest, ...] = ()
+    if from_float:
+        conversion = cst.parse_statement(f"{acc} = float({acc})")
+    else:
+        torch = a.module_alias("torch")
+        if torch is None:
+            torch = "torch"
+            imports = (ImportRequest("torch"),)
+        conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
+    return Fix({loop: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
+
+
+# Calls that queue no GPU work (they show, store or convert host values): a second read of a value that
+# only these separate from the first waits for nothing.
+_NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(SYNC_METHODS) | {
+    "int", "float", "bool", "str", "len", "repr", "format", "join", "dict", "items", "keys", "values", "get",
+    "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists",
+}
+
+
+def _queues_no_gpu_work(call: ast.Call) -> bool:
+    return call_name(call) in _NO_GPU_WORK_CALLS
+
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+# Statements with an `else:` block besides `if` (whose blocks `_guarded` reads itself).
+_WITH_ELSE = (ast.For, ast.AsyncFor, ast.While, ast.Try) + ((ast.TryStar,) if hasattr(ast, "TryStar") else ())
+# What may skip a node in an iteration (``_every_iteration``; an `if` is asked about apart: its test runs).
+_BRANCHING = frozenset({ast.IfExp, ast.For, ast.AsyncFor, ast.While, ast.Try, ast.BoolOp, ast.ListComp,
+                        ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.Lambda, ast.FunctionDef,
+                        ast.AsyncFunctionDef} | ({ast.Match} if hasattr(ast, "Match") else set()))
+# Expressions a host value passes through on its way to where it is used (``_destination``).
+_PASS_UP = frozenset({ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.List, ast.Tuple, ast.Set, ast.Dict,
+                      ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp})

@@ -1,4 +1,4 @@
-"""The shared per-file analysis: imports, training loops, numpy-valued names."""
+"""The shared per-file analysis: imports, training loops."""
 
 from __future__ import annotations
 
@@ -61,7 +61,6 @@ def test_training_loops_are_the_ones_that_step():
     )
     outer, inner, val, loop = a.loops
     assert (outer.is_training, inner.is_training, val.is_training, loop.is_training) == (False, True, False, True)
-    assert inner.iterates_loader and val.iterates_loader and not outer.iterates_loader
     seen, last, out, v = a.calls_by_name["item"]
     assert a.training_loop_of(seen) is inner
     assert a.training_loop_of(last) is None  # once per epoch: not a per-step sync
@@ -82,33 +81,6 @@ def test_scheduler_step_is_not_an_optimizer_step():
     )
     first, second = a.loops
     assert not first.is_training and second.is_training
-
-
-def test_numpy_valued_names():
-    a = analyse(
-        """
-        import numpy as np
-        import torch
-
-        frames = np.load("x.npy")
-
-        def f(t: torch.Tensor, n):
-            arr = np.zeros((3, 4), dtype=np.float32)
-            host = t.cpu().numpy()
-            mixed = np.ones(3)
-            mixed = [1, 2]
-            total = np.sum(arr)
-            noise = np.random.randn()
-            batch = np.random.randn(4, 3)
-            view = arr.astype(np.float64)
-            return torch.tensor(arr), torch.tensor(frames)
-        """
-    )
-    f = a.functions[0].node
-    assert a.numpy_names(f) == {"arr", "host", "batch", "view"}
-    assert a.numpy_names(a.module) == {"frames"}
-    call = a.calls_by_name["tensor"][1]
-    assert a.numpy_source(call.args[0].value) == "numpy.load"
 
 
 def test_spans_and_calls_in():

@@ -317,3 +317,25 @@ def test_module_alias_is_the_first_local_name_bound_to_the_module():
     index = index_of(ast.parse(source), source)
     assert index.module_alias("torch") == "t" == FileAnalysis(cst.parse_module(source)).module_alias("torch")
     assert index.module_alias("os") is None
+def test_names_spelled_count_what_libcst_calls_names():
+    """As LibCST's ``Name`` nodes: variables, attribute and keyword names, parameters, the names of defs,
+    classes and imports, ``global`` and ``except ... as`` names."""
+    from torchlint.ast_index import names_spelled, spells_name
+
+    tree = ast.parse(textwrap.dedent(
+        """\
+        import a.b as c
+        from d.e import f
+        def g(h, *i, j=1, **k):
+            global m
+            try:
+                n.o(p=q)
+            except E as r:
+                s = lambda t: t
+        class U: pass
+        """))
+    spelled = sorted({spelling for spelling, *_ in names_spelled(tree)})
+    assert spelled == sorted("a b c d e f g h i j k m n o p q E r s t U".split())
+    kinds = {spelling: how for spelling, _, how, _ in names_spelled(tree)}
+    assert (kinds["n"], kinds["o"], kinds["p"], kinds["h"]) == ("name", "attribute", "keyword", "other")
+    assert spells_name(tree.body[2], "q") and not spells_name(tree.body[0], "q")

@@ -1,8 +1,8 @@
 """The shared per-file analysis that every rule reads.
 
 One walk over the tree indexes the module: parents and pre-order numbers of all nodes, imports, calls,
-loops, functions and simple name bindings. Everything derived from that index (training loops, numpy
-valued names) is computed lazily, on first use, so a file pays only for what its rules ask. There is no
+loops, functions and simple name bindings. Everything derived from that index (training loops) is computed
+lazily, on first use, so a file pays only for what its rules ask. There is no
 LibCST scope analysis: the module's import table answers the questions the rules ask.
 """
 
@@ -13,14 +13,12 @@ import dataclasses
 import typing
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import LOADER_NAME as _LOADER_NAME, OPTIMIZER_NAME as _OPTIMIZER_NAME
+from torchlint.ast_index import OPTIMIZER_NAME as _OPTIMIZER_NAME
 from torchlint.ast_index import SCHEDULER_NAME as _SCHEDULER_NAME
-from torchlint.facts.arrays import NDARRAY_METHODS as _NDARRAY_METHODS, NUMPY_ARRAY_FUNCS as _NUMPY_ARRAY_FUNCS
-from torchlint.facts.arrays import NUMPY_RANDOM_SIZE_POSITION as _NUMPY_RANDOM_SIZE_POSITION
 
 # Nothing here touches libcst at import time: the command line defers loading it until a file reaches the
 # LibCST stage (most runs of `torchlint check one_file.py` never do; see docs/architecture.md).
@@ -49,7 +47,6 @@ class LoopInfo:
     # Calls in the loop that are not inside a nested loop, function or class: what runs once per iteration.
     direct_calls: List[cst.Call] = field(default_factory=list, repr=False)
     is_training: bool = False
-    iterates_loader: bool = False
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
@@ -583,7 +580,7 @@ class FileAnalysis:
 
     @property
     def loops(self) -> List[LoopInfo]:
-        """Every for/while loop in source order, with ``is_training`` and ``iterates_loader`` set."""
+        """Every for/while loop in source order, with ``is_training`` set."""
         assert self._loops_classified
         return self._loops
 
@@ -591,7 +588,6 @@ class FileAnalysis:
     def _loops_classified(self) -> bool:
         for loop in self._loops:
             loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in loop.direct_calls)
-            loop.iterates_loader = isinstance(loop.node, cst.For) and self._is_loader_expr(loop.node.iter)
         return True
 
     def training_loops(self) -> List[LoopInfo]:
@@ -605,84 +601,3 @@ class FileAnalysis:
             if loop.is_training:
                 return loop
         return None
-
-    def _is_loader_expr(self, expr: cst.BaseExpression) -> bool:
-        """``loader``, ``enumerate(val_loader)``, ``tqdm(dl)``, a name bound to ``DataLoader(...)``."""
-        if isinstance(expr, cst.Call) and expr.args and call_name(expr) in {"enumerate", "tqdm", "iter", "zip"}:
-            return any(self._is_loader_expr(arg.value) for arg in expr.args if arg.keyword is None)
-        name = dotted_name(expr)
-        if name is None:
-            return False
-        if _LOADER_NAME.search(name.split(".")[-1]):
-            return True
-        if isinstance(expr, cst.Name):
-            value = self.single_value(expr.value, self.scope_of(expr))
-            if isinstance(value, cst.Call):
-                return (self.qualified_name(value.func) or "").endswith("DataLoader")
-        return False
-
-    # --- numpy-valued expressions ----------------------------------------------------------------
-    def is_numpy_expr(self, expr: cst.BaseExpression, scope: Optional[ScopeNode] = None) -> bool:
-        """True where ``expr`` certainly evaluates to a NumPy array (not a scalar)."""
-        return self.numpy_source(expr, scope) is not None
-
-    def numpy_source(self, expr: cst.BaseExpression, scope: Optional[ScopeNode] = None) -> Optional[str]:
-        """What made the array ``expr`` certainly is: "numpy.zeros", "numpy.frombuffer", ".numpy()"...
-
-        None where ``expr`` is not certainly an ndarray. A name counts only when every binding of it in
-        its scope (or, if unbound there, at module level) is an array.
-        """
-        return self._numpy_source(expr, scope if scope is not None else self.scope_of(expr), depth=0)
-
-    def _numpy_source(self, expr: cst.BaseExpression, scope: ScopeNode, depth: int) -> Optional[str]:
-        if depth > 4:
-            return None
-        if isinstance(expr, cst.Call):
-            qualified = self.qualified_name(expr.func)
-            if qualified is not None and qualified.startswith("numpy."):
-                func = qualified[len("numpy."):]
-                if func not in _NUMPY_ARRAY_FUNCS:
-                    return None
-                if func in _NUMPY_RANDOM_SIZE_POSITION and not _has_size_arg(expr, func):
-                    return None
-                return qualified
-            method = call_name(expr)
-            if not isinstance(expr.func, cst.Attribute):
-                return None
-            if method == "numpy" and not expr.args:
-                return ".numpy()"
-            if method in _NDARRAY_METHODS:
-                return self._numpy_source(expr.func.value, scope, depth + 1)
-            return None
-        if isinstance(expr, cst.Name):
-            # The answer for a name depends only on its scope's bindings: computed once per name, scope and
-            # depth (a name rebound n times, used n times, would cost n*n), stopping at the first non-array.
-            memo = self.__dict__.setdefault("_numpy_name_memo", {})
-            memo_key = (expr.value, id(scope), depth)
-            if memo_key in memo:
-                return memo[memo_key]
-            values = self.values_of(expr.value, scope) or (
-                self.values_of(expr.value, self.module) if scope is not self.module else ()
-            )
-            first: Optional[str] = None
-            for value in values:
-                source = self._numpy_source(value, scope, depth + 1) if value is not None else None
-                if source is None:
-                    first = None
-                    break
-                first = first or source
-            memo[memo_key] = first
-            return first
-        return None
-
-    def numpy_names(self, scope: ScopeNode) -> Set[str]:
-        """Names in ``scope`` every binding of which is a NumPy array."""
-        return {name for name in self.bindings.get(scope, {}) if self._numpy_source(cst.Name(name), scope, 0)}
-
-
-def _has_size_arg(call: cst.Call, func: str) -> bool:
-    """np.random.rand(3) and np.random.normal(0, 1, size=5) make arrays; np.random.rand() a float."""
-    if keyword_arg(call, "size") is not None:
-        return True
-    positional = [a for a in call.args if a.keyword is None]
-    return len(positional) >= _NUMPY_RANDOM_SIZE_POSITION[func]

@@ -80,6 +80,60 @@ def target_names(target: ast.AST) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+def names_spelled(node: ast.AST) -> Iterator[Tuple[str, ast.AST, str, Optional[ast.AST]]]:
+    """Every name spelled under ``node`` (itself included), as LibCST's ``Name`` nodes count them:
+    (spelling, node, how, parent), in no set order; ``parent`` is None for ``node`` itself. ``how`` is "name" for a variable, "attribute" for ``x.name`` (the node is the attribute),
+    "keyword" for ``f(name=...)`` (the node is the keyword) and "other" for the names of parameters,
+    defs, classes, imports, ``global`` / ``except ... as`` / ``match`` captures."""
+    stack: List[Tuple[ast.AST, Optional[ast.AST]]] = [(node, None)]
+    while stack:
+        current, parent = stack.pop()
+        kind = type(current)
+        if kind is ast.Name:
+            yield current.id, current, "name", parent  # type: ignore[attr-defined]
+            continue
+        if kind is ast.Attribute:
+            yield current.attr, current, "attribute", parent  # type: ignore[attr-defined]
+        elif kind is ast.keyword:
+            if current.arg is not None:  # type: ignore[attr-defined]
+                yield current.arg, current, "keyword", parent  # type: ignore[attr-defined]
+        else:
+            for spelling in _other_names_spelled(current):
+                yield spelling, current, "other", parent
+        stack.extend((child, current) for child in ast.iter_child_nodes(current))
+
+
+def spells_name(node: ast.AST, name: str) -> bool:
+    """Whether ``name`` is spelled under ``node`` (``names_spelled``: LibCST's ``names_in``)."""
+    return any(spelling == name for spelling, *_ in names_spelled(node))
+
+
+def _other_names_spelled(node: ast.AST) -> List[str]:
+    kind = type(node)
+    if kind is ast.arg:
+        return [node.arg]  # type: ignore[attr-defined]
+    if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+        return [node.name]  # type: ignore[attr-defined]
+    if kind is ast.alias:
+        return node.name.split(".") + ([node.asname] if node.asname else [])  # type: ignore[attr-defined]
+    if kind is ast.ImportFrom:
+        return node.module.split(".") if node.module else []  # type: ignore[attr-defined]
+    if kind in (ast.Global, ast.Nonlocal):
+        return list(node.names)  # type: ignore[attr-defined]
+    if kind is ast.ExceptHandler or kind in _MATCH_CAPTURES:
+        return [node.name] if getattr(node, "name", None) else []  # type: ignore[attr-defined]
+    if kind in _MATCH_MAPPING:
+        return ([node.rest] if node.rest else [])  # type: ignore[attr-defined]
+    if kind in _MATCH_CLASS:
+        return list(node.kwd_attrs)  # type: ignore[attr-defined]
+    return []
+
+
+_MATCH_CAPTURES = tuple(getattr(ast, name) for name in ("MatchAs", "MatchStar") if hasattr(ast, name))
+_MATCH_MAPPING = tuple(getattr(ast, name) for name in ("MatchMapping",) if hasattr(ast, name))
+_MATCH_CLASS = tuple(getattr(ast, name) for name in ("MatchClass",) if hasattr(ast, name))
+
+
 def is_literal(node: Optional[ast.AST], value: object) -> bool:
     """True for the constants True/False/None."""
     return isinstance(node, ast.Constant) and node.value is value

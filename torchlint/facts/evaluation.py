@@ -15,14 +15,8 @@ import re
 from typing import Dict, Optional, Sequence, Union
 
 from torchlint.ast_index import AstIndex, call_arguments, dotted_name, is_literal
+from torchlint.facts.grad_mode import sets_grad_off, turns_grad_off
 
-# Grad-mode context managers that switch recording off.
-NO_GRAD = frozenset({
-    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
-    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
-})
-SET_GRAD = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled",
-                      "torch.autograd.grad_mode.set_grad_enabled"})
 _EVAL_LOADER = re.compile(r"(^|_)(val|valid|validation|test|testing|eval|evaluation|dev|holdout)"
                           r"(?=$|_|\d|loader|dataloader|dl|ds|dataset|data|set|batch)", re.IGNORECASE)
 _LOADER = re.compile(r"loader|(^|_)dl($|_)|dataloader|(^|_)ds($|_)|dataset|batches", re.IGNORECASE)
@@ -45,12 +39,7 @@ def may_disable_grad(index: AstIndex, node: ast.AST) -> bool:
         if not isinstance(expr, ast.Call):
             continue
         called = (dotted_name(expr.func) or "").lower()
-        if "grad" in called or "inference" in called:
-            return True
-        qualified = index.qualified_name(expr.func)
-        if qualified in NO_GRAD:
-            return True
-        if qualified in SET_GRAD and _first_argument_is_false(expr):
+        if "grad" in called or "inference" in called or turns_grad_off(index, expr):
             return True
     return False
 
@@ -88,8 +77,7 @@ def grad_globally_off(index: AstIndex) -> bool:
     """``torch.set_grad_enabled(False)`` as a statement outside every def: the script never records graphs."""
     for info in index.calls_by_name.get("set_grad_enabled", ()):
         call = info.node
-        if (info.function is None and index.qualified_name(call.func) in SET_GRAD and _first_argument_is_false(call)
-                and type(index.parent(call)) is ast.Expr):
+        if info.function is None and sets_grad_off(index, call) and type(index.parent(call)) is ast.Expr:
             return True
     return False
 
@@ -130,11 +118,6 @@ def _called_without_grad(index: AstIndex, name: str, memo: Dict[str, bool], seen
                     result = True
     memo[name] = result
     return result
-
-
-def _first_argument_is_false(call: ast.Call) -> bool:
-    arguments = call_arguments(call)
-    return bool(arguments) and is_literal(arguments[0][1], False)
 
 
 # --- evaluation mode --------------------------------------------------------------------------------

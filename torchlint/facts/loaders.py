@@ -418,3 +418,28 @@ def is_batch_part(expr: ast.AST) -> bool:
     while type(expr) in (ast.Attribute, ast.Subscript):
         expr = expr.value  # type: ignore[attr-defined]
     return type(expr) is ast.Name
+
+
+def iterates_loader(index: AstIndex, loop: AstLoopInfo) -> bool:
+    """A ``for`` loop over a loader by what the code says of it: ``for x, y in train_loader``,
+    ``enumerate(tqdm(dl))``, a name bound once to a ``DataLoader(...)``. Its batches are the loader's (on
+    the host until moved). Looser than ``LoaderFacts``, which ties a loop to the loader calls it iterates."""
+    node = loop.node
+    if type(node) not in (ast.For, ast.AsyncFor):
+        return False
+    return _is_loader_expr(index, node.iter, loop.function or index.tree)  # type: ignore[union-attr]
+
+
+def _is_loader_expr(index: AstIndex, expr: ast.expr, scope: AstScope) -> bool:
+    if type(expr) is ast.Call and call_name(expr) in {"enumerate", "tqdm", "iter", "zip"}:
+        # the positional arguments, `*x` and `**x` included (as LibCST's arguments without keywords)
+        values = [arg.value if type(arg) is ast.Starred else arg for arg in expr.args]  # type: ignore[attr-defined]
+        values += [keyword.value for keyword in expr.keywords if keyword.arg is None]  # type: ignore[attr-defined]
+        return any(_is_loader_expr(index, value, scope) for value in values)
+    if index.is_loader_name(expr):
+        return True
+    if type(expr) is ast.Name:
+        value = index.single_value(expr.id, scope)  # type: ignore[attr-defined]
+        if type(value) is ast.Call:
+            return (index.qualified_name(value.func) or "").endswith("DataLoader")  # type: ignore[attr-defined]
+    return False
