@@ -242,20 +242,44 @@ def test_a_reason_that_names_one_of_several_variables_is_the_same_in_every_proce
     assert messages == {"`first` is changed after `p.add_(p.grad, alpha=first * second * third)` uses it"}
 
 
-def test_ast_stage_reads_loops_inside_match_cases():
+def test_loops_inside_match_cases_are_read():
     """A `case` has no position of its own: the foreach-branch test must still find the loop under it."""
-    import ast
-
-    from torchlint.config import Settings
-    from torchlint.registry import rules_by_code
-
-    source = (
-        "import torch\n"
+    source = HEADER + (
         "def step(params, mode, foreach=False):\n"
         "    match mode:\n"
         "        case 'sgd':\n"
         "            for p in params:\n"
         "                p.add_(p.grad, alpha=-0.1)\n"
     )
-    rule = rules_by_code()["TL501"]
-    assert rule.may_fire_in_ast(ast.parse(source), source, Settings()) is True
+    [(line, applicability, _)] = _lint(source)
+    assert line == 5 and applicability == "unsafe"
+
+
+def test_a_comment_that_names_grad_makes_no_training_step():
+    """The builder test and the clipping hint read `.grad` in the code, not in a comment."""
+    builder = HEADER + (
+        "def shrink(layer, factor):\n"
+        "    for w in layer.parameters():\n"
+        "        w.detach().mul_(factor)  # the weights, not their .grad\n"
+        "    return layer\n"
+    )
+    assert _lint(builder) == []
+    bounds = HEADER + (
+        "def bound(params):\n"
+        "    for p in params:\n"
+        "        p.clamp_(-1.0, 1.0)  # weights, unlike the .grad clipping elsewhere\n"
+    )
+    [(_, _, message)] = _lint(bounds)
+    assert "gradient clipping" not in message
+
+
+def test_a_params_key_written_as_two_strings_is_a_params_list():
+    """`group["par" "ams"]` is `group["params"]`: the key is read as Python reads it."""
+    source = HEADER + (
+        "def step(opt, lr):\n"
+        "    for group in opt.param_groups:\n"
+        "        for w in group['par' 'ams']:\n"
+        "            w.add_(w.grad, alpha=-lr)\n"
+    )
+    [(line, _, _)] = _lint(source)
+    assert line == 4
