@@ -10,7 +10,7 @@ from typing import Iterable, Iterator, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, keyword_arg
-from torchlint.ast_index import AstIndex, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
+from torchlint.ast_index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
 from torchlint.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
@@ -210,35 +210,36 @@ class PerParameterOptimizerLoop(Rule):
         index = ctx.index
         for number, loop in enumerate(index.loops):
             if type(loop.node) is ast.For:  # not `async for`
-                self._check_loop(ctx, loop.node, number)
+                self._check_loop(ctx, loop, number)
         self._check_foreach_false(ctx)
 
     # --- for p in params: p.add_(...) ------------------------------------------------------------------
-    def _check_loop(self, ctx: IndexContext, node: ast.For, number: int) -> None:
+    def _check_loop(self, ctx: IndexContext, loop: AstLoopInfo, number: int) -> None:
         index = ctx.index
-        params = _param_targets(index, node.iter, node.target)
+        node = loop.node
+        scope = loop.function or index.tree
+        params = _param_targets(index, node.iter, node.target, scope)
         if not params:
             return
-        function = index.function_of(node)
-        while function is not None:
-            name = getattr(function, "name", "<lambda>")
-            if _INIT_FUNCTION.search(name) or name.startswith("test"):
-                return  # initialisation and tests run once
-            if _SINGLE_TENSOR_FUNCTION.search(name):
-                return  # the deliberate per-parameter path beside a foreach/fused one (as torch.optim ships)
-            function = index.function_of(function)
-        if _beside_foreach_branch(index, node) or _collects_for_foreach(index, node):
-            return
-        if _rescales_module_it_returns(index, node):
-            return  # `zero_module(conv)`-style builders run while the model is made, not every step
+        for function in index.functions:  # the defs around the loop
+            name = function.name
+            if index.contains(function, node) and (
+                    _INIT_FUNCTION.search(name) or name.startswith("test") or _SINGLE_TENSOR_FUNCTION.search(name)):
+                # initialisation and tests run once; a `_single_tensor_*` function is the deliberate
+                # per-parameter path beside a foreach/fused one (as torch.optim ships)
+                return
         body = _LoopBody(params, {local for local, target in index.imports.items() if target == "torch"})
         body.read(node.body)
         if not body.updates:
             return
+        if _rescales_module_it_returns(loop):
+            return  # `zero_module(conv)`-style builders run while the model is made, not every step
+        if _collects_for_foreach(index, node, scope) or _beside_foreach_branch(index, node):
+            return  # a pass of a foreach implementation, or its deliberate per-parameter branch
         launches = max(body.launches, body.updates)
         ops = list(dict.fromkeys(body.inplace_ops))
         twins = _foreach_msg(ops)
-        averaging = _is_zip_of_params(index, node.iter) or "state_dict" in index.code_for_node(node.iter, node)
+        averaging = _is_zip_of_params(index, node.iter, scope) or "state_dict" in index.code_for_node(node.iter, node)
         if "lerp_" in ops or (averaging and ({"mul_", "add_"} <= set(ops) or "copy_" in ops)):
             hint = "for an EMA: `torch._foreach_lerp_(ema_params, params, 1 - decay)`"
         elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"} and _reads_grad(node.body):
@@ -354,12 +355,12 @@ def _may_update(text: str) -> bool:
 # --- the loops that run once or belong to a foreach implementation ---------------------------------------
 
 
-def _rescales_module_it_returns(index: AstIndex, loop: ast.For) -> bool:
+def _rescales_module_it_returns(info: AstLoopInfo) -> bool:
     """``def scale_module(m, s): for p in m.parameters(): p.detach().mul_(s); return m``: a helper that
     changes the weights of the module it is given and hands that module back is a model builder
     (``self.out = scale_module(nn.Conv2d(...), 0.1)``), run once. Gradients are left out: a loop reading
     ``.grad`` is a training step whatever the function returns."""
-    function = index.function_of(loop)
+    function, loop = info.function, info.node
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return False
     iterable = loop.iter
@@ -395,7 +396,7 @@ def _beside_foreach_branch(index: AstIndex, loop: ast.For) -> bool:
     return False
 
 
-def _collects_for_foreach(index: AstIndex, loop: ast.For) -> bool:
+def _collects_for_foreach(index: AstIndex, loop: ast.For, scope: AstScope) -> bool:
     """The loop appends to lists that a later ``torch._foreach_*`` call takes: it is the collecting pass of a
     foreach implementation (whatever host bookkeeping it also does, like ``state["step"] += 1``)."""
     appended = {
@@ -407,7 +408,6 @@ def _collects_for_foreach(index: AstIndex, loop: ast.For) -> bool:
     }
     if not appended:
         return False
-    scope = index.scope_of(loop)
     end = (loop.end_lineno, loop.end_col_offset)
     for info in index.calls if scope is index.tree else index.calls_in(scope):
         call = info.node
@@ -423,13 +423,14 @@ def _collects_for_foreach(index: AstIndex, loop: ast.For) -> bool:
 # --- which loops iterate parameters ----------------------------------------------------------------
 
 
-def _param_targets(index: AstIndex, iterable: ast.expr, target: ast.expr) -> Set[str]:
-    """The loop-target names that are parameters (or parameter-like tensors such as state_dict values)."""
+def _param_targets(index: AstIndex, iterable: ast.expr, target: ast.expr, scope: AstScope) -> Set[str]:
+    """The loop-target names that are parameters (or parameter-like tensors such as state_dict values);
+    ``scope``: the def around the loop, or the module."""
     if type(iterable) is ast.Call:
         name = call_name(iterable)
         if name == "enumerate" and (iterable.args or iterable.keywords):
             if type(target) in (ast.Tuple, ast.List) and len(target.elts) == 2:
-                return _param_targets(index, call_arguments(iterable)[0][1], _element(target.elts[1]))
+                return _param_targets(index, call_arguments(iterable)[0][1], _element(target.elts[1]), scope)
             return set()
         if name == "zip" and type(iterable.func) is ast.Name:
             arguments = _arguments(iterable)
@@ -439,7 +440,7 @@ def _param_targets(index: AstIndex, iterable: ast.expr, target: ast.expr) -> Set
             names: Set[str] = set()
             for (value, plain), element in zip(arguments, elements):
                 if plain:
-                    names |= _param_targets(index, value, element)
+                    names |= _param_targets(index, value, element, scope)
             if names:  # zip(shadow, params): the partner of a parameter is a per-parameter tensor too (an EMA copy)
                 names |= {e.id for e in elements if type(e) is ast.Name}
             return names
@@ -448,7 +449,7 @@ def _param_targets(index: AstIndex, iterable: ast.expr, target: ast.expr) -> Set
                 value = _element(target.elts[1])
                 return {value.id} if type(value) is ast.Name else set()
             return set()
-    if type(target) is ast.Name and _is_params_expr(index, iterable, 0):
+    if type(target) is ast.Name and _is_params_expr(index, iterable, scope, 0):
         return {target.id}
     return set()
 
@@ -474,7 +475,9 @@ def _is_state_dict_items(iterable: ast.Call) -> bool:
             and call_name(func.value) == "state_dict")
 
 
-def _is_params_expr(index: AstIndex, expr: ast.expr, depth: int) -> bool:
+def _is_params_expr(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int) -> bool:
+    """``expr``, in ``scope``, is parameters: ``m.parameters()``, ``group["params"]``, a name taken for them,
+    or a name bound once to such a value."""
     if depth > 3:
         return False
     kind = type(expr)
@@ -486,13 +489,13 @@ def _is_params_expr(index: AstIndex, expr: ast.expr, depth: int) -> bool:
         if name == "values" and type(func) is ast.Attribute and type(func.value) is ast.Call:
             return call_name(func.value) == "state_dict"  # ema.state_dict().values()
         if name in ("list", "tuple", "filter", "reversed") and type(func) is ast.Name and (expr.args or expr.keywords):
-            return _is_params_expr(index, _arguments(expr)[-1][0], depth + 1)
+            return _is_params_expr(index, _arguments(expr)[-1][0], scope, depth + 1)
         return False
     if kind is ast.Subscript:  # group["params"]
         key = expr.slice
         return type(key) is ast.Constant and key.value == "params"
     if kind is ast.ListComp or kind is ast.GeneratorExp:
-        return any(_is_params_expr(index, comprehension.iter, depth + 1) for comprehension in expr.generators)
+        return any(_is_params_expr(index, comprehension.iter, scope, depth + 1) for comprehension in expr.generators)
     name = dotted_name(expr)
     if name is None:
         return False
@@ -500,17 +503,17 @@ def _is_params_expr(index: AstIndex, expr: ast.expr, depth: int) -> bool:
     if _PARAMS_NAME.search(last) and not _NOT_PARAMS_NAME.search(last):
         return True
     if kind is ast.Name:
-        value = index.single_value(expr.id, index.scope_of(expr))
+        value, bound_in = index.single_value_and_scope(expr.id, scope)
         if value is not None:
-            return _is_params_expr(index, value, depth + 1)
+            return _is_params_expr(index, value, bound_in, depth + 1)
     return False
 
 
-def _is_zip_of_params(index: AstIndex, iterable: ast.expr) -> bool:
+def _is_zip_of_params(index: AstIndex, iterable: ast.expr, scope: AstScope) -> bool:
     if not (type(iterable) is ast.Call and call_name(iterable) == "zip"):
         return False
     arguments = _arguments(iterable)
-    return len(arguments) >= 2 and any(_is_params_expr(index, value, 0) for value, _ in arguments)
+    return len(arguments) >= 2 and any(_is_params_expr(index, value, scope, 0) for value, _ in arguments)
 
 
 # --- what a loop body does ------------------------------------------------------------------------
