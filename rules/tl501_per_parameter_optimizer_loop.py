@@ -193,6 +193,7 @@ class PerParameterOptimizerLoop(Rule):
     fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.SAFE, Applicability.UNSAFE)
     text_gate = (("foreach", "state_dict", "am", "aM", "Am", "AM"),)  # `param` in any case ends so
+
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """An optimizer built with ``foreach=False``, or a word ``detect`` takes for parameters; then an update
