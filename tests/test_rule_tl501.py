@@ -302,3 +302,14 @@ def test_the_loop_rewritten_is_the_reported_one_where_the_loop_lists_differ():
     span = index.span(index.loops[2].node.iter)
     assert _libcst_loop(analysis, 2, len(index.loops), span) is analysis.loops[2].node
     assert _libcst_loop(analysis, 0, len(index.loops) + 1, span) is analysis.loops[2].node
+
+
+def test_a_step_key_written_as_two_strings_is_a_step_count():
+    """`state["st" "ep"] += 1` bumps the step counter as `state["step"] += 1` does: no update of its own."""
+    source = HEADER + (
+        "def step(opt):\n"
+        "    for p in opt.param_groups[0]['params']:\n"
+        "        state = opt.state[p]\n"
+        "        state['st' 'ep'] += 1\n"
+    )
+    assert _lint(source) == []
