@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from functools import partial
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, FunctionInfo, call_name, dotted_name, is_literal, walk as _walk_nodes
-from torchlint.ast_index import AstIndex, index_of
-from torchlint.ast_index import call_name as ast_call_name
-from torchlint.ast_index import dotted_name as ast_dotted_name
+from torchlint.ast_index import AstFunction, AstIndex, call_name, dotted_name, source_order, walk
 from torchlint.config import Settings
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, decorator_names, eval_receiver,
+                                        grad_globally_off, grad_off_anywhere_around, grad_off_between,
+                                        is_eval_loader, train_receiver)
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import has_method_call
 
-# Grad-mode context managers that switch recording off.
-_NO_GRAD = {
-    "torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
-    "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode",
-}
-_SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled", "torch.autograd.grad_mode.set_grad_enabled"}
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
+
+Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
+_MATCH = getattr(ast, "Match", ast.If)  # Python 3.10+
+_COMPOUND = (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
+             ast.AsyncFunctionDef, ast.ClassDef, _MATCH, getattr(ast, "TryStar", ast.Try))
+_BRANCHES = (ast.If, ast.IfExp, _MATCH, ast.BoolOp)  # what makes an eval() switch conditional
 # Anything in this text means the code wants (or manages) gradients: leave it alone.
 _GRAD_TEXT = re.compile(
     r"backward|\bautograd\b|requires_grad|enable_grad|set_grad_enabled|retain_grad|zero_grad|\.grad\b"
@@ -45,10 +48,7 @@ _EVAL_WORDS = {"validate", "validation", "evaluate", "evaluation", "eval", "val"
 _FRAMEWORK_NO_GRAD = re.compile(r"^(validation|val|test|predict|prediction)_step(_end)?$|^on_(validation|test|predict)"
                                 r"|^(validation|test)_epoch_end$")
 _HOOK_NAME = re.compile(r"_step$|^on_|_epoch_end$|^forward$|^__\w+__$|^train|^training|^fit|^compute_loss")
-_EVAL_LOADER = re.compile(r"(^|_)(val|valid|validation|test|testing|eval|evaluation|dev|holdout)"
-                          r"(?=$|_|\d|loader|dataloader|dl|ds|dataset|data|set|batch)", re.IGNORECASE)
-_LOADER = re.compile(r"loader|(^|_)dl($|_)|dataloader|(^|_)ds($|_)|dataset|batches", re.IGNORECASE)
-# Pre-filter texts (supersets of what the checker accepts; see `may_fire`).
+# Pre-filter texts (supersets of what `detect` accepts; see `may_fire`).
 _EVAL_WORD_TEXT = (r"(?:validate|validation|evaluate|evaluation|eval|val|predict|prediction|predictions|infer"
                    r"|inference)")
 # (`\` continuations may stand between `def`, the name and its `(`.)
@@ -66,6 +66,8 @@ _EVAL_LOADER_SEARCHES = tuple(re.compile(word + r"\w*(?:loader|dl|ds|dataset|bat
 def _may_name_eval_loader(lower: str) -> bool:
     """``_EVAL_LOADER_TEXT.search(lower)``, faster (``tests/test_rule_tl202.py`` holds them equal)."""
     return any(search.search(lower) for search in _EVAL_LOADER_SEARCHES)
+
+
 # Names of things that are models: the last part of the called name.
 _MODEL_WORDS = {"model", "net", "network", "encoder", "decoder", "backbone", "classifier",
                 "generator", "discriminator", "policy", "critic", "actor", "teacher", "student", "autoencoder",
@@ -93,337 +95,6 @@ def looks_like_model(last: str) -> bool:
         return True
     return (words[-1] in _MODEL_WORDS or (len(words) <= 2 and words[0] in _MODEL_WORDS)
             or bool(_NET_SUFFIX.match(words[-1])))
-
-
-# --- the ast stage: the checker's candidates on the stdlib ast (a superset of what it reports) ------------
-def _ast_may_report(index: AstIndex, text: str) -> bool:
-    """False only where ``_Checker`` certainly reports nothing: it mirrors the checker's tests on functions
-    and loops, leaving out the ones that only silence (no_grad callers, guards, training callers)."""
-    if not index.imports_torch():
-        return False
-    if _ast_grad_globally_off(index):
-        return False
-    facts = _AstFacts(index, text)
-    own_calls: Dict[ast.AST, List[ast.Call]] = {}
-    for info in index.calls:
-        own_calls.setdefault(info.function, []).append(info.node)
-    for function in index.functions:
-        if _ast_function_may_report(facts, function, own_calls.get(function, [])):
-            return True
-    return any(_ast_loop_may_report(facts, loop) for loop in index.loops)
-
-
-class _AstFacts:
-    """What the ast stage's tests share for one file."""
-
-    def __init__(self, index: AstIndex, text: str) -> None:
-        self.index = index
-        self.source = text
-        self.lines = _LINE_BREAK.split(text)  # lines as ast numbers them, with their line breaks between
-        top = [s for s in index.tree.body if isinstance(s, ast.ClassDef)]
-        self.top_level_classes = {s.name for s in top}
-        self.model_classes: Set[str] = set()
-        for statement in top:
-            for base in statement.bases:
-                qualified = index.qualified_name(base) or ast_dotted_name(base) or ""
-                if qualified.endswith("Module") or qualified in self.model_classes:
-                    self.model_classes.add(statement.name)
-        self.helpers = {f.name for f in index.functions if index.class_of.get(f) is None}
-        # `_Checker.run`'s `pytest_file`, from the imports only: the file's name is not known here
-        self.pytest_imports = any(v.split(".")[0] in {"pytest", "unittest"} for v in index.imports.values())
-        self._guards: Optional[List[Tuple[object, Tuple[int, int], Tuple[int, int]]]] = None
-        self._passed_names: Optional[Set[str]] = None
-
-    def guarded(self, node: ast.AST, function) -> bool:
-        """``node`` lies in a grad-disabling ``with`` (``_guarding_with``) of ``function``, its own def: a def
-        or lambda inside the block starts afresh, as ``_Checker._guarded`` stops at the function."""
-        if self._guards is None:
-            self._guards = _ast_guarding_spans(self.index)
-        start = (node.lineno, node.col_offset)  # type: ignore[attr-defined]
-        end = (node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
-        return any(owner is function and first <= start and end <= last for owner, first, last in self._guards)
-
-    def passed_names(self) -> Set[str]:
-        """Names handed to some call as an argument (``_Checker._only_passed_along``)."""
-        if self._passed_names is None:
-            self._passed_names = {arg.id for info in self.index.calls for arg in info.node.args if type(arg) is ast.Name}
-            self._passed_names.update(k.value.id for info in self.index.calls for k in info.node.keywords
-                                      if type(k.value) is ast.Name)
-        return self._passed_names
-
-    def text(self, first: int, last: int) -> str:
-        return "".join(self.lines[2 * (first - 1): 2 * last])
-
-
-_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
-
-
-def _ast_guarding_spans(index: AstIndex) -> List[Tuple[object, Tuple[int, int], Tuple[int, int]]]:
-    """(the def around it or None, start, end) of every grad-disabling ``with``: a walk of statements only."""
-    spans = []
-    frames: List[Tuple[list, object]] = [(index.tree.body, None)]
-    while frames:
-        statements, function = frames.pop()
-        for node in statements:
-            kind = type(node)
-            if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-                frames.append((node.body, node))
-                continue
-            if (kind is ast.With or kind is ast.AsyncWith) and _ast_guarding_with(index, node):
-                spans.append((function, (node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset)))
-            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
-                inner = getattr(node, name, None)
-                if inner and isinstance(inner, list):
-                    frames.append((inner, function))
-    return spans
-
-
-def _ast_settled_quietly(facts: _AstFacts, function, cheap: bool) -> bool:
-    """``_Checker._check_function`` settles the function (and skips its loops) without a report: no-grad or
-    registering decorators, a framework no-grad hook, a test in a pytest file (``cheap``), or a call of it
-    under no_grad (the dearer test, asked last)."""
-    name = function.name
-    if not cheap:
-        return bool(facts.index.calls_by_name.get(name)) and _ast_called_under_no_grad(facts, name)
-    decorators = [ast_dotted_name(d.func if isinstance(d, ast.Call) else d) or "" for d in function.decorator_list]
-    if any("grad" in d or "inference" in d or "register" in d.lower() for d in decorators):
-        return True
-    if _FRAMEWORK_NO_GRAD.search(name):
-        return True
-    return facts.pytest_imports and not _HOOK_NAME.search(name) and name.lstrip("_").startswith("test")
-
-
-def _ast_called_under_no_grad(facts: _AstFacts, name: str) -> bool:
-    """Some call of ``name`` sits in a grad-disabling ``with`` (part of ``_Checker._called_without_grad``)."""
-    return any(facts.guarded(info.node, info.function) for info in facts.index.calls_by_name.get(name, ()))
-
-
-def _ast_guarding_with(index: AstIndex, node) -> bool:
-    """``_Checker._guarding_with`` (a subset of it where the ast cannot tell: ``mode=False``)."""
-    for item in node.items:
-        expr = item.context_expr
-        if isinstance(expr, (ast.Name, ast.Attribute)):
-            return True
-        if not isinstance(expr, ast.Call):
-            continue
-        called = (ast_dotted_name(expr.func) or "").lower()
-        if "grad" in called or "inference" in called:
-            return True
-        qualified = index.qualified_name(expr.func)
-        if qualified in _NO_GRAD:
-            return True
-        if qualified in _SET_GRAD and expr.args and isinstance(expr.args[0], ast.Constant) \
-                and expr.args[0].value is False:
-            return True
-    return False
-
-
-def _ast_grad_globally_off(index: AstIndex) -> bool:
-    """``_Checker._grad_globally_off``: ``torch.set_grad_enabled(False)`` as a module-level statement."""
-    for statement in index.tree.body:
-        if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-            call = statement.value
-            if ast_call_name(call) == "set_grad_enabled" and index.qualified_name(call.func) in _SET_GRAD \
-                    and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value is False:
-                return True
-    return False
-
-
-def _ast_enters_no_grad(facts: _AstFacts, function) -> bool:
-    """``stack.enter_context(torch.no_grad())`` in the function (the call's own text, as ``_Checker``)."""
-    first, last = function.lineno, function.end_lineno or function.lineno
-    for info in facts.index.calls_by_name.get("enter_context", ()):
-        call = info.node
-        if first <= call.lineno <= last and _NO_GRAD_TEXT.search(ast.get_source_segment(facts.source, call) or ""):
-            return True
-    return False
-
-
-def _ast_only_passed_along(facts: _AstFacts, name: str) -> bool:
-    """Part of ``_Checker._only_passed_along``: never called in the file, handed to a call as an argument."""
-    return not facts.index.calls_by_name.get(name) and name in facts.passed_names()
-
-
-def _ast_has_params(function) -> bool:
-    args = function.args
-    return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
-
-
-def _ast_function_may_report(facts: _AstFacts, function, calls: List[ast.Call]) -> bool:
-    index = facts.index
-    if _ast_settled_quietly(facts, function, cheap=True):
-        return False
-    name = function.name
-    if _HOOK_NAME.search(name):
-        return False
-    words = name.strip("_").lower().split("_")
-    if words[0] == "test" and not _ast_has_params(function):
-        return False  # `_Checker`: a pytest test
-    receivers: Set[str] = set()
-    for call in calls:
-        if _ast_train_receiver(index, call):
-            return False  # a mixed function
-        receiver = _ast_eval_receiver(index, call)
-        if receiver:
-            receivers.add(receiver)
-    named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
-    eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and loop.function is function
-                      and _ast_is_eval_loader(loop.node.iter) for loop in index.loops)
-    called = {ast_dotted_name(call.func) for call in calls}
-    model_receivers = {r for r in receivers if r == "self" or looks_like_model(r.split(".")[-1]) or r in called}
-    if not (model_receivers or eval_loader or (named and index.class_of.get(function) is None)):
-        return False
-    first = function.decorator_list[0].lineno if function.decorator_list else function.lineno
-    if _GRAD_TEXT.search(facts.text(first, function.end_lineno or first)):
-        return False
-    if any(index.is_optimizer_step(call, function) for call in calls):
-        return False
-    if _ast_settled_quietly(facts, function, cheap=False):
-        return False
-    if _ast_enters_no_grad(facts, function) or _ast_only_passed_along(facts, name):
-        return False
-    return any(_ast_is_model_call(facts, call, receivers, function) and not facts.guarded(call, function)
-               for call in calls)
-
-
-def _ast_loop_may_report(facts: _AstFacts, loop) -> bool:
-    index, node = facts.index, loop.node
-    if not isinstance(node, ast.For):
-        return False
-    settled = loop.function is not None and not isinstance(loop.function, ast.Lambda)
-    if settled and _ast_settled_quietly(facts, loop.function, cheap=True):
-        return False  # `_Checker.run` skips the loops of settled functions
-    receivers = _ast_preceding_eval(index, index.block_of.get(node, []), node)
-    if receivers is None or (not receivers and not _ast_is_eval_loader(node.iter)):
-        return False
-    if _GRAD_TEXT.search(facts.text(node.lineno, node.end_lineno or node.lineno)):
-        return False
-    calls = [info.node for info in index.calls if info.function is loop.function and _runs_in(info.loop, loop)]
-    if any(index.is_optimizer_step(call, loop.function) for call in calls):
-        return False
-    if facts.guarded(node, loop.function):
-        return False  # `_Checker._check_loop`: a grad-disabling `with` around the loop
-    if settled and _ast_settled_quietly(facts, loop.function, cheap=False):
-        return False
-    receivers = receivers | {r for r in (_ast_eval_receiver(index, c) for c in calls) if r}
-    return any(_ast_is_model_call(facts, call, receivers, loop.function) and not facts.guarded(call, loop.function)
-               for call in calls)
-
-
-def _runs_in(body_loop, loop) -> bool:
-    while body_loop is not None:
-        if body_loop is loop:
-            return True
-        body_loop = body_loop.parent
-    return False
-
-
-def _ast_preceding_eval(index: AstIndex, block: List[ast.stmt], loop: ast.For) -> Optional[Set[str]]:
-    """``_Checker._preceding_eval``: a statement line at a time, the last line first."""
-    position = next((i for i, statement in enumerate(block) if statement is loop), None)
-    if position is None:
-        return set()
-    receivers: Set[str] = set()
-    line_groups: List[List[ast.stmt]] = []
-    for statement in block[:position]:
-        if line_groups and line_groups[-1][0].lineno == statement.lineno:
-            line_groups[-1].append(statement)
-        else:
-            line_groups.append([statement])
-    for group in reversed(line_groups):
-        for statement in group:
-            if isinstance(statement, (ast.Expr, ast.Assign)) and isinstance(statement.value, ast.Call):
-                receiver = _ast_eval_receiver(index, statement.value)
-                if receiver:
-                    receivers.add(receiver)
-                elif _ast_train_receiver(index, statement.value):
-                    return receivers or None
-    return receivers
-
-
-def _ast_eval_receiver(index: AstIndex, call: ast.Call) -> Optional[str]:
-    if not isinstance(call.func, ast.Attribute):
-        return None
-    attr = call.func.attr
-    switched = attr == "eval" and not call.args and not call.keywords
-    if attr == "train" and len(call.args) + len(call.keywords) == 1:
-        value = call.args[0] if call.args else call.keywords[0].value
-        keyword = None if call.args else call.keywords[0].arg
-        switched = isinstance(value, ast.Constant) and value.value is False and keyword in (None, "mode")
-    if not switched:
-        return None
-    owner = call.func.value
-    if isinstance(owner, ast.Call):  # `enc = Encoder(...).eval()`: the name it is bound to
-        target = index.assigned_to.get(call)
-        return ast_dotted_name(target) if target is not None else None
-    return ast_dotted_name(owner)
-
-
-def _ast_train_receiver(index: AstIndex, call: ast.Call) -> Optional[str]:
-    if isinstance(call.func, ast.Attribute) and call.func.attr == "train" and _ast_eval_receiver(index, call) is None:
-        return ast_dotted_name(call.func.value)
-    return None
-
-
-def _ast_is_eval_loader(expr: ast.AST) -> bool:
-    if isinstance(expr, ast.Call) and (expr.args or expr.keywords):
-        wrapped = (isinstance(expr.func, ast.Name) and expr.func.id in {"enumerate", "tqdm", "iter", "zip"}) or (
-            isinstance(expr.func, ast.Attribute) and expr.func.attr == "tqdm")
-        if wrapped:
-            values = [arg.value if isinstance(arg, ast.Starred) else arg for arg in expr.args]
-            values += [keyword.value for keyword in expr.keywords if keyword.arg is None]  # **kwargs
-            return any(_ast_is_eval_loader(value) for value in values)
-    name = ast_dotted_name(expr)
-    if name is None:
-        return False
-    last = name.split(".")[-1]
-    return bool(_EVAL_LOADER.search(last) and _LOADER.search(last))
-
-
-def _ast_is_model_call(facts: _AstFacts, call: ast.Call, receivers: Set[str], scope) -> bool:
-    """``_Checker._is_model_call``, a superset where a helper's parameters decide (``_runs_model_argument``)."""
-    index = facts.index
-    name = ast_dotted_name(call.func)
-    if name is None:
-        return False
-    if name in receivers:
-        return True
-    owner, _, last = name.rpartition(".")
-    if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
-        return True
-    qualified = index.qualified_name(call.func)
-    if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
-        return False
-    func = call.func
-    if isinstance(func, ast.Name) and func.id[:1].isupper() and (
-            func.id in index.imports or func.id in facts.top_level_classes or _CLASS_NAME.match(func.id)):
-        return False  # a constructor
-    if owner and owner in receivers and isinstance(func, ast.Attribute) and last not in _NOT_A_RUN:
-        return True
-    if isinstance(func, ast.Name):
-        if _ast_bound_to_model(facts, func, scope):
-            return True
-        if func.id in facts.helpers and any(
-                arg.id in receivers or looks_like_model(arg.id) or _ast_bound_to_model(facts, arg, scope)
-                for arg in [*call.args, *(k.value for k in call.keywords if k.arg is not None)]
-                if isinstance(arg, ast.Name)):
-            return True  # `greedy_decode(model, src)`: the helper may run the model it is given
-    return looks_like_model(last)
-
-
-def _ast_bound_to_model(facts: _AstFacts, name: ast.Name, scope) -> bool:
-    index = facts.index
-    value = index.single_value(name.id, scope)
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "eval"):
-        value = value.func.value  # `Generator(...).to(device)`
-    if not isinstance(value, ast.Call):
-        return False
-    if _MODEL_FACTORIES.search(index.qualified_name(value.func) or ""):
-        return True
-    if not isinstance(value.func, ast.Name):
-        return False
-    built = value.func.id
-    return built in facts.model_classes or (built[:1].isupper() and looks_like_model(built))
 
 
 class EvalWithoutNoGrad(Rule):
@@ -533,288 +204,218 @@ class EvalWithoutNoGrad(Rule):
             return True
         return bool(_EVAL_DEF_TEXT.search(text))
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return _ast_may_report(index_of(tree), text)
-
-    def check(self, ctx: RuleContext) -> None:
-        _Checker(ctx).run()
+    def detect(self, ctx: IndexContext) -> None:
+        _Detector(ctx).run()
 
 
-class _Checker:
-    def __init__(self, ctx: RuleContext) -> None:
+class _Detector:
+    """One file's evaluation code: whole functions first, then the loops outside the settled ones."""
+
+    def __init__(self, ctx: IndexContext) -> None:
         self.ctx = ctx
-        self.a: FileAnalysis = ctx.analysis
-        self.alias = self.a.module_alias("torch")
-        self._text_cache: Dict[cst.CSTNode, str] = {}
-        self._under_no_grad: Dict[str, bool] = {}
+        self.index: AstIndex = ctx.index
+        self.alias = self.index.module_alias("torch")
+        self._text_cache: Dict[ast.AST, str] = {}
         self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
         self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument
-        self._returned: Dict[cst.CSTNode, Set[str]] = {}  # function -> ``_returned_names``
+        self._returned: Dict[ast.AST, Set[str]] = {}  # function -> ``_returned_names``
+        self._top_level_classes = {s.name for s in self.index.tree.body if isinstance(s, ast.ClassDef)}
         self.model_classes = self._model_classes()
 
     # --- driver ------------------------------------------------------------------------------
     def run(self) -> None:
-        a = self.a
-        if self._grad_globally_off() or not any(v.split(".")[0] == "torch" for v in a.imports.values()):
+        index = self.index
+        if not index.imports_torch() or grad_globally_off(index):
             return
-        skip_functions: Set[cst.CSTNode] = set()  # whole functions handled (reported or silenced)
-        base = a.path.replace("\\", "/").rsplit("/", 1)[-1]
-        pytest_file = any(v.split(".")[0] in {"pytest", "unittest"} for v in a.imports.values()) or bool(
+        skip_functions: Set[ast.AST] = set()  # whole functions handled (reported or silenced)
+        base = self.ctx.path.replace("\\", "/").rsplit("/", 1)[-1]
+        pytest_file = any(v.split(".")[0] in {"pytest", "unittest"} for v in index.imports.values()) or bool(
             re.match(r"^(test_.*|.*_test|conftest)\.py$", base))
-        for info in a.functions:
-            if any(f.node in skip_functions for f in self._function_chain(info.parent)):
-                skip_functions.add(info.node)
+        for function in index.functions:
+            if any(f in skip_functions for f in self._function_chain(index.function_of(function))):
+                skip_functions.add(function)
                 continue
-            verdict = self._check_function(info, pytest_file)
-            if verdict:
-                skip_functions.add(info.node)
-        reported_loops: List[cst.CSTNode] = []
-        for loop in a.loops:
+            if self._check_function(function, pytest_file):
+                skip_functions.add(function)
+        reported_loops: List[ast.For] = []
+        for loop in index.loops:
             node = loop.node
-            if not isinstance(node, cst.For) or node.asynchronous is not None:
+            if type(node) is not ast.For:
                 continue
-            function = loop.function
-            if any(f.node in skip_functions for f in self._function_chain(function)):
+            if any(f in skip_functions for f in self._function_chain(loop.function)):
                 continue
-            if any(a.contains(outer, node) for outer in reported_loops):
+            if any(index.contains(outer, node) for outer in reported_loops):
                 continue
-            if self._check_loop(node, function):
+            if self._check_loop(node, loop.function):
                 reported_loops.append(node)
 
-    def _function_chain(self, info: Optional[FunctionInfo]) -> Iterable[FunctionInfo]:
-        while info is not None:
-            yield info
-            info = info.parent
+    def _function_chain(self, function: Optional[AstFunction]) -> Iterator[AstFunction]:
+        while function is not None:
+            yield function
+            function = self.index.function_of(function)
 
     # --- whole functions ---------------------------------------------------------------------
-    def _check_function(self, info: FunctionInfo, pytest_file: bool) -> bool:
+    def _check_function(self, node: Def, pytest_file: bool) -> bool:
         """True when the function is settled: reported, or known to run without autograd."""
-        node = info.node
-        assert isinstance(node, cst.FunctionDef)
-        if any("grad" in d or "inference" in d for d in info.decorators):
+        index, name = self.index, node.name
+        decorators = decorator_names(node)
+        if decorated_grad_off(node):
             return True
-        if any("register" in d.lower() for d in info.decorators):
+        if any("register" in d.lower() for d in decorators):
             return True  # a registered factory (`@register_model def test_resnet(...)`): it builds, not runs
-        if self._called_without_grad(info.name):
+        if called_without_grad(index, name):
             return True
-        if _FRAMEWORK_NO_GRAD.search(info.name):
+        if _FRAMEWORK_NO_GRAD.search(name):
             return True
-        if _HOOK_NAME.search(info.name):
+        if _HOOK_NAME.search(name):
             return False
-        words = info.name.strip("_").lower().split("_")
-        if pytest_file and info.name.lstrip("_").startswith("test"):
+        words = name.strip("_").lower().split("_")
+        if pytest_file and name.lstrip("_").startswith("test"):
             return True  # a test or test helper (`test_roi_heads`, `_test_eval`, unittest's `testKeypointHead`)
         if words[0] == "test" and not _has_params(node):
             return False  # a pytest test
-        if any(call_name(c) == "enter_context" and _NO_GRAD_TEXT.search(self._text(c))
-               for c in self.a.calls_in(node)):
+        if any(call_name(c.node) == "enter_context" and _NO_GRAD_TEXT.search(self._call_text(c.node))
+               for c in index.calls_in(node)):
             return True  # `stack.enter_context(torch.no_grad())`: the rest of the function runs without autograd
-        if self._only_passed_along(info):
+        if self._only_passed_along(node):
             return True  # `inference_on_dataset(eval_wrapper, ...)`: the code it is handed to sets grad mode
-        own_calls = self._own_calls(info)
-        eval_receivers, switches_mode = self._eval_switches(info, own_calls)
+        own_calls = self._own_calls(node)
+        eval_receivers, switches_mode = self._eval_switches(node, own_calls)
         if switches_mode:  # model.train() in here too, or eval() only on some path: a mixed function
             return False
         named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
-        eval_loader = any(
-            isinstance(l.node, cst.For) and self._is_eval_loader(l.node.iter)
-            for l in self.a.loops if l.function is info
-        )
+        eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and is_eval_loader(loop.node.iter)
+                          for loop in index.loops if loop.function is node)
         called = {dotted_name(c.func) for c in own_calls}
         model_receivers = {r for r in eval_receivers
                            if r == "self" or looks_like_model(r.split(".")[-1]) or r in called}
-        if not (model_receivers or eval_loader or (named and info.class_name is None)):
+        class_name = self._class_name(node)
+        if not (model_receivers or eval_loader or (named and class_name is None)):
             return False
         text = self._text(node)
-        if _GRAD_TEXT.search(text) or any(self.a.is_optimizer_step(c) for c in own_calls):
+        if _GRAD_TEXT.search(text) or any(index.is_optimizer_step(c, node) for c in own_calls):
             return False
-        if any(self._runs_grad_code(c, info.class_name) for c in own_calls):
+        if any(self._runs_grad_code(c, class_name) for c in own_calls):
             return False  # it trains through a helper of this file: no_grad here would reach that helper too
-        model_calls = [c for c in own_calls if self._is_model_call(c, eval_receivers) and not self._guarded(c, node)]
+        model_calls = [c for c in own_calls
+                       if self._is_model_call(c, eval_receivers, node) and not grad_off_between(index, c, node)]
         if not model_calls:
             return False
-        if self._caller_wants_grad(info.name):
+        if self._caller_wants_grad(name):
             return True
         model = dotted_name(model_calls[0].func) or "the model"
         torch_name = self.alias or "torch"
-        fix = None
-        generator = bool(_GENERATOR_TEXT.search(text))
-        if node.asynchronous is not None or _AWAIT_TEXT.search(text):
-            message = (f"`{info.name}()` evaluates `{model}(...)` with autograd on; "
+        rewrite = None
+        if isinstance(node, ast.AsyncFunctionDef) or _AWAIT_TEXT.search(text):
+            message = (f"`{name}()` evaluates `{model}(...)` with autograd on; "
                        f"run the model calls inside `with {torch_name}.no_grad():`")
         else:
-            message = (f"`{info.name}()` evaluates `{model}(...)` with autograd on; "
+            message = (f"`{name}()` evaluates `{model}(...)` with autograd on; "
                        f"decorate it with `@{torch_name}.no_grad()`")
-            if not generator or self.ctx.torch_version >= (2, 0):
-                decorator = cst.Decorator(decorator=cst.parse_expression(f"{torch_name}.no_grad()"))
-                new = node.with_changes(decorators=[*node.decorators, decorator])
-                fix = Fix.replace(node, new, Applicability.SAFE, self._imports())
+            if not _GENERATOR_TEXT.search(text) or self.ctx.torch_version >= (2, 0):
+                place = next(i for i, f in enumerate(index.functions) if f is node)
+                rewrite = Rewrite(partial(_decorate, place=place, name=name), message + " ({reason})")
             else:
                 message += " (no fix for a generator before PyTorch 2.0)"
-        self.ctx.report(node.name, message=message, fix=fix)
+        self.ctx.report(index.definition_name(node), message=message, rewrite=rewrite)
         return True
 
     # --- loops outside evaluation functions ----------------------------------------------------
-    def _check_loop(self, loop: cst.For, function: Optional[FunctionInfo]) -> bool:
-        a = self.a
-        scope = function.node if function is not None else a.module
-        if any(self._guarding_with(anc) for anc in a.ancestors(loop)):
+    def _check_loop(self, loop: ast.For, function: Optional[AstFunction]) -> bool:
+        index = self.index
+        if grad_off_anywhere_around(index, loop):
             return False
         receivers = self._preceding_eval(loop)
         if receivers is None:  # the model is put back into train mode just before: not an eval loop
             return False
-        if not receivers and not self._is_eval_loader(loop.iter):
+        if not receivers and not is_eval_loader(loop.iter):
             return False
         text = self._text(loop)
         if _GRAD_TEXT.search(text):
             return False
-        calls = [c for c in a.calls_in(loop.body) if a.scope_of(c) is scope]
-        if any(a.is_optimizer_step(c) for c in calls):
+        calls = [c.node for statement in loop.body for c in index.calls_in(statement) if c.function is function]
+        if any(index.is_optimizer_step(c, function) for c in calls):
             return False
-        class_name = function.class_name if function is not None else None
+        class_name = self._class_name(function) if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
         if any(self._runs_grad_code(c, class_name) for c in calls):
             return False  # the loop trains through a helper of this file (`fit_one_epoch(...)`)
         # eval() inside the loop body counts too
-        receivers = receivers | {r for r in (self._eval_receiver(c) for c in calls) if r}
-        model_calls = [c for c in calls if self._is_model_call(c, receivers) and not self._guarded(c, loop)]
+        receivers = receivers | {r for r in (eval_receiver(index, c) for c in calls) if r}
+        model_calls = [c for c in calls
+                       if self._is_model_call(c, receivers, function) and not grad_off_between(index, c, loop)]
         if not model_calls:
             return False
-        if function is not None and (self._called_without_grad(function.name) or self._caller_wants_grad(function.name)):
-            return False
+        if function is not None:
+            name = "<lambda>" if isinstance(function, ast.Lambda) else function.name
+            if called_without_grad(index, name) or self._caller_wants_grad(name):
+                return False
         model = dotted_name(model_calls[0].func) or "the model"
         torch_name = self.alias or "torch"
         message = (f"evaluation loop calls `{model}(...)` with autograd on; "
                    f"wrap it in `with {torch_name}.no_grad():`")
-        fix = None
+        rewrite = None
         if not _GENERATOR_TEXT.search(text) and not _AWAIT_TEXT.search(text):
-            with_node = cst.With(
-                items=[cst.WithItem(item=cst.parse_expression(f"{torch_name}.no_grad()"))],
-                body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),
-                leading_lines=loop.leading_lines,
-            )
-            fix = Fix.replace(loop, with_node, Applicability.SAFE, self._imports())
-        self.ctx.report(loop.iter, message=message, fix=fix)
+            place = next(i for i, info in enumerate(index.loops) if info.node is loop)
+            rewrite = Rewrite(partial(_wrap_loop, place=place, count=len(index.loops)), message + " ({reason})")
+        self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
 
-    def _preceding_eval(self, loop: cst.For) -> Optional[Set[str]]:
-        """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last."""
-        block = self.a.parent(loop)
-        body: Sequence[cst.CSTNode] = getattr(block, "body", ())
-        if not isinstance(body, (list, tuple)) or loop not in body:
+    def _preceding_eval(self, loop: ast.For) -> Optional[Set[str]]:
+        """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last.
+        A line of simple statements (``m.train(); m.eval()``) is read left to right, the lines last first."""
+        block = self.index.block_of.get(loop, [])
+        position = next((i for i, statement in enumerate(block) if statement is loop), None)
+        if position is None:
             return set()
+        lines: List[List[ast.stmt]] = []
+        for statement in block[:position]:
+            if type(statement) in _COMPOUND:
+                lines.append([])
+            elif lines and lines[-1] and lines[-1][-1].end_lineno == statement.lineno:
+                lines[-1].append(statement)
+            else:
+                lines.append([statement])
         receivers: Set[str] = set()
-        for statement in reversed(body[: list(body).index(loop)]):
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                if isinstance(small, (cst.Expr, cst.Assign)) and isinstance(small.value, cst.Call):
-                    call = small.value
-                    receiver = self._eval_receiver(call)
+        for line in reversed(lines):
+            for statement in line:
+                if isinstance(statement, (ast.Expr, ast.Assign)) and isinstance(statement.value, ast.Call):
+                    receiver = eval_receiver(self.index, statement.value)
                     if receiver:
                         receivers.add(receiver)
-                    elif self._train_receiver(call):
+                    elif train_receiver(self.index, statement.value):
                         return receivers or None
         return receivers
 
     # --- facts -----------------------------------------------------------------------------
-    def _grad_globally_off(self) -> bool:
-        """``torch.set_grad_enabled(False)`` as a module-level statement: the script never records graphs."""
-        for call in self.a.calls_by_name.get("set_grad_enabled", ()):
-            if (self.a.qualified_name(call.func) in _SET_GRAD and call.args and is_literal(call.args[0].value, "False")
-                    and isinstance(self.a.parent(call), cst.Expr) and self.a.function_of(call) is None):
-                return True
-        return False
+    def _class_name(self, function: Def) -> Optional[str]:
+        klass = self.index.class_of.get(function)
+        return klass.name if klass is not None else None
 
-    def _own_calls(self, info: FunctionInfo) -> List[cst.Call]:
-        return [c for c in self.a.calls_in(info.node) if self.a.function_of(c) is info]
+    def _own_calls(self, function: Def) -> List[ast.Call]:
+        return [c.node for c in self.index.calls_in(function) if c.function is function]
 
-    def _eval_receiver(self, call: cst.Call) -> Optional[str]:
-        """``m`` for ``m.eval()`` / ``m.train(False)`` / ``m.train(mode=False)``."""
-        if not isinstance(call.func, cst.Attribute):
-            return None
-        attr = call.func.attr.value
-        switched = attr == "eval" and not call.args
-        switched = switched or (attr == "train" and len(call.args) == 1 and is_literal(call.args[0].value, "False")
-                                and (call.args[0].keyword is None or call.args[0].keyword.value == "mode"))
-        if not switched:
-            return None
-        owner = call.func.value
-        if isinstance(owner, cst.Call):  # `enc = Encoder(...).eval()`: the name it is bound to
-            assign = self.a.parent(call)
-            if isinstance(assign, cst.Assign) and len(assign.targets) == 1:
-                return dotted_name(assign.targets[0].target)
-            return None
-        return dotted_name(owner)
-
-    def _train_receiver(self, call: cst.Call) -> Optional[str]:
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "train" and self._eval_receiver(call) is None:
-            return dotted_name(call.func.value)
-        return None
-
-    def _eval_switches(self, info: FunctionInfo, calls: List[cst.Call]):
+    def _eval_switches(self, function: Def, calls: List[ast.Call]) -> Tuple[Set[str], bool]:
         """(receivers of unconditional eval() calls, whether the function also switches modes otherwise)."""
         receivers: Set[str] = set()
         mixed = False
         for call in calls:
-            if self._train_receiver(call):
+            if train_receiver(self.index, call):
                 mixed = True
-            receiver = self._eval_receiver(call)
+            receiver = eval_receiver(self.index, call)
             if receiver is None:
                 continue
-            if any(isinstance(anc, (cst.If, cst.IfExp, cst.Match, cst.BooleanOperation))
-                   for anc in self._ancestors_within(call, info.node)):
-                mixed = True
+            for ancestor in self.index.ancestors(call):
+                if ancestor is function:
+                    break
+                if isinstance(ancestor, _BRANCHES):
+                    mixed = True
             receivers.add(receiver)
         return receivers, mixed
 
-    def _ancestors_within(self, node: cst.CSTNode, outer: cst.CSTNode) -> Iterable[cst.CSTNode]:
-        for anc in self.a.ancestors(node):
-            if anc is outer:
-                return
-            yield anc
-
-    def _guarding_with(self, node: cst.CSTNode) -> bool:
-        if not isinstance(node, cst.With):
-            return False
-        for item in node.items:
-            expr = item.item
-            if isinstance(expr, (cst.Name, cst.Attribute)):
-                return True  # a context manager made elsewhere (`ctx = torch.no_grad()`): assume it may be
-            if not isinstance(expr, cst.Call):
-                continue
-            called = dotted_name(expr.func) or ""
-            if "grad" in called.lower() or "inference" in called.lower():
-                return True  # a project's own no-grad helper
-            qualified = self.a.qualified_name(expr.func)
-            if qualified in _NO_GRAD:
-                return True
-            if qualified in _SET_GRAD and expr.args and is_literal(expr.args[0].value, "False"):
-                return True
-        return False
-
-    def _guarded(self, call: cst.Call, outer: cst.CSTNode) -> bool:
-        for anc in self._ancestors_within(call, outer):
-            if self._guarding_with(anc):
-                return True
-        return self._guarding_with(outer)
-
-    def _is_eval_loader(self, expr: cst.BaseExpression) -> bool:
-        if isinstance(expr, cst.Call) and expr.args and isinstance(expr.func, cst.Name) and \
-                expr.func.value in {"enumerate", "tqdm", "iter", "zip"}:
-            return any(self._is_eval_loader(arg.value) for arg in expr.args if arg.keyword is None)
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "tqdm":
-            return any(self._is_eval_loader(arg.value) for arg in expr.args if arg.keyword is None)
-        name = dotted_name(expr)
-        if name is None:
-            return False
-        last = name.split(".")[-1]
-        return bool(_EVAL_LOADER.search(last) and _LOADER.search(last))
-
-    def _is_model_call(self, call: cst.Call, receivers: Set[str]) -> bool:
-        name = dotted_name(call.func)
+    def _is_model_call(self, call: ast.Call, receivers: Set[str], scope: Optional[AstFunction]) -> bool:
+        index = self.index
+        func = call.func
+        name = dotted_name(func)
         if name is None:
             return False
         if name in receivers:
@@ -822,135 +423,97 @@ class _Checker:
         owner, _, last = name.rpartition(".")
         if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
             return True
-        qualified = self.a.qualified_name(call.func)
+        qualified = index.qualified_name(func)
         if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
             return False
-        if isinstance(call.func, cst.Name) and call.func.value[:1].isupper() and (
-                call.func.value in self.a.imports or call.func.value in self._top_level_classes()
-                or _CLASS_NAME.match(call.func.value)):
+        if isinstance(func, ast.Name) and func.id[:1].isupper() and (
+                func.id in index.imports or func.id in self._top_level_classes or _CLASS_NAME.match(func.id)):
             return False  # `Encoder(...)` builds a module; running it is a call of what it returns
-        if owner and owner in receivers and isinstance(call.func, cst.Attribute) and _may_run(last):
+        if owner and owner in receivers and isinstance(func, ast.Attribute) and _may_run(last):
             return True  # `agent.eval()` then `agent.get_action(obs)`
-        if isinstance(call.func, cst.Name) and self._bound_to_model(call.func):
+        if isinstance(func, ast.Name) and self._bound_to_model(func.id, scope):
             return True
-        if isinstance(call.func, cst.Name) and any(
-                f.name == call.func.value and f.class_name is None and any("grad" in d or "inference" in d
-                                                                            for d in f.decorators)
-                for f in self.a.functions):
+        if isinstance(func, ast.Name) and any(
+                f.name == func.id and index.class_of.get(f) is None and decorated_grad_off(f) for f in index.functions):
             return False  # `score_network(...)`, a helper of this file decorated with no_grad: not a model
-        if isinstance(call.func, cst.Name) and self._runs_model_argument(call, receivers):
+        if isinstance(func, ast.Name) and self._runs_model_argument(call, func.id, receivers, scope):
             return True
         return looks_like_model(last)
 
-    def _runs_model_argument(self, call: cst.Call, receivers: Set[str]) -> bool:
+    def _runs_model_argument(self, call: ast.Call, name: str, receivers: Set[str],
+                             scope: Optional[AstFunction]) -> bool:
         """``greedy_decode(model, src)``: a function of this file given the model, which calls it."""
-        helper = next((f for f in self.a.functions if f.name == call.func.value and f.class_name is None
-                       and isinstance(f.node, cst.FunctionDef)), None)
+        index = self.index
+        helper = next((f for f in index.functions if f.name == name and index.class_of.get(f) is None), None)
         if helper is None:
             return False
-        params = [p.name.value for p in helper.node.params.params]
-        for index, arg in enumerate(call.args):
-            if arg.star or not isinstance(arg.value, cst.Name):
+        params = [arg.arg for arg in helper.args.args]
+        for place, (star, keyword, value) in enumerate(_arguments(call)):
+            if star or not isinstance(value, ast.Name):
                 continue
-            given = arg.value.value
-            if not (given in receivers or looks_like_model(given) or self._bound_to_model(arg.value)):
+            given = value.id
+            if not (given in receivers or looks_like_model(given) or self._bound_to_model(given, scope)):
                 continue
-            param = arg.keyword.value if arg.keyword is not None else (params[index] if index < len(params) else None)
-            if param is None or any("grad" in d or "inference" in d for d in helper.decorators):
+            param = keyword if keyword is not None else (params[place] if place < len(params) else None)
+            if param is None or decorated_grad_off(helper):
                 continue
-            if any(_runs(c, param) and not self._guarded(c, helper.node) for c in self.a.calls_in(helper.node)):
+            if any(_runs(c.node, param) and not grad_off_between(index, c.node, helper)
+                   for c in index.calls_in(helper)):
                 return True
         return False
 
-    def _bound_to_model(self, name: cst.Name) -> bool:
-        value = self.a.single_value(name.value, self.a.scope_of(name))
-        if value is None and self.a.scope_of(name) is not self.a.module and not self.a.values_of(
-                name.value, self.a.scope_of(name)):
-            value = self.a.single_value(name.value, self.a.module)  # a global: `G_AB = Generator(...)` in a script
-        if isinstance(value, cst.Call) and call_name(value) in ("to", "cuda", "eval") and isinstance(value.func, cst.Attribute):
+    def _bound_to_model(self, name: str, scope: Optional[AstFunction]) -> bool:
+        index = self.index
+        value = index.single_value(name, scope)
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in ("to", "cuda", "eval"):
             value = value.func.value  # `Generator(...).to(device)`
-        if not isinstance(value, cst.Call):
+        if not isinstance(value, ast.Call):
             return False
-        qualified = self.a.qualified_name(value.func) or ""
-        if _MODEL_FACTORIES.search(qualified):
+        if _MODEL_FACTORIES.search(index.qualified_name(value.func) or ""):
             return True
-        if not isinstance(value.func, cst.Name):
+        if not isinstance(value.func, ast.Name):
             return False
-        built = value.func.value
+        built = value.func.id
         # a class of this file that subclasses nn.Module, or a model-named class (`GeneratorResNet(...)`)
         return built in self.model_classes or (built[:1].isupper() and looks_like_model(built))
-
-    def _top_level_classes(self) -> Set[str]:
-        return {s.name.value for s in self.a.module.body if isinstance(s, cst.ClassDef)}
 
     def _model_classes(self) -> Set[str]:
         """Top-level classes of this file that subclass a torch Module."""
         out: Set[str] = set()
-        for statement in self.a.module.body:
-            if isinstance(statement, cst.ClassDef):
+        for statement in self.index.tree.body:
+            if isinstance(statement, ast.ClassDef):
                 for base in statement.bases:
-                    qualified = self.a.qualified_name(base.value) or dotted_name(base.value) or ""
+                    base = base.value if isinstance(base, ast.Starred) else base
+                    qualified = self.index.qualified_name(base) or dotted_name(base) or ""
                     if qualified.endswith("Module") or qualified in out:
-                        out.add(statement.name.value)
+                        out.add(statement.name)
         return out
-
-    def _called_without_grad(self, name: str, seen: Optional[Set[str]] = None) -> bool:
-        """Some call of ``name`` in this file runs under no_grad (a with block or a no_grad function)."""
-        if name in self._under_no_grad:
-            return self._under_no_grad[name]
-        seen = seen or set()
-        if name in seen:
-            return False
-        seen.add(name)
-        a = self.a
-        result = False
-        for call in a.calls_by_name.get(name, ()):
-            if any(self._guarding_with(anc) for anc in a.ancestors(call)):
-                result = True
-                break
-            caller = a.function_of(call)
-            while caller is not None and isinstance(caller.node, cst.Lambda):
-                caller = caller.parent
-            if caller is not None and (any("grad" in d or "inference" in d for d in caller.decorators)
-                                       or self._called_without_grad(caller.name, seen)):
-                result = True
-                break
-        if not result:  # torch.no_grad()(evaluate)
-            for wrapper in ("no_grad", "inference_mode"):
-                for call in a.calls_by_name.get(wrapper, ()):
-                    outer = a.parent(call)
-                    if isinstance(outer, cst.Call) and outer.func is call and any(
-                            isinstance(arg.value, (cst.Name, cst.Attribute)) and
-                            (dotted_name(arg.value) or "").split(".")[-1] == name for arg in outer.args):
-                        result = True
-        self._under_no_grad[name] = result
-        return result
 
     def _caller_wants_grad(self, name: str, seen: Optional[Set[str]] = None) -> bool:
         """A call of ``name`` in a training step, directly or through other functions of this file (a helper
         called by the loss function): its output may be differentiated."""
-        a = self.a
+        index = self.index
         seen = set() if seen is None else seen
         if name in seen:
             return False
         seen.add(name)
         if self._returns_nothing(name):
             return False  # `sample_images()` saving a grid: nothing reaches the caller to differentiate
-        for call in a.calls_by_name.get(name, ()):
-            if a.training_loop_of(call) is not None:
+        for info in index.calls_by_name.get(name, ()):
+            if index.training_loop_of(info) is not None:
                 return True
-            caller = a.function_of(call)
-            scope = caller.node if caller is not None else a.module
-            loops = [l.node for l in a.enclosing_loops(call)]
-            for backward in a.calls_by_name.get("backward", ()):
-                if a.scope_of(backward) is scope and a.comes_before(call, backward) and a.is_backward_call(backward) \
-                        and [l.node for l in a.enclosing_loops(backward)] == loops:
+            loops = [loop.node for loop in index.enclosing_loops(info.node)]
+            for backward in index.calls_by_name.get("backward", ()):
+                if (backward.function is info.function and source_order(info.node) < source_order(backward.node)
+                        and index.is_backward_call(backward.node)
+                        and [loop.node for loop in index.enclosing_loops(backward.node)] == loops):
                     return True
-            if caller is not None and caller.name != "<lambda>" and self._caller_wants_grad(caller.name, seen):
+            caller = info.function
+            if caller is not None and not isinstance(caller, ast.Lambda) and self._caller_wants_grad(caller.name, seen):
                 return True
         return False
 
-    def _runs_grad_code(self, call: cst.Call, class_name: Optional[str]) -> bool:
+    def _runs_grad_code(self, call: ast.Call, class_name: Optional[str]) -> bool:
         """``call`` runs a function of this file that computes gradients (``backward()``, an optimizer step,
         ``torch.autograd.grad``...), directly or through the file's other functions: ``fit_head(...)`` or
         ``self.train_epoch()``. A no_grad decorator or block around the call would reach that code too."""
@@ -961,71 +524,102 @@ class _Checker:
         """(name, class) of the file's functions that compute gradients or call one that does."""
         if self._wants_grad is not None:
             return self._wants_grad
-        defs = [f for f in self.a.functions if isinstance(f.node, cst.FunctionDef)]
-        own = {id(f): self._own_calls(f) for f in defs}
-        wanting = {(f.name, f.class_name) for f in defs
-                   if _COMPUTES_GRAD_TEXT.search(self._text(f.node))
-                   or any(self.a.is_optimizer_step(c) for c in own[id(f)])}
+        index = self.index
+        functions = index.functions
+        own = {f: self._own_calls(f) for f in functions}
+        key = {f: (f.name, self._class_name(f)) for f in functions}
+        wanting = {key[f] for f in functions
+                   if _COMPUTES_GRAD_TEXT.search(self._text(f)) or any(index.is_optimizer_step(c, f) for c in own[f])}
         changed = True
         while changed:  # through helpers: a driver calling `fit_one_epoch()` that calls `backward_step()`
             changed = False
-            for f in defs:
-                key = (f.name, f.class_name)
-                if key not in wanting and any(_called_function_key(c, f.class_name) in wanting for c in own[id(f)]):
-                    wanting.add(key)
+            for f in functions:
+                if key[f] not in wanting and any(_called_function_key(c, key[f][1]) in wanting for c in own[f]):
+                    wanting.add(key[f])
                     changed = True
         self._wants_grad = wanting
         return wanting
 
-    def _only_passed_along(self, info: FunctionInfo) -> bool:
+    def _only_passed_along(self, function: Def) -> bool:
         """The function is never called in this file, only handed to another call as an argument."""
-        name = info.name
-        if self.a.calls_by_name.get(name):
+        index, name = self.index, function.name
+        if index.calls_by_name.get(name):
             return False
-        if info.parent is not None and name in self._returned_names(info.parent.node):
+        parent = index.function_of(function)
+        if parent is not None and name in self._returned_names(parent):
             return True  # a closure returned to the caller, who decides the grad mode it runs in
         if self._passed_names is None:  # once per file: a file with many functions asks for each
-            self._passed_names = {arg.value.value for call in self.a.calls for arg in call.args
-                                  if isinstance(arg.value, cst.Name)}
+            self._passed_names = {value.id for info in index.calls for _, _, value in _arguments(info.node)
+                                  if isinstance(value, ast.Name)}
         return name in self._passed_names
 
-    def _returned_names(self, node: cst.CSTNode) -> Set[str]:
+    def _returned_names(self, node: ast.AST) -> Set[str]:
         """The names ``node`` returns bare (``return inner``), walked once per function: a function holding
         many closures asked for each."""
         names = self._returned.get(node)
         if names is None:
-            names = self._returned[node] = {r.value.value for r in _walk_nodes(node)
-                                            if isinstance(r, cst.Return) and isinstance(r.value, cst.Name)}
+            names = self._returned[node] = {r.value.id for r in walk(node)
+                                            if isinstance(r, ast.Return) and isinstance(r.value, ast.Name)}
         return names
 
     def _returns_nothing(self, name: str) -> bool:
         """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no
         stores into attributes, items, globals or lists it did not create."""
-        functions = [f for f in self.a.functions if f.name == name]
-        if len(functions) != 1 or not isinstance(functions[0].node, cst.FunctionDef):
+        functions = [f for f in self.index.functions if f.name == name]
+        if len(functions) != 1:
             return False
-        node = functions[0].node
-        for inner in _walk_nodes(node.body):
-            if isinstance(inner, cst.Return) and inner.value is not None:
-                return False
-            if isinstance(inner, (cst.Yield, cst.Global, cst.Nonlocal, cst.AugAssign)):
-                return False
-            if isinstance(inner, cst.AssignTarget) and not isinstance(inner.target, (cst.Name, cst.Tuple, cst.List)):
-                return False
-            if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) and inner.func.attr.value in {
-                    "append", "extend", "update", "copy_", "insert", "put", "setdefault", "add_"}:
-                return False
+        for statement in functions[0].body:
+            for inner in ast.walk(statement):  # not the index's walk: it leaves out `global` and `nonlocal`
+                if isinstance(inner, ast.Return) and inner.value is not None:
+                    return False
+                if isinstance(inner, (ast.Yield, ast.YieldFrom, ast.Global, ast.Nonlocal, ast.AugAssign)):
+                    return False
+                if isinstance(inner, ast.Assign) and any(not isinstance(t, (ast.Name, ast.Tuple, ast.List))
+                                                         for t in inner.targets):
+                    return False
+                if isinstance(inner, ast.Call) and isinstance(inner.func, ast.Attribute) and inner.func.attr in {
+                        "append", "extend", "update", "copy_", "insert", "put", "setdefault", "add_"}:
+                    return False
         return True
 
-    def _text(self, node: cst.CSTNode) -> str:
+    def _text(self, node: ast.stmt) -> str:
         text = self._text_cache.get(node)
         if text is None:
-            text = self.a.module.code_for_node(node)
-            self._text_cache[node] = text
+            text = self._text_cache[node] = self.index.owned_text(node)
         return text
 
-    def _imports(self):
-        return () if self.alias else (ImportRequest("torch"),)
+    def _call_text(self, call: ast.Call) -> str:
+        return ast.get_source_segment(self.index.source, call) or ""
+
+
+# --- the fixes, made on LibCST's tree -------------------------------------------------------------
+def _decorate(module: cst.Module, a: FileAnalysis, place: int, name: str) -> Union[Fix, str]:
+    """``@torch.no_grad()`` as the innermost decorator of the file's ``place``-th def (the index and LibCST
+    list the defs alike, in source order), ``name``."""
+    if place >= len(a.functions) or a.functions[place].name != name:
+        return "the two parsers disagree on the file's functions"  # never seen
+    node = a.functions[place].node
+    decorator = cst.Decorator(decorator=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))
+    new = node.with_changes(decorators=[*node.decorators, decorator])
+    return Fix.replace(node, new, Applicability.SAFE, _imports(a))
+
+
+def _wrap_loop(module: cst.Module, a: FileAnalysis, place: int, count: int) -> Union[Fix, str]:
+    """The file's ``place``-th loop of ``count`` (the index and LibCST list the loops alike, in source order)
+    inside ``with torch.no_grad():``, its leading comments kept above."""
+    loop = a.loops[place].node if len(a.loops) == count else None
+    if not isinstance(loop, cst.For):
+        return "the two parsers disagree on the file's loops"  # never seen
+    with_node = cst.With(
+        items=[cst.WithItem(item=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))],
+        body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),
+        leading_lines=loop.leading_lines,
+    )
+    return Fix.replace(loop, with_node, Applicability.SAFE, _imports(a))
+
+
+def _imports(a: FileAnalysis) -> Tuple[ImportRequest, ...]:
+    return () if a.module_alias("torch") else (ImportRequest("torch"),)
 
 
 _NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_parameters", "state_dict", "modules",
@@ -1038,24 +632,24 @@ _SETUP_WORDS = {"convert", "to", "load", "save", "init", "initialize", "register
                 "prepare", "freeze", "unfreeze", "reset", "half", "float", "cuda", "cpu", "tie", "resize"}
 
 
-def _called_function_key(call: cst.Call, class_name: Optional[str]) -> Optional[Tuple[str, Optional[str]]]:
+def _called_function_key(call: ast.Call, class_name: Optional[str]) -> Optional[Tuple[str, Optional[str]]]:
     """(name, class) of the file's function ``call`` may run: ``helper(...)``, or ``self.method(...)`` in a
     method of ``class_name``."""
     func = call.func
-    if isinstance(func, cst.Name):
-        return func.value, None
-    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-        return func.attr.value, class_name
+    if isinstance(func, ast.Name):
+        return func.id, None
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+        return func.attr, class_name
     return None
 
 
-def _runs(call: cst.Call, param: str) -> bool:
+def _runs(call: ast.Call, param: str) -> bool:
     """``param(...)`` or ``param.decode(...)``: a forward pass of the module bound to ``param``."""
     func = call.func
-    if isinstance(func, cst.Name):
-        return func.value == param
-    return (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == param
-            and _may_run(func.attr.value))
+    if isinstance(func, ast.Name):
+        return func.id == param
+    return (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == param
+            and _may_run(func.attr))
 
 
 def _may_run(method: str) -> bool:
@@ -1064,7 +658,15 @@ def _may_run(method: str) -> bool:
     return method not in _NOT_A_RUN and method.lstrip("_").split("_")[0] not in _SETUP_WORDS
 
 
-def _has_params(node: cst.FunctionDef) -> bool:
-    params = node.params
-    return bool(params.params or params.posonly_params or params.kwonly_params
-                or isinstance(params.star_arg, cst.Param) or params.star_kwarg is not None)
+def _has_params(node: Def) -> bool:
+    args = node.args
+    return bool(args.posonlyargs or args.args or args.kwonlyargs or args.vararg or args.kwarg)
+
+
+def _arguments(call: ast.Call) -> List[Tuple[bool, Optional[str], ast.expr]]:
+    """(starred, keyword, value) of each argument in source order, as LibCST's ``Call.args`` lists them."""
+    found = [((a.lineno, a.col_offset), type(a) is ast.Starred, None, a.value if type(a) is ast.Starred else a)
+             for a in call.args]
+    found += [((k.value.lineno, k.value.col_offset), k.arg is None, k.arg, k.value) for k in call.keywords]
+    found.sort(key=lambda entry: entry[0])
+    return [(star, keyword, value) for _, star, keyword, value in found]

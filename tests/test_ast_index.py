@@ -215,3 +215,105 @@ def test_literal_string_reads_one_literal_and_never_fails_without_the_text():
     values = [statement.value for statement in tree.body]
     assert [index.literal_string(v) for v in values] == ["cuda", None, None]
     assert AstIndex(tree).literal_string(values[0]) is None  # an index without its text cannot tell
+
+
+OWNED_TEXT = textwrap.dedent(
+    """\
+    # the module's header, not the first statement's
+    import torch
+
+
+    # leads the def
+    @decorator
+    # between the decorator and the def
+    def f():  # on the header
+        # leads the first statement
+        for x in y:
+            pass
+            # the loop body's footer
+        # f's footer
+      # shallower, still before f's last footer line
+    # at column 0, still before it
+        # the last line of f's footer
+
+    # leads g
+    def g():
+        if a:
+            pass
+          # a shallow line the if block does not own
+        elif b:
+            pass
+            # the elif's footer
+        else:
+            try:
+                pass
+            except E:
+                pass
+                # the handler's footer
+            finally:
+                pass
+        # g's footer
+    class C: pass
+    # leads h
+    async def h(): await x
+    # the module's footer
+    """
+)
+
+
+@pytest.mark.parametrize("source", [OWNED_TEXT, "def f():\n\tpass\n\t# t\n# u\n", *SAMPLES],
+                         ids=lambda source: source.name if hasattr(source, "name") else repr(source[:20]))
+def test_owned_text_is_what_libcst_writes_for_a_compound_statement(source):
+    """The text LibCST's ``code_for_node`` gives a compound statement (leading comment lines, decorators,
+    the footers of its blocks), line by line; LibCST leaves out the indentation of the block around it."""
+    source = source if isinstance(source, str) else source.read_text(encoding="utf-8")
+    index = index_of(ast.parse(source), source)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.AsyncFor, ast.If, ast.Try, ast.ClassDef, ast.While)
+    elifs = {n.orelse[0] for n in ast.walk(index.tree) if isinstance(n, ast.If) and len(n.orelse) == 1
+             and source.splitlines()[n.orelse[0].lineno - 1].lstrip().startswith("elif")}  # LibCST writes an elif alone as `if`
+    ours = sorted((n for n in ast.walk(index.tree) if isinstance(n, kinds) and n not in elifs),
+                  key=lambda n: (n.lineno, n.col_offset))
+    module = cst.parse_module(source)
+    theirs = []
+
+    class Compound(cst.CSTVisitor):
+        def on_visit(self, node):
+            if isinstance(node, (cst.FunctionDef, cst.For, cst.If, cst.Try, cst.ClassDef, cst.While)):
+                theirs.append(node)
+            if isinstance(node, cst.If) and isinstance(node.orelse, cst.If):
+                skipped.add(node.orelse)
+            return True
+
+    skipped = set()
+    module.visit(Compound())
+    theirs = [node for node in theirs if node not in skipped]
+
+    assert len(ours) == len(theirs)
+    lines = lambda text: [line.strip() for line in text.splitlines()]  # noqa: E731
+    for node, twin in zip(ours, theirs):
+        assert lines(index.owned_text(node)) == lines(module.code_for_node(twin)), ast.dump(node)[:80]
+
+
+def test_definition_name_stands_where_libcst_places_the_name():
+    from libcst.metadata import MetadataWrapper, PositionProvider
+
+    source = "def f(): pass\nasync  def \\\n  g(): pass\nclass  Ä: pass\nclass A:\n    s = 'é'; def_ = 1\n    def \\\n é(self): pass\n"
+    index = index_of(ast.parse(source), source)
+    wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    positions = wrapper.resolve(PositionProvider)
+    names = [node.name for node in wrapper.module.body if isinstance(node, (cst.FunctionDef, cst.ClassDef))]
+    names.append(wrapper.module.body[-1].body.body[1].name)  # `é`, after a line holding "def"
+    defs = [n for n in ast.walk(index.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    defs.sort(key=lambda n: n.lineno)
+    assert len(defs) == len(names) == 5
+    for node, name in zip(defs, names):
+        where = positions[name]
+        assert index.span(index.definition_name(node)) == (where.start.line, where.start.column, where.end.line,
+                                                           where.end.column)
+
+
+def test_module_alias_is_the_first_local_name_bound_to_the_module():
+    source = "import numpy\nimport torch as t\nimport torch\nfrom torch import nn as torch\n"
+    index = index_of(ast.parse(source), source)
+    assert index.module_alias("torch") == "t" == FileAnalysis(cst.parse_module(source)).module_alias("torch")
+    assert index.module_alias("os") is None

@@ -191,3 +191,44 @@ def test_the_fast_eval_loader_search_equals_the_regex(text):
     from torchlint.rules.tl202_eval_without_no_grad import _EVAL_LOADER_TEXT, _may_name_eval_loader
 
     assert _may_name_eval_loader(text) == bool(_EVAL_LOADER_TEXT.search(text))
+
+
+def test_detects_on_the_index_and_fixes_the_def_and_the_loop_it_reports():
+    """TL202 finds on the stdlib index with no LibCST parse in `check`; it points at the def's name and at
+    the loop's iterable, and its fixes are made on the LibCST twins of that def and that loop."""
+    from torchlint.config import Settings
+    from torchlint.engine import needs_libcst, reports_without_stages
+    from torchlint.registry import rules_by_code
+
+    code = _src("""
+        import torch
+        async  def \\
+          evaluate(model, val_loader):
+            model.eval()
+            return [await model(x) for x, _ in val_loader]
+        def predict(net, val_loader):
+            net.eval()
+            return [net(x) for x, _ in val_loader]
+        model.eval()
+        for x, _ in val_loader:
+            model(x)
+    """)
+    rule = rules_by_code()["TL202"]
+    assert not needs_libcst([rule()], code)
+    reports = reports_without_stages([rule()], code, Settings(select=("TL202",)), [])
+    assert [r.span for r in reports] == [(3, 2, 3, 10), (6, 4, 6, 11), (10, 12, 10, 22)]
+    assert [r.rewrite is not None for r in reports] == [False, True, True]  # an async def is report only
+    fixed = fix(code, "TL202")
+    assert "@torch.no_grad()\ndef predict" in fixed
+    assert "model.eval()\nwith torch.no_grad():\n    for x, _ in val_loader:\n        model(x)\n" in fixed
+    assert "async  def \\\n  evaluate" in fixed
+
+
+def test_a_file_libcst_refuses_keeps_its_finding_and_says_why_there_is_no_fix():
+    """Valid Python that LibCST's parser gives up on (5,000 adjacent string literals) no longer hides the
+    finding behind a TL000: the finding stands, its fix refused with LibCST's reason."""
+    source = _src("import torch\n" + "S = (" + " ".join(['"a"'] * 5000) + ")\n" + EVALUATE)
+    [diagnostic] = lint(source, "TL202")
+    assert diagnostic.code == "TL202" and diagnostic.fix is None
+    assert diagnostic.message.startswith("`evaluate()` evaluates `model(...)` with autograd on; decorate it with")
+    assert "(LibCST, which writes the fixes, cannot parse this file" in diagnostic.message

@@ -247,6 +247,10 @@ class AstIndex:
             return None
         return f"{target}.{rest}" if rest else target
 
+    def module_alias(self, module: str) -> Optional[str]:
+        """The local name the file first binds to ``module`` ("t" for ``import torch as t``), if any."""
+        return next((local for local, target in self.imports.items() if target == module), None)
+
     def imports_torch(self) -> bool:
         return any(target.split(".")[0] == "torch" for target in self.imports.values())
 
@@ -531,6 +535,56 @@ class AstIndex:
         start = (first.lineno, self._char_column(first.lineno, first.col_offset))
         return any(token.start == start for token in StatementCode(self, statement).tokens)
 
+    def owned_text(self, statement: ast.stmt) -> str:
+        """A compound statement's whole text as LibCST's ``code_for_node`` writes it: the comment and blank
+        lines before it that LibCST gives it (``leading_lines``: those after the statement before it and
+        its footer; none for the module's first statement, whose lines are the module's header), its
+        decorators, and after its last block the comment lines that block owns (its ``footer``: up to the
+        last one indented at least as deep as the block)."""
+        first = statement.decorator_list[0].lineno if getattr(statement, "decorator_list", None) else statement.lineno  # type: ignore[attr-defined]
+        start = first
+        while start > 1 and _is_empty_line(self.line_text(start - 1)):
+            start -= 1
+        block = self.statement_block(statement)
+        at = next(i for i, s in enumerate(block) if s is statement)
+        if at == 0 and block is self.tree.body:
+            start = first
+        elif at > 0 and start < first:
+            start = max(start, self._footer_end(block[at - 1]) + 1)
+        return "".join(self.line_text(n) + "\n" for n in range(start, self._footer_end(statement) + 1))
+
+    def _footer_end(self, statement: ast.stmt) -> int:
+        """The last line of ``statement`` with the footer of its last block (see ``owned_text``)."""
+        end = statement.end_lineno or statement.lineno
+        block = _last_block(self, statement)
+        if not block:
+            return end
+        head = block[0]
+        indent = self.line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)]
+        if indent.strip(" \t\f"):
+            return end  # the block follows its header on one line: no footer
+        last, line = end, end + 1
+        while line <= self._line_count() and _is_empty_line(self.line_text(line)):
+            if self.line_text(line).startswith(indent):
+                last = line
+            line += 1
+        return last
+
+    def _line_count(self) -> int:
+        self.line_text(1)
+        return len(self.__dict__["_lines"])
+
+    def definition_name(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> ast.Name:
+        """The name of a def or class as a node placed where LibCST's ``.name`` is (``ast`` keeps only the
+        string): what a finding about the whole definition points at."""
+        tokens = StatementCode(self, node).tokens
+        token = next((t for t in tokens if t.type == tokenize.NAME and t.string == node.name), None)
+        line, column = token.start if token is not None else (node.lineno, self._char_column(node.lineno, node.col_offset))
+        before = self.line_text(line)[:column]
+        byte_column = len(before.encode("utf-8"))
+        return ast.Name(id=node.name, ctx=ast.Load(), lineno=line, col_offset=byte_column, end_lineno=line,
+                        end_col_offset=byte_column + len(node.name.encode("utf-8")))
+
     def lines_text(self, first: int, last: int) -> str:
         """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
         return self.source[self._offset(first, 0):self._offset(last + 1, 0)]
@@ -703,6 +757,35 @@ class StatementCode:
 
 def _loop_header(loop: AstLoop) -> Tuple[ast.AST, ...]:
     return (loop.test,) if type(loop) is ast.While else (loop.target, loop.iter)  # type: ignore[union-attr]
+
+
+def _is_empty_line(text: str) -> bool:
+    """A line LibCST keeps as an ``EmptyLine``: blank, or a comment alone."""
+    stripped = text.strip(" \t\f")
+    return not stripped or stripped.startswith("#")
+
+
+def _last_block(index: AstIndex, statement: ast.stmt) -> Optional[List[ast.stmt]]:
+    """The block a compound statement ends with (its ``else``, ``finally``, last ``except`` or ``case``,
+    an ``elif``'s own), whose footer ends the statement's text; None for a simple statement."""
+    kind = type(statement)
+    if kind is ast.If:
+        orelse = statement.orelse  # type: ignore[attr-defined]
+        if len(orelse) == 1 and type(orelse[0]) is ast.If:
+            elif_ = orelse[0]
+            if index.line_text(elif_.lineno)[index._char_column(elif_.lineno, elif_.col_offset):].startswith("elif"):
+                return _last_block(index, elif_)
+        return orelse or statement.body  # type: ignore[attr-defined]
+    if kind in _LOOP_TYPES:
+        return statement.orelse or statement.body  # type: ignore[attr-defined]
+    if kind is ast.Try or kind is getattr(ast, "TryStar", None):
+        return (statement.finalbody or statement.orelse  # type: ignore[attr-defined]
+                or (statement.handlers[-1].body if statement.handlers else statement.body))  # type: ignore[attr-defined]
+    if kind is getattr(ast, "Match", None):
+        return statement.cases[-1].body  # type: ignore[attr-defined]
+    if kind in _COMPOUND_TYPES:
+        return statement.body  # type: ignore[attr-defined]
+    return None
 
 
 def _block_holding(parent: ast.AST, statement: ast.stmt) -> List[ast.stmt]:
