@@ -52,8 +52,6 @@ AST_STAGE_NEAR_MISSES = [
     ("TL301", "clean_bias_not_right_before.py"),
     ("TL301", "clean_pairs_in_other_places.py"),
     ("TL103", "clean_loops_that_move_no_batch.py"),
-    ("TL501", "clean_loops_the_stages_rule_out.py"),
-    ("TL501", "clean_single_tensor_fallback.py"),
 ]
 
 

@@ -242,20 +242,74 @@ def test_a_reason_that_names_one_of_several_variables_is_the_same_in_every_proce
     assert messages == {"`first` is changed after `p.add_(p.grad, alpha=first * second * third)` uses it"}
 
 
-def test_ast_stage_reads_loops_inside_match_cases():
+def test_loops_inside_match_cases_are_read():
     """A `case` has no position of its own: the foreach-branch test must still find the loop under it."""
-    import ast
-
-    from torchlint.config import Settings
-    from torchlint.registry import rules_by_code
-
-    source = (
-        "import torch\n"
+    source = HEADER + (
         "def step(params, mode, foreach=False):\n"
         "    match mode:\n"
         "        case 'sgd':\n"
         "            for p in params:\n"
         "                p.add_(p.grad, alpha=-0.1)\n"
     )
-    rule = rules_by_code()["TL501"]
-    assert rule.may_fire_in_ast(ast.parse(source), source, Settings()) is True
+    [(line, applicability, _)] = _lint(source)
+    assert line == 5 and applicability == "unsafe"
+
+
+def test_a_comment_that_names_grad_makes_no_training_step():
+    """The builder test and the clipping hint read `.grad` in the code, not in a comment."""
+    builder = HEADER + (
+        "def shrink(layer, factor):\n"
+        "    for w in layer.parameters():\n"
+        "        w.detach().mul_(factor)  # the weights, not their .grad\n"
+        "    return layer\n"
+    )
+    assert _lint(builder) == []
+    bounds = HEADER + (
+        "def bound(params):\n"
+        "    for p in params:\n"
+        "        p.clamp_(-1.0, 1.0)  # weights, unlike the .grad clipping elsewhere\n"
+    )
+    [(_, _, message)] = _lint(bounds)
+    assert "gradient clipping" not in message
+
+
+def test_a_params_key_written_as_two_strings_is_a_params_list():
+    """`group["par" "ams"]` is `group["params"]`: the key is read as Python reads it."""
+    source = HEADER + (
+        "def step(opt, lr):\n"
+        "    for group in opt.param_groups:\n"
+        "        for w in group['par' 'ams']:\n"
+        "            w.add_(w.grad, alpha=-lr)\n"
+    )
+    [(line, _, _)] = _lint(source)
+    assert line == 4
+
+
+def test_the_loop_rewritten_is_the_reported_one_where_the_loop_lists_differ():
+    """The rewrite takes the loop at the same place in LibCST's list of loops, or else the one whose iterable
+    is at the finding's span."""
+    import ast
+
+    import libcst as cst
+
+    from torchlint.analysis import FileAnalysis
+    from torchlint.ast_index import AstIndex
+    from torchlint.rules.tl501_per_parameter_optimizer_loop import _libcst_loop
+
+    source = "while x:\n    pass\nfor a in b:\n    pass\nfor p in (\n        params):\n    p.add_(1)\n"
+    analysis = FileAnalysis(cst.parse_module(source), source)
+    index = AstIndex(ast.parse(source), source)
+    span = index.span(index.loops[2].node.iter)
+    assert _libcst_loop(analysis, 2, len(index.loops), span) is analysis.loops[2].node
+    assert _libcst_loop(analysis, 0, len(index.loops) + 1, span) is analysis.loops[2].node
+
+
+def test_a_step_key_written_as_two_strings_is_a_step_count():
+    """`state["st" "ep"] += 1` bumps the step counter as `state["step"] += 1` does: no update of its own."""
+    source = HEADER + (
+        "def step(opt):\n"
+        "    for p in opt.param_groups[0]['params']:\n"
+        "        state = opt.state[p]\n"
+        "        state['st' 'ep'] += 1\n"
+    )
+    assert _lint(source) == []
