@@ -48,8 +48,6 @@ AST_STAGE_NEAR_MISSES = [
     ("TL101", "clean_reads_behind_log_guards.py"),
     ("TL101", "clean_logging_guard.py"),
     ("TL101", "clean_host_values_in_the_loop.py"),
-    ("TL102", "clean_moves_that_stay_put.py"),
-    ("TL102", "clean_not_moved_to_gpu.py"),
     ("TL202", "clean_grad_already_off.py"),
     ("TL202", "clean_grad_off_script.py"),
     ("TL202", "clean_eval_named_helpers.py"),
@@ -58,7 +56,6 @@ AST_STAGE_NEAR_MISSES = [
     ("TL301", "clean_norm_built_alone.py"),
     ("TL301", "clean_bias_not_right_before.py"),
     ("TL301", "clean_pairs_in_other_places.py"),
-    ("TL103", "clean_loops_that_move_no_batch.py"),
     ("TL501", "clean_loops_the_stages_rule_out.py"),
     ("TL501", "clean_single_tensor_fallback.py"),
 ]

@@ -378,6 +378,11 @@ class AstIndex:
         hi = bisect.bisect_left(self._call_starts, end, lo)
         return [info for info in self.calls[lo:hi] if self.contains(node, info.node)]
 
+    def calls_within(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
+        """The calls in a def or class, its decorators' included (``ast`` places the node at its keyword;
+        LibCST's node holds its decorators)."""
+        return [info for decorator in node.decorator_list for info in self.calls_in(decorator)] + self.calls_in(node)
+
     def enclosing_statement(self, node: ast.AST) -> Optional[Union[ast.stmt, "StatementLine"]]:
         """What LibCST calls the statement that holds ``node``: a compound statement, a line of simple
         statements (``StatementLine``: ``a = 1; b = 2``), or a simple statement after a compound header on

@@ -1,6 +1,6 @@
 """The DataLoaders a file builds, the loops that iterate them and the batches those loops move to a device.
 
-Facts shared by the input-pipeline rules (TL401, TL402, TL403), read off the file's index. A loader is tied
+Facts shared by the input-pipeline rules (TL103, TL401, TL402, TL403), read off the file's index. A loader is tied
 to a loop only through what the file shows: the loop iterates the name the loader was assigned to
 (``train_loader``, ``self.train_loader``), possibly through ``enumerate``/``tqdm``/``zip`` or a helper
 function of the same file that takes the loader as a parameter. A loader built in another module
@@ -11,6 +11,7 @@ rather than guess.
 from __future__ import annotations
 
 import ast
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
@@ -33,6 +34,10 @@ WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar
 # In-memory datasets: indexing them is a tensor slice, which worker processes only slow down.
 _IN_MEMORY_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 UNREADABLE = object()  # an argument ``*args``/``**kwargs`` may set
+# A name that says it holds a loader (TL103 takes a loop over one as a loop over batches). Case-sensitive, so
+# that the text gate (``text_prefilter.may_name_a_loader``) can test it without lowering the whole text:
+# `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
+LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
 
 
 def loader_argument(call: ast.Call, name: str) -> Union[None, ast.expr, object]:
@@ -201,7 +206,7 @@ class LoaderFacts:
         return {
             function.name for function in index.functions
             if any(index.is_backward_call(c.node) or index.is_optimizer_step(c.node, c.function)
-                   for c in _calls_within(index, function))
+                   for c in index.calls_within(function))
         }
 
     def loop_trains(self, loop: AstLoopInfo) -> bool:
@@ -341,7 +346,7 @@ class LoaderFacts:
                 if type(node) is ast.ClassDef and any(
                     (dotted_name(base) or "").split(".")[-1].endswith("Dataset") for base in node.bases
                 ):
-                    if any(_moves_to_cuda(index, info) for info in _calls_within(index, node)):
+                    if any(_moves_to_cuda(index, info) for info in index.calls_within(node)):
                         self._dataset_on_cuda = True
                         break
         return self._dataset_on_cuda
@@ -365,12 +370,6 @@ def _moves_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
 
 def _scope(index: AstIndex, info: AstCallInfo) -> AstScope:
     return info.function if info.function is not None else index.tree
-
-
-def _calls_within(index: AstIndex,
-                  node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
-    """The calls in a def or class, its decorators' included (``ast`` places the node at its keyword)."""
-    return [info for decorator in node.decorator_list for info in index.calls_in(decorator)] + index.calls_in(node)
 
 
 def _has_star(call: ast.Call) -> bool:
