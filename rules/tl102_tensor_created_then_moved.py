@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Optional, Tuple, Union
 import libcst as cst
 
 from torchlint.arguments import with_keyword
-from torchlint.ast_index import AstCallInfo, AstIndex, call_arguments, call_name, is_literal, keyword_value
+from torchlint.ast_index import (AstCallInfo, AstIndex, call_arguments, call_name, has_star, is_integer,
+                                 is_literal, keyword_value)
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
@@ -141,7 +142,7 @@ class TensorCreatedThenMoved(Rule):
         scope = info.function if info.function is not None else index.tree
         qualified = index.qualified_name(factory.func) or ""
         kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
-        if kind not in FACTORIES or _has_star(factory) or _has_star(move):
+        if kind not in FACTORIES or has_star(factory) or has_star(move):
             return
         if any(keyword.arg in _KEEP_AS_IS for keyword in factory.keywords):
             return
@@ -186,10 +187,6 @@ class TensorCreatedThenMoved(Rule):
         ctx.report(move, message=message, rewrite=Rewrite(make, refused, move))
 
 
-def _has_star(call: ast.Call) -> bool:
-    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
-
-
 # Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
 # training script has one, and the CUDA generator is seeded by it too).
 _RNG_CALLS = {"fork_rng", "set_rng_state", "get_rng_state"}
@@ -219,7 +216,7 @@ def _destination(index: AstIndex, move: ast.Call) -> Optional[Tuple[Optional[int
         if len(extra) != 1:
             return None
         place, _, value = extra[0]
-        if _is_integer(value) or (index.literal_string(value) is not None
+        if is_integer(value) or (index.literal_string(value) is not None
                                   and device_kind(index, value, index.tree) == CUDA):
             return place, True
         return None
@@ -229,10 +226,6 @@ def _destination(index: AstIndex, move: ast.Call) -> Optional[Tuple[Optional[int
     if keyword is not None and keyword != "device":
         return None
     return place, keyword is not None or _certainly_a_device(index, value)
-
-
-def _is_integer(expr: ast.AST) -> bool:
-    return type(expr) is ast.Constant and type(expr.value) is int  # type: ignore[attr-defined]  # not True
 
 
 def _certainly_a_device(index: AstIndex, expr: ast.expr, depth: int = 0) -> bool:
@@ -261,7 +254,7 @@ def _sizes_only(factory: ast.Call) -> bool:
         return False
     if len(factory.args) >= 2:
         return True
-    return len(factory.args) == 1 and _is_integer(factory.args[0])
+    return len(factory.args) == 1 and is_integer(factory.args[0])
 
 
 def _integer_arange(index: AstIndex, factory: ast.Call) -> bool:
@@ -270,7 +263,7 @@ def _integer_arange(index: AstIndex, factory: ast.Call) -> bool:
         qualified = index.qualified_name(dtype) or ""
         return qualified.startswith("torch.") and qualified[len("torch."):] not in _FLOAT_DTYPES and (
             "int" in qualified or qualified.endswith("long"))
-    return bool(factory.args) and all(_is_integer(arg) for arg in factory.args)
+    return bool(factory.args) and all(is_integer(arg) for arg in factory.args)
 
 
 # --- the rewrite, on LibCST's twin of the move ---------------------------------------------------------

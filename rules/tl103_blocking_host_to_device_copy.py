@@ -10,7 +10,7 @@ import libcst as cst
 
 from torchlint.arguments import with_keyword
 from torchlint.ast_index import (AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name,
-                                 dotted_name, is_literal, keyword_value, source_order, target_names, walk)
+                                 dotted_name, has_star, is_literal, keyword_value, source_order, target_names, walk)
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, loader_facts
@@ -249,18 +249,14 @@ def _default_collated(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
     the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
     sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
-    return bool(sites) and all(keyword_value(site.call, "collate_fn") is None and not _has_star(site.call)
+    return bool(sites) and all(keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
                                for site in sites)
-
-
-def _has_star(call: ast.Call) -> bool:
-    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
 
 
 def _can_add_keyword(call: ast.Call) -> bool:
     """No ``non_blocking=`` yet, no ``*args``/``**kwargs``, and no positional ``non_blocking`` either
     (``x.to(device, dtype, True)``, ``x.cuda(0, True)``)."""
-    if keyword_value(call, "non_blocking") is not None or _has_star(call):
+    if keyword_value(call, "non_blocking") is not None or has_star(call):
         return False
     return len(call.args) <= (2 if call_name(call) == "to" else 1)
 

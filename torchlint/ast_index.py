@@ -85,6 +85,11 @@ def is_literal(node: Optional[ast.AST], value: object) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 
 
+def is_integer(node: ast.AST) -> bool:
+    """An integer literal (LibCST's ``Integer``; not ``True``, not ``-1``)."""
+    return type(node) is ast.Constant and type(node.value) is int  # type: ignore[attr-defined]
+
+
 class AstIndex:
     def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
@@ -567,6 +572,11 @@ def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
     if call.keywords and call.args:
         found.sort(key=lambda entry: entry[0])
     return [(name, value) for _, name, value in found]
+
+
+def has_star(call: ast.Call) -> bool:
+    """An ``*args`` or ``**kwargs`` argument: what the call passes cannot all be read."""
+    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
 
 
 def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import (
-    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, keyword_value, source_order, target_names,
-    walk,
+    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer, keyword_value,
+    source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 
@@ -46,7 +46,7 @@ def loader_argument(call: ast.Call, name: str) -> Union[None, ast.expr, object]:
     found = keyword_value(call, name)
     if found is not None:
         return found
-    if _has_star(call):
+    if has_star(call):
         return UNREADABLE
     position = argument_position(call, name)
     return call.args[position] if position is not None else None
@@ -64,17 +64,13 @@ def argument_position(call: ast.Call, name: str) -> Optional[int]:
 
 def int_value(index: AstIndex, expr: ast.expr) -> Optional[int]:
     """The value of an integer literal, or of a name bound once (in scope or at module level) to one."""
-    if _is_integer(expr):
+    if is_integer(expr):
         return expr.value  # type: ignore[attr-defined]
     if type(expr) is ast.Name:
         value = index.single_value(expr.id, index.scope_of(expr))
-        if value is not None and _is_integer(value):
+        if value is not None and is_integer(value):
             return value.value  # type: ignore[attr-defined]
     return None
-
-
-def _is_integer(node: ast.AST) -> bool:
-    return type(node) is ast.Constant and type(node.value) is int  # type: ignore[attr-defined]  # not True
 
 
 @dataclass(eq=False)
@@ -189,7 +185,7 @@ class LoaderFacts:
         is_method = self.index.class_of.get(function) is not None and params[:1] in (["self"], ["cls"])
         for info in self.index.calls_by_name.get(function.name, ()):  # type: ignore[union-attr]
             call = info.node
-            if is_method != (type(call.func) is ast.Attribute) or _has_star(call):
+            if is_method != (type(call.func) is ast.Attribute) or has_star(call):
                 continue
             chosen = keyword_value(call, name)
             if chosen is None and name in params:
@@ -370,10 +366,6 @@ def _moves_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
 
 def _scope(index: AstIndex, info: AstCallInfo) -> AstScope:
     return info.function if info.function is not None else index.tree
-
-
-def _has_star(call: ast.Call) -> bool:
-    return any(keyword.arg is None for keyword in call.keywords) or any(type(a) is ast.Starred for a in call.args)
 
 
 def _assigned_target(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
