@@ -527,6 +527,10 @@ class AstIndex:
         start = (first.lineno, self._char_column(first.lineno, first.col_offset))
         return any(token.start == start for token in StatementCode(self, statement).tokens)
 
+    def lines_text(self, first: int, last: int) -> str:
+        """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
+        return self.source[self._offset(first, 0):self._offset(last + 1, 0)]
+
     def _offset(self, line: int, column: int) -> int:
         """The character offset in ``source`` of (line, character column)."""
         starts = self.__dict__.get("_line_starts")

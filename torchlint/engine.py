@@ -17,6 +17,7 @@ from torchlint.config import Settings
 from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
+from torchlint.rewrites import make_rewrites, make_rewrites_in_statements
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
@@ -146,11 +147,14 @@ class SyntaxProblem(Exception):
 def _run_rules(
     module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
     with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
+    fixing: bool = False,
 ) -> Tuple[Optional[FileAnalysis], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
     codes of every rule selected for the file (``rules`` are those the pre-filter left). Rules that detect
     on the index run on the stdlib tree; the others on ``module``, LibCST's tree (None where none of them
-    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already."""
+    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already. The fixes
+    findings on the index propose are made on the whole file's LibCST tree where their text is wanted
+    (``with_edits``, ``fixing``), else on just the statements that hold them (``torchlint.rewrites``)."""
     crashes: List[RuleCrash] = []
     reports: List[Report] = []
     on_index = [rule for rule in rules if rule.detects_on_index()]
@@ -167,13 +171,15 @@ def _run_rules(
     else:
         assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
     pending = [report for report in reports if report.rewrite is not None]
-    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree of the file
-        if module is None:
-            module = parse(source, path)  # SyntaxProblem: the callers report the file as before
-        if analysis is None:
-            analysis = FileAnalysis(module, source, path)
+    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree
         assert index is not None
-        _make_rewrites(pending, index, analysis)
+        whole_file = module is not None or with_edits or fixing
+        if whole_file or not make_rewrites_in_statements(pending, index):
+            if module is None:
+                module = parse(source, path)  # SyntaxProblem: the callers report the file as before
+            if analysis is None:
+                analysis = FileAnalysis(module, source, path)
+            make_rewrites(pending, index, analysis)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -236,34 +242,6 @@ def _run_rules(
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
-def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
-    """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
-    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call) or
-    on the module, or its ``refused`` message where the rewrite cannot be made."""
-    calls = [info.node for info in index.calls]
-    if len(calls) == len(analysis.calls):
-        twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
-    else:  # never seen: the two parsers disagree on the calls; match them by place instead
-        from torchlint.positions import node_spans
-
-        by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
-                                                           analysis.source).items()}
-        twins = {id(call): by_span.get(index.span(call)) for call in calls}
-    for report in reports:
-        rewrite = report.rewrite
-        assert rewrite is not None
-        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
-        if twin is None:
-            continue  # reported without a fix, as found
-        if rewrite.call is not None:
-            report.node = twin
-        made = rewrite.make(twin, analysis)
-        if isinstance(made, str):
-            report.message = rewrite.refused.replace("{reason}", made)
-        else:
-            report.fix = made
-
-
 def lint_source(
     source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
 ) -> LintOutcome:
@@ -307,7 +285,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                 forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
             # (a finding on the index that proposes a fix parses the file here, where `module` is None)
             analysis, reports, remaining = _run_rules(module, current, path, candidates, settings,
-                                                      selected=selected, index=index)
+                                                      selected=selected, index=index, fixing=True)
         except SyntaxProblem as exc:
             if current == source:
                 outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]

@@ -1,0 +1,119 @@
+"""Where the fixes that findings on the index propose are made: on LibCST's tree of the file, or, where only
+whether a fix exists is wanted (`check`'s ``[*]``, its counts of fixable findings), on LibCST's tree of just
+the top-level statements that hold the findings' calls, with the file's imports before them. A file with
+something LibCST refuses (``guard.parse_problem``; a form feed, which its tokenizer reads otherwise than
+CPython) is parsed whole, so that `check` reports it as `fix` will.
+
+LibCST parses about six times slower than ``ast`` and most findings sit in one function of a long file, so
+`check` parses a few statements where it used to parse the file. A rewrite sees the same statement, the same
+function, the same class and the same imports either way; ``tests/test_rewrites.py`` holds the two answers
+equal, finding by finding, on every fixture. A module rewrite (``Rewrite.call`` None) names the top-level
+statements it reads (``Rewrite.statements``), or needs the whole file.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import AstIndex
+from torchlint.fast_parse import parse_module as trusted_parse
+from torchlint.guard import parse_problem
+from torchlint.rule import Report
+
+
+def make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
+    """Each report's fix, made on the LibCST twin of its rewrite's call in the whole file's tree, or on
+    the module, or its ``refused`` message where the rewrite cannot be made."""
+    _make(reports, _twins(index, analysis), analysis)
+
+
+def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex) -> bool:
+    """As ``make_rewrites``, on a LibCST parse of the top-level statements that hold the reports' calls
+    (and the file's top-level imports). False, with nothing made, where that cannot answer as the whole
+    file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the file)."""
+    if any(report.rewrite is None or (report.rewrite.call is None and not report.rewrite.statements)
+           for report in reports):
+        return False
+    if "\f" in index.source or parse_problem(index.source) is not None:
+        return False  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
+    tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    for report in reports:
+        rewrite = report.rewrite
+        tops.update((id(top), top) for top in (
+            rewrite.statements if rewrite.call is None else (_top_level(index, rewrite.call),)))
+    ranges = _merged(sorted(_line_range(node) for node in tops.values()))
+    text = "".join(index.lines_text(first, last) for first, last in ranges)
+    try:
+        module = trusted_parse(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):  # e.g. a line that continues the one before
+        return False
+    inside = [info for info in index.calls if any(first <= info.node.lineno <= last for first, last in ranges)]
+    analysis = FileAnalysis(module, text, "")
+    if len(inside) != len(analysis.calls):
+        return False
+    # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
+    # import inside a function or a `try:` elsewhere names modules here too
+    analysis.imports = dict(index.imports)
+    _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis)
+    analysis.release()
+    return True
+
+
+def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis) -> None:
+    for report in reports:
+        rewrite = report.rewrite
+        assert rewrite is not None
+        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
+        if twin is None:
+            continue  # reported without a fix, as found
+        if rewrite.call is not None:
+            report.node = twin
+        made = rewrite.make(twin, analysis)
+        if isinstance(made, str):
+            report.message = rewrite.refused.replace("{reason}", made)
+        else:
+            report.fix = made
+
+
+def _twins(index: AstIndex, analysis: FileAnalysis) -> Dict[int, Optional[cst.Call]]:
+    """The index's calls -> LibCST's: the same place in the file's calls in source order
+    (``tests/test_index_spans.py`` holds the two lists equal call for call)."""
+    if len(index.calls) == len(analysis.calls):
+        return {id(info.node): twin for info, twin in zip(index.calls, analysis.calls)}
+    # never seen: the two parsers disagree on the calls; match them by place instead
+    from torchlint.positions import node_spans
+
+    by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
+                                                       analysis.source).items()}
+    return {id(info.node): by_span.get(index.span(info.node)) for info in index.calls}
+
+
+def _top_level(index: AstIndex, node: ast.AST) -> ast.stmt:
+    top = node
+    for above in index.ancestors(node):
+        if isinstance(above, ast.Module):
+            break
+        top = above
+    assert isinstance(top, ast.stmt)
+    return top
+
+
+def _line_range(statement: ast.stmt) -> Tuple[int, int]:
+    decorators = getattr(statement, "decorator_list", ())
+    first = min([statement.lineno, *(d.lineno for d in decorators)])
+    return first, statement.end_lineno  # type: ignore[return-value]
+
+
+def _merged(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Sorted line ranges, those that share a line (``a = 1; b = f()``) joined."""
+    merged: List[Tuple[int, int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
+        else:
+            merged.append((first, last))
+    return merged
