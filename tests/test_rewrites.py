@@ -104,3 +104,47 @@ def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
     assert [a[0] for a in answers] == ["TL702"] and answers[0][6] is not None
     assert seen == ['import torch\nimport torch.nn as nn\nif __name__ == "__main__":\n    main()\n']
     assert answers == _answers(source, with_edits=True, rules=only)
+
+
+# --- files LibCST reads otherwise than CPython ---------------------------------------------------------
+from torchlint.engine import fix_source  # noqa: E402
+
+TENSOR = "    return torch.tensor(np.zeros(3))\n"
+FROM_NUMPY = "    return torch.from_numpy(np.zeros(3))\n"
+# 5,000 adjacent string literals: valid Python that LibCST's parser gives up on
+UNPARSABLE = "S = (" + " ".join(['"a"'] * 5000) + ")\n"
+
+
+def test_a_statement_elsewhere_that_libcst_refuses_leaves_the_findings_and_their_fixes():
+    source = "import numpy as np\nimport torch\n" + UNPARSABLE + "def load():\n" + TENSOR
+    plain = _answers(source, with_edits=False)
+    assert [(a[0], a[6] is not None) for a in plain] == [("TL104", True)]
+    # the fix is made and written on the statements' tree: every other byte stays
+    outcome = fix_source(source, "sample.py", RULES, Settings(), unsafe=False)
+    assert outcome.source == source.replace(TENSOR, FROM_NUMPY) and not outcome.errors
+    # JSON's edits need the whole file's tree: the finding stays, its fix refused with LibCST's reason
+    (code, *_, message, fix), = _answers(source, with_edits=True)
+    assert code == "TL104" and fix is None and "LibCST, which writes the fixes, cannot parse this file" in message
+
+
+@pytest.mark.parametrize("body", [
+    "    x = 1\n  \f" + TENSOR,          # the fixed line's own indentation
+    "  \f  x = 1\n  " + TENSOR[4:],     # the block's first line: LibCST repeats its indentation below
+])
+def test_a_fix_libcst_would_not_write_back_is_refused_in_check_and_fix_alike(body):
+    source = "import numpy as np\nimport torch\n\ndef load():\n" + body
+    for with_edits in (False, True):
+        (code, *_, message, fix), = _answers(source, with_edits=with_edits)
+        assert code == "TL104" and fix is None and "form feed" in message
+    outcome = fix_source(source, "sample.py", RULES, Settings(), unsafe=True)
+    assert outcome.source == source and not outcome.errors
+    assert [d.code for d in outcome.remaining] == ["TL104"]
+
+
+def test_a_fix_elsewhere_in_a_file_with_a_form_feed_is_made():
+    other = "def other():\n    a = 1\n\f    b = 2\n    return a\n"  # LibCST writes this block back otherwise
+    source = "import numpy as np\nimport torch\n\n" + other + "\ndef load():\n" + TENSOR
+    (code, *_, fix), = _answers(source, with_edits=False)
+    assert code == "TL104" and fix is not None
+    outcome = fix_source(source, "sample.py", RULES, Settings(), unsafe=False)
+    assert outcome.source == source.replace(TENSOR, FROM_NUMPY) and not outcome.errors

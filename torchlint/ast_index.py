@@ -413,7 +413,7 @@ class AstIndex:
         while last + 1 < len(block) and block[last + 1].lineno == block[last].end_lineno:
             last += 1
         head = block[first]
-        if self._line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
+        if self.line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
             return statement  # after `if x:` on its line: LibCST's statement is the simple statement itself
         return StatementLine(head, block[last])
 
@@ -427,7 +427,7 @@ class AstIndex:
         end_line = last.end_lineno  # type: ignore[attr-defined]
         end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
         kind = type(node)
-        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self._line_text(line)[column:column + 1] == "(":
+        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self.line_text(line)[column:column + 1] == "(":
             # LibCST leaves brackets out: a generator's span takes the call's, `f(x for x in y)`, a tuple's
             # only its own (not those of `(a), (b)`)
             inside = self._inside_brackets(line, column, end_line, end_column, kind is ast.Tuple)
@@ -445,8 +445,8 @@ class AstIndex:
         """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
         first token to its last (comments and line breaks around them left out); None where the bracket
         closes before the end (``own_only``) or the text does not tokenize."""
-        text = "\n".join(self._line_text(n) for n in range(line, end_line + 1))
-        text = text[column:len(text) - len(self._line_text(end_line)) + end_column]
+        text = "\n".join(self.line_text(n) for n in range(line, end_line + 1))
+        text = text[column:len(text) - len(self.line_text(end_line)) + end_column]
         try:
             tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
                       if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER,
@@ -492,19 +492,20 @@ class AstIndex:
         """The text of ``node``'s span (``code_for_node`` quotes a node as LibCST writes it)."""
         line, column, end_line, end_column = self.span(node)
         if line == end_line:
-            return self._line_text(line)[column:end_column]
-        lines = [self._line_text(line)[column:], *map(self._line_text, range(line + 1, end_line)),
-                 self._line_text(end_line)[:end_column]]
+            return self.line_text(line)[column:end_column]
+        lines = [self.line_text(line)[column:], *map(self.line_text, range(line + 1, end_line)),
+                 self.line_text(end_line)[:end_column]]
         return "\n".join(lines)
 
-    def _line_text(self, line: int) -> str:
+    def line_text(self, line: int) -> str:
+        """Line ``line`` of the source (1-based), without its line end."""
         lines = self.__dict__.get("_lines")
         if lines is None:
             lines = self.__dict__["_lines"] = _NEWLINE_SPLIT.split(self.source)
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     def _char_column(self, line: int, byte_column: int) -> int:
-        text = self._line_text(line)
+        text = self.line_text(line)
         if text.isascii():
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
@@ -618,7 +619,7 @@ class StatementCode:
 
     def __init__(self, index: AstIndex, statement: ast.stmt) -> None:
         self.index = index
-        first = index._line_text(statement.lineno)
+        first = index.line_text(statement.lineno)
         self.indent = first[: len(first) - len(first.lstrip(" \t"))]
         self.tokens: List[tokenize.TokenInfo] = []  # up to the logical line's end, layout left out
         self.broken_lines = set()  # lines that end inside brackets (LibCST's ParenthesizedWhitespace)

@@ -7,7 +7,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -17,7 +17,7 @@ from torchlint.config import Settings
 from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
-from torchlint.rewrites import make_rewrites, make_rewrites_in_statements
+from torchlint.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
@@ -92,8 +92,12 @@ def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings
     """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``), as the
     ``test-paths`` settings say, judged from the project root (``discovery.is_test_file``)."""
     if path and is_test_file(path, settings if settings is not None else Settings()):
-        return [rule for rule in rules if not rule.silent_in_test_files]
+        return rules_for_test_files(rules)
     return rules
+
+
+def rules_for_test_files(rules: Sequence[Rule]) -> List[Rule]:
+    return [rule for rule in rules if not rule.silent_in_test_files]
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
@@ -120,7 +124,7 @@ def parse(source: str, path: str) -> cst.Module:
             raise python_error from None
         if stdlib_tree(source) is not None:  # valid Python that LibCST's grammar does not take
             raise SyntaxProblem(f"torchlint's parser (LibCST) cannot parse this valid Python, so it was not "
-                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
+                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1, exc.message) from None
         raise SyntaxProblem(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (RecursionError, MemoryError) as exc:  # pathological nesting
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
@@ -139,22 +143,25 @@ def _python_syntax_error(source: str) -> Optional["SyntaxProblem"]:
 
 
 class SyntaxProblem(Exception):
-    def __init__(self, message: str, line: int, column: int) -> None:
+    def __init__(self, message: str, line: int, column: int, reason: Optional[str] = None) -> None:
         super().__init__(message)
         self.line, self.column = line, column
+        self.reason = reason  # LibCST's own words, where it refused valid Python
 
 
 def _run_rules(
     module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
     with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
-    fixing: bool = False,
-) -> Tuple[Optional[FileAnalysis], List[Report], List[Diagnostic]]:
+    fixing: bool = False, statements: bool = True,
+) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
     codes of every rule selected for the file (``rules`` are those the pre-filter left). Rules that detect
     on the index run on the stdlib tree; the others on ``module``, LibCST's tree (None where none of them
     is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already. The fixes
-    findings on the index propose are made on the whole file's LibCST tree where their text is wanted
-    (``with_edits``, ``fixing``), else on just the statements that hold them (``torchlint.rewrites``)."""
+    findings on the index propose are made on LibCST's tree of just the statements that hold them
+    (``torchlint.rewrites``) where it can (``statements``; JSON's edits, ``with_edits``, need the whole
+    file's tree), for `fix` (``fixing``) only where LibCST writes those statements back exactly. Returns the
+    tree the fixes were made on first (None where LibCST parsed nothing)."""
     crashes: List[RuleCrash] = []
     reports: List[Report] = []
     on_index = [rule for rule in rules if rule.detects_on_index()]
@@ -171,19 +178,27 @@ def _run_rules(
     else:
         assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
     pending = [report for report in reports if report.rewrite is not None]
+    tree: Optional[StatementTree] = None
     if pending:  # findings on the index that propose a fix: it is made on LibCST's tree
         assert index is not None
-        whole_file = module is not None or with_edits or fixing
-        if whole_file or not make_rewrites_in_statements(pending, index):
+        if module is None and statements and not with_edits:
+            tree = make_rewrites_in_statements(pending, index, exact=fixing)
+        if tree is None:
             if module is None:
-                module = parse(source, path)  # SyntaxProblem: the callers report the file as before
-            if analysis is None:
-                analysis = FileAnalysis(module, source, path)
-            make_rewrites(pending, index, analysis)
+                try:
+                    module = parse(source, path)
+                except SyntaxProblem as problem:  # valid Python (the index read it) that LibCST refuses
+                    detail = f": {problem.reason}" if problem.reason else ""
+                    refuse_rewrites(pending, f"LibCST, which writes the fixes, cannot parse this file "
+                                             f"(line {problem.line}{detail})")
+            if module is not None:
+                if analysis is None:
+                    analysis = FileAnalysis(module, source, path)
+                make_rewrites(pending, index, analysis)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
-        return analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
+        return tree or analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
@@ -239,7 +254,7 @@ def _run_rules(
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
-    return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
+    return tree or analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
 def lint_source(
@@ -272,6 +287,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     round_trip: Optional[str] = None  # LibCST's code for `source` (what fixes are carried back against)
     rendered = False  # some pass rendered the whole module (else every fix was put in place in the text)
     remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
+    statements = True  # fixes may be made on LibCST's tree of just their statements (``torchlint.rewrites``)
     for _ in range(MAX_FIX_PASSES):
         candidates = rules_that_may_fire(rules, current, settings, path)
         if not candidates:
@@ -284,15 +300,16 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             elif module is not None:
                 forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
             # (a finding on the index that proposes a fix parses the file here, where `module` is None)
-            analysis, reports, remaining = _run_rules(module, current, path, candidates, settings,
-                                                      selected=selected, index=index, fixing=True)
+            site, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
+                                                  index=index, fixing=True, statements=statements)
         except SyntaxProblem as exc:
             if current == source:
                 outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
                 return outcome
             raise AssertionError("a verified fix produced unparsable code") from exc
-        if analysis is None:
+        if site is None:
             break  # no finding proposes a fix: what was found stays
+        analysis = site.analysis if isinstance(site, StatementTree) else site
         module = analysis.module
         fixable = [
             r for r in reports
@@ -303,8 +320,19 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             break
         from torchlint.fixer import FixApplier
 
-        result = FixApplier(module, analysis, path).apply(fixable, current)
-        if result.whole_module:
+        if isinstance(site, StatementTree):
+            if any(r.fix.imports for r in fixable):  # where LibCST adds an import depends on the whole file
+                statements, module = False, None
+                continue
+            result = FixApplier(module, analysis, path).apply(fixable, site.text)
+            carried = site.carried(current, result.code) if result.code != site.text else current
+            if carried is None or (carried != current and stdlib_tree(carried) is None):
+                statements, module = False, None  # this pass again, on the whole file
+                continue
+            result.code, result.module = carried, None
+        else:
+            result = FixApplier(module, analysis, path).apply(fixable, current)
+        if result.whole_module and not isinstance(site, StatementTree):
             rendered = True
             if current == source:  # this pass's tree is the source's
                 round_trip = module.code

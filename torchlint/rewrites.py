@@ -14,7 +14,8 @@ statements it reads (``Rewrite.statements``), or needs the whole file.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -28,18 +29,42 @@ from torchlint.rule import Report
 def make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
     """Each report's fix, made on the LibCST twin of its rewrite's call in the whole file's tree, or on
     the module, or its ``refused`` message where the rewrite cannot be made."""
-    _make(reports, _twins(index, analysis), analysis)
+    altered: Set[int] = set()
+    if "\f" in index.source and analysis.module.code != index.source:
+        from torchlint.textmerge import altered_lines
+
+        altered = altered_lines(index.source, analysis.module.code)
+    _make(reports, _twins(index, analysis), analysis, index, altered)
 
 
-def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex) -> bool:
+@dataclass
+class StatementTree:
+    """LibCST's tree of some of a file's lines: ``text``, the lines it was parsed from, and ``file_lines``,
+    the file's line (0-based) of each of its lines."""
+
+    analysis: FileAnalysis
+    text: str
+    file_lines: List[int]
+
+    def carried(self, source: str, fixed: str) -> Optional[str]:
+        """``source`` (the file) with the changes the fixes made to ``text`` (now ``fixed``) in place, or
+        None where a change spans lines that are not adjacent in the file."""
+        from torchlint.textmerge import carry_fixes
+
+        return carry_fixes(source, self.text, fixed, dict(enumerate(self.file_lines)))
+
+
+def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
+                                exact: bool = False) -> Optional[StatementTree]:
     """As ``make_rewrites``, on a LibCST parse of the top-level statements that hold the reports' calls
-    (and the file's top-level imports). False, with nothing made, where that cannot answer as the whole
-    file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the file)."""
+    (and the file's top-level imports): the tree, or None, with nothing made, where that cannot answer as
+    the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the
+    file). ``exact``: the fixes will be written, so LibCST must write these statements back as they are."""
     if any(report.rewrite is None or (report.rewrite.call is None and not report.rewrite.statements)
            for report in reports):
-        return False
+        return None
     if "\f" in index.source or parse_problem(index.source) is not None:
-        return False  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
+        return None  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
     tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
     for report in reports:
         rewrite = report.rewrite
@@ -50,20 +75,31 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex) -> b
     try:
         module = trusted_parse(text)
     except (cst.ParserSyntaxError, RecursionError, MemoryError):  # e.g. a line that continues the one before
-        return False
+        return None
+    if exact and module.code != text:  # (a lone carriage return at the end)
+        return None
     inside = [info for info in index.calls if any(first <= info.node.lineno <= last for first, last in ranges)]
     analysis = FileAnalysis(module, text, "")
     if len(inside) != len(analysis.calls):
-        return False
+        return None
     # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
     # import inside a function or a `try:` elsewhere names modules here too
     analysis.imports = dict(index.imports)
-    _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis)
-    analysis.release()
-    return True
+    _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis, index, set())
+    return StatementTree(analysis, text, [line - 1 for first, last in ranges for line in range(first, last + 1)])
 
 
-def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis) -> None:
+def refuse_rewrites(reports: Sequence[Report], reason: str) -> None:
+    """No fix for these reports, and why: each reads its rewrite's ``refused`` message."""
+    for report in reports:
+        assert report.rewrite is not None
+        report.message = report.rewrite.refused.replace("{reason}", reason)
+
+
+def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis,
+          index: AstIndex, altered: Set[int]) -> None:
+    """``altered``: the lines LibCST's round trip of the file does not keep (``textmerge.altered_lines``);
+    a fix to a statement there could not be written back, so it is refused."""
     for report in reports:
         rewrite = report.rewrite
         assert rewrite is not None
@@ -72,11 +108,24 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analy
             continue  # reported without a fix, as found
         if rewrite.call is not None:
             report.node = twin
+            if altered and _statement_lines(index, rewrite.call) & altered:
+                report.message = rewrite.refused.replace("{reason}", ROUND_TRIP)
+                continue
         made = rewrite.make(twin, analysis)
         if isinstance(made, str):
             report.message = rewrite.refused.replace("{reason}", made)
         else:
             report.fix = made
+
+
+# LibCST repeats or drops a form feed in an indentation when it writes a block (``torchlint.textmerge``)
+ROUND_TRIP = "LibCST would not write back the form feed in this block's indentation as it was"
+
+
+def _statement_lines(index: AstIndex, call: ast.Call) -> Set[int]:
+    statement = index.enclosing_statement(call)
+    first, _, last, _ = index.span(statement if statement is not None else call)
+    return set(range(first, last + 1))
 
 
 def _twins(index: AstIndex, analysis: FileAnalysis) -> Dict[int, Optional[cst.Call]]:
