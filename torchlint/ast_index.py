@@ -352,9 +352,22 @@ class AstIndex:
         if node in self.parents or node is self.tree:
             function = self.function_of(node)
         else:
-            around = [f for f in (*self.functions, *self.lambdas) if f is not node and self.contains(f, node)]
-            function = max(around, key=_position, default=None)
+            function = self._function_holding(node)
         return function if function is not None else self.tree
+
+    def _function_holding(self, node: ast.AST) -> Optional[AstFunction]:
+        """The innermost def or lambda whose text holds ``node``: the last one to start before it, else
+        the first of that one's enclosing functions that holds it (one that holds ``node`` and starts
+        earlier holds the other's start too, so it encloses it)."""
+        starts = self.__dict__.get("_function_starts")
+        if starts is None:
+            ordered = sorted((*self.functions, *self.lambdas), key=_position)
+            starts = self.__dict__["_function_starts"] = ([_position(f) for f in ordered], ordered)
+        at = bisect.bisect_right(starts[0], _position(node)) - 1
+        function: Optional[AstFunction] = starts[1][at] if at >= 0 else None
+        while function is not None and (function is node or not self.contains(function, node)):
+            function = self.function_of(function)
+        return function
 
     def in_class(self, node: ast.AST) -> bool:
         return any(type(ancestor) is ast.ClassDef for ancestor in self.ancestors(node))
