@@ -3,21 +3,22 @@
 from __future__ import annotations
 
 import ast
-from typing import Optional, Tuple
+from functools import partial
+from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.loader_prefilter import FACTORY_NAMES
 from torchlint.arguments import with_keyword
-from torchlint.ast_index import AstCallInfo, AstIndex, index_of
-from torchlint.ast_index import dotted_name as ast_dotted_name
-from torchlint.analysis import FileAnalysis, call_name, is_literal, keyword_arg, receiver
+from torchlint.ast_index import (AstCallInfo, AstIndex, call_arguments, call_name, has_star, is_integer,
+                                 is_literal, keyword_value)
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.loader_prefilter import may_chain_factory_into_move, may_move_to_device
-from torchlint.device_facts import device_kind, to_destination
-from torchlint.facts.devices import CPU, CUDA, DEVICE_NAME
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import FACTORY_NAMES, may_chain_factory_into_move, may_move_to_device
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 # Factories that fill their result the same way on every device.
 # Not flagged: `torch.tensor(data)` and `torch.Tensor(data)` (with `device=` they still build the tensor on the
@@ -128,154 +129,62 @@ class TensorCreatedThenMoved(Rule):
         """A ``.cuda(``/``.to(`` call (the cheap gate), then a factory call chained into one."""
         return may_move_to_device(text) and may_chain_factory_into_move(text)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        index = index_of(tree)
-        return any(_ast_may_report(index, info) for name in ("cuda", "to") for info in index.calls_by_name.get(name, ()))
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
         for name in ("cuda", "to"):
-            for move in a.calls_by_name.get(name, ()):
-                factory = receiver(move)
-                if isinstance(factory, cst.Call):
-                    self._check(ctx, a, move, factory)
+            for info in index.calls_by_name.get(name, ()):
+                func = info.node.func
+                if type(func) is ast.Attribute and type(func.value) is ast.Call:
+                    self._check(ctx, index, info, func.value)
 
-    def _check(self, ctx: RuleContext, a: FileAnalysis, move: cst.Call, factory: cst.Call) -> None:
-        qualified = a.qualified_name(factory.func) or ""
+    def _check(self, ctx: IndexContext, index: AstIndex, info: AstCallInfo, factory: ast.Call) -> None:
+        move = info.node
+        scope = info.function if info.function is not None else index.tree
+        qualified = index.qualified_name(factory.func) or ""
         kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
-        if kind not in FACTORIES or any(arg.star for arg in factory.args) or any(arg.star for arg in move.args):
+        if kind not in FACTORIES or has_star(factory) or has_star(move):
             return
-        if any(arg.keyword is not None and arg.keyword.value in _KEEP_AS_IS for arg in factory.args):
+        if any(keyword.arg in _KEEP_AS_IS for keyword in factory.keywords):
             return
-        if to_destination(a, move) != CUDA:
+        if to_destination(index, move, scope) != CUDA:
             return  # the CPU, or not readable as a device
-        own_device = keyword_arg(factory, "device")
-        if own_device is not None and device_kind(a, own_device.value) != CPU:
+        own_device = keyword_value(factory, "device")
+        if own_device is not None and device_kind(index, own_device, scope) != CPU:
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
-        if keyword_arg(factory, "generator") is not None:
+        if keyword_value(factory, "generator") is not None:
             return  # a generator fixes where the numbers are drawn (a CPU one cannot draw on the GPU)
-        if kind in _RANDOM and _manages_cpu_rng(a, move):
+        if kind in _RANDOM and _manages_cpu_rng(index, info):
             return  # forks or restores the RNG around the draw: the CPU numbers are the point
-        shown = f"`{a.module.code_for_node(factory.func)}(...)`"
+        statement = next(node for node in index.ancestors(move) if isinstance(node, ast.stmt))
+        shown = f"`{index.code_for_node(factory.func, statement)}(...)`"
         message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; pass `device=` to the factory"
-        requires_grad = keyword_arg(factory, "requires_grad")
-        if requires_grad is not None and not is_literal(requires_grad.value, "False"):
+        requires_grad = keyword_value(factory, "requires_grad")
+        if requires_grad is not None and not is_literal(requires_grad, False):
             ctx.report(move, message=(
                 f"{shown} with `requires_grad=True` is moved to the GPU: the moved tensor is a non-leaf copy whose "
                 "`.grad` stays None; create it with `device=` to get a leaf on the GPU (no fix: this changes meaning)"))
             return
-        destination = _destination(a, move)
+        destination = _destination(index, move)
         if destination is None:
             ctx.report(move, message=message + " (no fix: the destination cannot be carried over as it is written)")
             return
-        device, certain = destination
+        place, certain = destination
         if kind == "Tensor":
             if not _sizes_only(factory):
                 return  # data, not sizes: it is built on the host either way
             message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; use `torch.empty(..., device=...)`"
-        new_factory, imports = _with_device(a, factory, device, rename_to="empty" if kind == "Tensor" else None)
-        replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
-        if loses_comment({move: replacement}):  # one in the move's brackets: `.cuda(  # note\n)`
-            ctx.report(move, message=f"{message} ({DROPS_COMMENT})")
-            return
+        refused = message + " ({reason})"  # the fix would drop a comment in the move's brackets
         if kind in _RANDOM:
             message += " (unsafe fix: the GPU's generator draws other numbers)"
-        elif kind in _COMPUTED and not (kind == "arange" and _integer_arange(a, factory)):
+        elif kind in _COMPUTED and not (kind == "arange" and _integer_arange(index, factory)):
             message += " (unsafe fix: the GPU kernel may round floating-point values differently)"
         elif not certain:
-            message += f" (unsafe fix: `{a.module.code_for_node(device)}` may not be a device)"
-        safe = "unsafe fix" not in message
-        ctx.report(move, message=message,
-                   fix=Fix.replace(move, replacement, Applicability.SAFE if safe else Applicability.UNSAFE, imports))
-
-
-# --- the ast stage: `_check`'s gates on the shared index ------------------------------------------------
-# Not mirrored: `discovery.is_test_file` (the path is not known there) and `_manages_cpu_rng` (it only silences).
-
-
-def _ast_may_report(index: AstIndex, info: AstCallInfo) -> bool:
-    move = info.node
-    factory = move.func.value if type(move.func) is ast.Attribute else None
-    if type(factory) is not ast.Call:
-        return False
-    qualified = index.qualified_name(factory.func) or ""
-    kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
-    if kind not in FACTORIES or _ast_has_star(factory) or _ast_has_star(move):
-        return False
-    keywords = {k.arg: k.value for k in factory.keywords}
-    if any(name in keywords for name in _KEEP_AS_IS) or "generator" in keywords:
-        return False
-    if "device" in keywords and not _ast_may_be_cpu(index, keywords["device"]):
-        return False  # made on its own device (`device_kind(...) != CPU`)
-    if kind == "Tensor" and not _ast_sizes_only(factory):
-        return False
-    return _ast_may_move_to_cuda(index, move, info.function)
-
-
-def _ast_has_star(call: ast.Call) -> bool:
-    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
-
-
-def _ast_sizes_only(factory: ast.Call) -> bool:
-    """``_sizes_only``."""
-    if factory.keywords:
-        return False
-    if len(factory.args) >= 2:
-        return True
-    return len(factory.args) == 1 and type(factory.args[0]) is ast.Constant and type(factory.args[0].value) is int
-
-
-def _ast_may_be_cpu(index: AstIndex, expr: ast.AST) -> bool:
-    """False where ``device_kind`` is certainly not CPU: an ordinal, an attribute, a call other than
-    ``torch.device``, a literal other than a string."""
-    kind = type(expr)
-    if kind is ast.Constant:
-        return isinstance(expr.value, str) and not expr.value.strip().startswith("cuda")
-    if kind is ast.Call:
-        return index.qualified_name(expr.func) == "torch.device"
-    return kind in (ast.Name, ast.IfExp)
-
-
-def _ast_may_move_to_cuda(index: AstIndex, move: ast.Call, scope) -> bool:
-    """False where ``to_destination`` is certainly not CUDA."""
-    if move.func.attr == "cuda":  # type: ignore[attr-defined]
-        return True
-    device = next((k.value for k in move.keywords if k.arg == "device"), None)
-    target = device if device is not None else (move.args[0] if move.args else None)
-    if target is None:
-        return False
-    written = ast_dotted_name(target)
-    if written is not None and DEVICE_NAME.search(written.split(".")[-1]):
-        return True
-    return _ast_may_be_cuda(index, target, scope, 0)
-
-
-def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
-    """False where ``device_kind`` is certainly not CUDA."""
-    if depth > 4:
-        return False
-    kind = type(expr)
-    if kind is ast.Constant:
-        value = expr.value
-        return (isinstance(value, str) and value.strip().startswith("cuda")) or type(value) is int
-    if kind is ast.IfExp:
-        return _ast_may_be_cuda(index, expr.body, scope, depth + 1) or _ast_may_be_cuda(index, expr.orelse, scope, depth + 1)
-    if kind is ast.Call:
-        qualified = index.qualified_name(expr.func)
-        if qualified == "torch.device":  # its first argument, as LibCST orders them
-            first = expr.args[0] if expr.args else (expr.keywords[0].value if expr.keywords else None)
-            first = first.value if type(first) is ast.Starred else first
-            return first is not None and _ast_may_be_cuda(index, first, scope, depth + 1)
-        return qualified == "torch.cuda.current_device"
-    if kind is ast.Name:
-        for candidate in (scope, None):  # `single_value`, knowing the scope the value comes from
-            values = index.values_of(expr.id, candidate)
-            if values:
-                return len(values) == 1 and values[0] is not None and _ast_may_be_cuda(index, values[0], candidate, depth + 1)
-    return False
+            device = call_arguments(move)[place][1]  # type: ignore[index]
+            message += f" (unsafe fix: `{index.code_for_node(device, statement)}` may not be a device)"
+        applicability = Applicability.UNSAFE if "unsafe fix" in message else Applicability.SAFE
+        make = partial(_move_into_factory, place=place, rename_to="empty" if kind == "Tensor" else None,
+                       applicability=applicability)
+        ctx.report(move, message=message, rewrite=Rewrite(make, refused, move))
 
 
 # Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
@@ -283,70 +192,94 @@ def _ast_may_be_cuda(index: AstIndex, expr: ast.AST, scope, depth: int) -> bool:
 _RNG_CALLS = {"fork_rng", "set_rng_state", "get_rng_state"}
 
 
-def _manages_cpu_rng(a: FileAnalysis, move: cst.Call) -> bool:
-    """The function around ``move`` (or the module) forks, saves or restores the RNG state itself."""
-    function = a.function_of(move)
-    scope = function.node if function is not None else a.module
-    return any(call_name(call) in _RNG_CALLS for call in a.calls_in(scope))
+def _manages_cpu_rng(index: AstIndex, info: AstCallInfo) -> bool:
+    """The function around the move (or the module) forks, saves or restores the RNG state itself."""
+    function = info.function
+    if function is None:
+        calls = index.calls
+    elif type(function) is ast.Lambda:
+        calls = index.calls_in(function)
+    else:
+        calls = index.calls_within(function)
+    return any(call_name(call.node) in _RNG_CALLS for call in calls)
 
 
-def _destination(a: FileAnalysis, move: cst.Call) -> Optional[Tuple[cst.BaseExpression, bool]]:
-    """The device expression the factory should get and whether it is certainly a device; None when the
+def _destination(index: AstIndex, move: ast.Call) -> Optional[Tuple[Optional[int], bool]]:
+    """Which of the move's arguments (by place, as LibCST lists them; None: ``"cuda"``, for a bare
+    ``.cuda()``) the factory should get as ``device=``, and whether it is certainly a device; None when the
     move passes more than a device (a dtype, ``copy=``...) or a ``.cuda(x)`` the rule cannot carry over."""
-    extra = [arg for arg in move.args if not (arg.keyword is not None and arg.keyword.value == "non_blocking")]
+    extra = [(place, keyword, value) for place, (keyword, value) in enumerate(call_arguments(move))
+             if keyword != "non_blocking"]
     if call_name(move) == "cuda":
         if not extra:
-            return cst.SimpleString('"cuda"'), True
+            return None, True
         if len(extra) != 1:
             return None
-        value = extra[0].value
-        if isinstance(value, cst.Integer) or (isinstance(value, cst.SimpleString) and device_kind(a, value) == CUDA):
-            return value, True
+        place, _, value = extra[0]
+        if is_integer(value) or (index.literal_string(value) is not None
+                                  and device_kind(index, value, index.tree) == CUDA):
+            return place, True
         return None
     if len(extra) != 1:
         return None
-    arg = extra[0]
-    if arg.keyword is not None and arg.keyword.value != "device":
+    place, keyword, value = extra[0]
+    if keyword is not None and keyword != "device":
         return None
-    value = arg.value
-    certain = arg.keyword is not None or _certainly_a_device(a, value)
-    return value, certain
+    return place, keyword is not None or _certainly_a_device(index, value)
 
 
-def _certainly_a_device(a: FileAnalysis, expr: cst.BaseExpression, depth: int = 0) -> bool:
+def _certainly_a_device(index: AstIndex, expr: ast.expr, depth: int = 0) -> bool:
     """A string literal, an integer, ``torch.device(...)``, a conditional of those, or a name bound once to one."""
     if depth > 4:
         return False
-    if isinstance(expr, (cst.SimpleString, cst.Integer)):
-        return True
-    if isinstance(expr, cst.Call):
-        return a.is_qualified(expr.func, "torch.device")
-    if isinstance(expr, cst.IfExp):
-        return _certainly_a_device(a, expr.body, depth + 1) and _certainly_a_device(a, expr.orelse, depth + 1)
-    if isinstance(expr, cst.Name):  # every binding of the name (in its scope, else at module level) is one
-        scope = a.scope_of(expr)
-        values = a.values_of(expr.value, scope) or a.values_of(expr.value, a.module)
-        return bool(values) and all(v is not None and _certainly_a_device(a, v, depth + 1) for v in values)
+    kind = type(expr)
+    if kind is ast.Constant:
+        value = expr.value  # type: ignore[attr-defined]
+        return type(value) is int or type(value) is bytes or index.literal_string(expr) is not None
+    if kind is ast.Call:
+        return index.qualified_name(expr.func) == "torch.device"  # type: ignore[attr-defined]
+    if kind is ast.IfExp:
+        return (_certainly_a_device(index, expr.body, depth + 1)  # type: ignore[attr-defined]
+                and _certainly_a_device(index, expr.orelse, depth + 1))  # type: ignore[attr-defined]
+    if kind is ast.Name:  # every binding of the name (in its scope, else at module level) is one
+        name = expr.id  # type: ignore[attr-defined]
+        values = index.values_of(name, index.scope_of(expr)) or index.values_of(name, index.tree)
+        return bool(values) and all(v is not None and _certainly_a_device(index, v, depth + 1) for v in values)
     return False
 
 
-def _sizes_only(factory: cst.Call) -> bool:
+def _sizes_only(factory: ast.Call) -> bool:
     """``torch.Tensor(3)``, ``torch.Tensor(n, 4)``: sizes, not data (one non-literal argument may be a list)."""
-    if any(arg.keyword is not None for arg in factory.args):
+    if factory.keywords:
         return False
     if len(factory.args) >= 2:
         return True
-    return len(factory.args) == 1 and isinstance(factory.args[0].value, cst.Integer)
+    return len(factory.args) == 1 and is_integer(factory.args[0])
 
 
-def _integer_arange(a: FileAnalysis, factory: cst.Call) -> bool:
-    dtype = keyword_arg(factory, "dtype")
+def _integer_arange(index: AstIndex, factory: ast.Call) -> bool:
+    dtype = keyword_value(factory, "dtype")
     if dtype is not None:
-        qualified = a.qualified_name(dtype.value) or ""
+        qualified = index.qualified_name(dtype) or ""
         return qualified.startswith("torch.") and qualified[len("torch."):] not in _FLOAT_DTYPES and (
             "int" in qualified or qualified.endswith("long"))
-    positional = [arg for arg in factory.args if arg.keyword is None]
-    return bool(positional) and all(isinstance(arg.value, cst.Integer) for arg in positional)
+    return bool(factory.args) and all(is_integer(arg) for arg in factory.args)
+
+
+# --- the rewrite, on LibCST's twin of the move ---------------------------------------------------------
+
+
+def _move_into_factory(move: cst.Call, a: FileAnalysis, place: Optional[int], rename_to: Optional[str],
+                       applicability: Applicability) -> Union[Fix, str]:
+    """The factory with ``device=`` the move's argument at ``place`` (``"cuda"`` where None), in place of the
+    move (its parentheses kept)."""
+    factory = move.func.value  # type: ignore[attr-defined]
+    device = move.args[place].value if place is not None else cst.SimpleString('"cuda"')
+    new_factory, imports = _with_device(a, factory, device, rename_to)
+    replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
+    if loses_comment({move: replacement}):  # one in the move's brackets: `.cuda(  # note\n)`
+        return DROPS_COMMENT
+    return Fix.replace(move, replacement, applicability, imports)
 
 
 def _with_device(

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import ast
-from typing import List, Optional, Set, Union
+from functools import partial
+from typing import TYPE_CHECKING, List, Optional, Set, Union
 
 import libcst as cst
 
-from torchlint.analysis import (FileAnalysis, LoopInfo, call_name, dotted_name, keyword_arg, receiver, target_names,
-                                walk)
 from torchlint.arguments import with_keyword
-from torchlint.ast_index import AstCallInfo, AstIndex, index_of
-from torchlint.ast_index import call_name as ast_call_name
-from torchlint.ast_index import dotted_name as ast_dotted_name
-from torchlint.ast_index import target_names as ast_target_names
-from torchlint.ast_index import walk as ast_walk
+from torchlint.ast_index import (AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name,
+                                 dotted_name, has_star, is_literal, keyword_value, source_order, target_names, walk)
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import CUDA, to_destination
-from torchlint.facts.loaders import is_batch_part, root_name
-from torchlint.loader_prefilter import (LOADER_NAME, assigned_values, is_move_without_non_blocking, last_name,
-                                       loop_may_move_batch, may_move_to_device, may_name_a_loader)
-from torchlint.loaders import WRAPPERS, LoaderFacts, loader_facts
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
+from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, loader_facts
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.text_prefilter import may_move_to_device, may_name_a_loader
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 
 class BlockingHostToDeviceCopy(Rule):
@@ -110,51 +106,49 @@ class BlockingHostToDeviceCopy(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return may_move_to_device(text) and may_name_a_loader(text)
 
-    has_ast_prefilter = True
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: ast.Module, text: str, settings: Settings) -> bool:
-        return loop_may_move_batch(tree, text) and _ast_may_report(index_of(tree))
-
-    def check(self, ctx: RuleContext) -> None:
-        a = ctx.analysis
-        facts = loader_facts(a)
-        built_here = {id(loop.node) for site in facts.sites for loop in site.loops}
-        placed = _device_placed_loaders(a)
-        seen: Set[int] = set()
-        for loop in a.loops:
-            from_dataloader = id(loop.node) in built_here
+    def detect(self, ctx: IndexContext) -> None:
+        index = ctx.index
+        facts = loader_facts(index)
+        built_here = {loop.node for site in facts.sites for loop in site.loops}
+        placed = _device_placed_loaders(index)
+        seen: Set[ast.Call] = set()
+        for loop in index.loops:
+            from_dataloader = loop.node in built_here
             if not from_dataloader and not _named_like_a_loader(facts, loop):
                 continue
-            if placed and _iterates_placed_loader(a, facts, loop, placed):
+            if placed and _iterates_placed_loader(index, facts, loop, placed):
                 continue  # Accelerate / Fabric already put the batch on the device: the copy is a no-op
             for call in facts.batch_moves(loop):
-                if id(call) in seen or not _can_add_keyword(call):
+                if call in seen or not _can_add_keyword(call):
                     continue
-                seen.add(id(call))
-                self._report(ctx, a, facts, loop, call, from_dataloader)
+                seen.add(call)
+                self._report(ctx, index, facts, loop, call, from_dataloader)
 
-    def _report(self, ctx: RuleContext, a: FileAnalysis, facts: LoaderFacts, loop: LoopInfo, call: cst.Call,
+    def _report(self, ctx: IndexContext, index: AstIndex, facts: LoaderFacts, loop: AstLoopInfo, call: ast.Call,
                 from_dataloader: bool) -> None:
-        written_after = _source_written_after(a, loop, call)
-        safe = from_dataloader and not written_after
+        written_after = _source_written_after(index, loop, call)
         message = self.message
         if _moves_whole_batch(loop, call) and not _default_collated(facts, loop):
-            batch = receiver(call).value  # type: ignore[union-attr]
+            batch = call.func.value.id  # type: ignore[attr-defined]
             ctx.report(call, message=message + (
                 f" (not fixed automatically: `{batch}` may be a batch object whose own `.to()` takes no "
                 "`non_blocking`, such as a Hugging Face `BatchEncoding` before transformers 4.48)"))
             return
-        fixed = _with_non_blocking(call)
-        if loses_comment({call: fixed}):
-            ctx.report(call, message=f"{message} ({DROPS_COMMENT})")
-            return
+        refused = message + " ({reason})"  # the fix would drop a comment in the call's brackets
         if written_after:
             message += " (unsafe fix: the loop writes to the source tensor after the copy)"
         elif not from_dataloader:
             message += " (unsafe fix: a loader only by its name, which may reuse its buffers)"
-        ctx.report(call, message=message,
-                   fix=Fix.replace(call, fixed, Applicability.SAFE if safe else Applicability.UNSAFE))
+        safe = from_dataloader and not written_after
+        make = partial(_pass_non_blocking, applicability=Applicability.SAFE if safe else Applicability.UNSAFE)
+        ctx.report(call, message=message, rewrite=Rewrite(make, refused, call))
+
+
+def _pass_non_blocking(call: cst.Call, analysis: FileAnalysis, applicability: Applicability) -> Union[Fix, str]:
+    fixed = with_keyword(call, "non_blocking", cst.Name("True"))
+    if loses_comment({call: fixed}):
+        return DROPS_COMMENT
+    return Fix.replace(call, fixed, applicability)
 
 
 # Calls that wrap a loader so that it yields batches already on the device: Accelerate's
@@ -164,261 +158,149 @@ _PLACING_CALLS = {"prepare": ("accelerate",), "prepare_data_loader": ("accelerat
                   "setup_dataloaders": ("lightning", "lightning_fabric", "pytorch_lightning")}
 
 
-def _device_placed_loaders(a: FileAnalysis) -> List[cst.Assign]:
+def _device_placed_loaders(index: AstIndex) -> List[ast.Assign]:
     """The assignments that bind a placing call's result (``model, opt, train_dl = accelerator.prepare(...)``),
     where the file imports the package and does not turn placement off (``device_placement=False``,
     ``move_to_device=False``) anywhere."""
-    imported = {value.split(".")[0] for value in a.imports.values()}
-    if any(keyword_arg(call, off) is not None and _is_false(keyword_arg(call, off).value)
+    imported = {value.split(".")[0] for value in index.imports.values()}
+    if any(is_literal(keyword_value(info.node, off), False)
            for name in ("Accelerator", "setup_dataloaders", "prepare_data_loader")
-           for call in a.calls_by_name.get(name, ()) for off in ("device_placement", "move_to_device", "put_on_device")):
+           for info in index.calls_by_name.get(name, ()) for off in ("device_placement", "move_to_device", "put_on_device")):
         return []
     assigns = []
     for name, packages in _PLACING_CALLS.items():
         if not imported.intersection(packages):
             continue
-        for call in a.calls_by_name.get(name, ()):
-            parent = a.parent(call)
-            method = isinstance(call.func, cst.Attribute)  # `accelerator.prepare(...)`, not a `prepare` of the file
-            if (method or name == "prepare_data_loader") and isinstance(parent, cst.Assign) and parent.value is call:
+        for info in index.calls_by_name.get(name, ()):
+            call = info.node
+            parent = index.parent(call)
+            method = type(call.func) is ast.Attribute  # `accelerator.prepare(...)`, not a `prepare` of the file
+            if (method or name == "prepare_data_loader") and type(parent) is ast.Assign and parent.value is call:
                 assigns.append(parent)
     return assigns
 
 
-def _is_false(expr: cst.BaseExpression) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "False"
-
-
-def _iterates_placed_loader(a: FileAnalysis, facts: LoaderFacts, loop: LoopInfo, placed: List[cst.Assign]) -> bool:
+def _iterates_placed_loader(index: AstIndex, facts: LoaderFacts, loop: AstLoopInfo, placed: List[ast.Assign]) -> bool:
     """The loop walks a name that a placing call's result is bound to in the loop's scope (or the module),
     directly or through names bound only to such loaders (``active = train_dl``, or
     ``accelerator.skip_first_batches(train_dl, n)`` when resuming)."""
-    scope = a.scope_of(loop.node)
-    targets = {dotted_name(part) for assign in placed if a.scope_of(assign) in (scope, a.module)
-               for target in assign.targets for part in _unpacked(target.target)}
+    scope = index.scope_of(loop.node)
+    targets = {dotted_name(part) for assign in placed if index.scope_of(assign) in (scope, index.tree)
+               for target in assign.targets for part in _unpacked(target)}
     targets.discard(None)
-    return bool(targets) and any(_placed_name(a, dotted_name(expr), scope, targets, 0) for expr in facts.iterated(loop))
+    return bool(targets) and any(_placed_name(index, dotted_name(expr), scope, targets, 0)
+                                 for expr in facts.iterated(loop))
 
 
-def _placed_name(a: FileAnalysis, written: Optional[str], scope, targets: Set[Optional[str]], depth: int) -> bool:
+def _placed_name(index: AstIndex, written: Optional[str], scope: AstScope, targets: Set[Optional[str]],
+                 depth: int) -> bool:
     if written is None or depth > 3:
         return False
     if written in targets:
         return True
-    values = a.values_of(written, scope) if "." not in written else ()
-    return bool(values) and all(value is not None and _placed_value(a, value, scope, targets, depth) for value in values)
+    values = index.values_of(written, scope) if "." not in written else ()
+    return bool(values) and all(value is not None and _placed_value(index, value, scope, targets, depth)
+                                for value in values)
 
 
-def _placed_value(a: FileAnalysis, value: cst.BaseExpression, scope, targets: Set[Optional[str]], depth: int) -> bool:
-    if isinstance(value, cst.Call) and call_name(value) == "skip_first_batches" and value.args:
-        value = value.args[0].value  # Accelerate's resumed loader keeps the placement of the one it wraps
-    return isinstance(value, (cst.Name, cst.Attribute)) and _placed_name(a, dotted_name(value), scope, targets, depth + 1)
+def _placed_value(index: AstIndex, value: ast.AST, scope: AstScope, targets: Set[Optional[str]], depth: int) -> bool:
+    if type(value) is ast.Call and call_name(value) == "skip_first_batches":  # type: ignore[arg-type]
+        arguments = call_arguments(value)  # type: ignore[arg-type]
+        if arguments:
+            value = arguments[0][1]  # Accelerate's resumed loader keeps the placement of the one it wraps
+    return type(value) in (ast.Name, ast.Attribute) and _placed_name(index, dotted_name(value), scope, targets,
+                                                                      depth + 1)
 
 
-def _unpacked(target: cst.BaseExpression) -> List[cst.BaseExpression]:
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [part for element in target.elements for part in _unpacked(element.value)]
+def _unpacked(target: ast.expr) -> List[ast.expr]:
+    if type(target) in (ast.Tuple, ast.List):
+        return [part for element in target.elts  # type: ignore[attr-defined]
+                for part in _unpacked(element.value if type(element) is ast.Starred else element)]
     return [target]
 
 
-def _named_like_a_loader(facts: LoaderFacts, loop: LoopInfo) -> bool:
+def _named_like_a_loader(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     for expr in facts.iterated(loop):
-        written = expr.attr.value if isinstance(expr, cst.Attribute) else expr.value if isinstance(expr, cst.Name) else None
+        kind = type(expr)
+        written = expr.attr if kind is ast.Attribute else expr.id if kind is ast.Name else None  # type: ignore[attr-defined]
         if written is not None and LOADER_NAME.search(written):
             return True
     return False
 
 
-def _moves_whole_batch(loop: LoopInfo, call: cst.Call) -> bool:
+def _moves_whole_batch(loop: AstLoopInfo, call: ast.Call) -> bool:
     """``for batch in loader: batch.to(device)`` (or ``for step, batch in enumerate(loader)``): the copy's
     receiver is the whole batch, which a collate function may have made any object with a ``.to()`` of its
     own."""
-    if not isinstance(loop.node, cst.For):
+    node = loop.node
+    if type(node) is ast.While:
         return False
-    target = loop.node.target
-    iterable = loop.node.iter
-    if isinstance(target, cst.Tuple) and isinstance(iterable, cst.Call) and call_name(iterable) == "enumerate" \
-            and len(target.elements) == 2:
-        target = target.elements[1].value
-    owner = receiver(call)
-    return isinstance(target, cst.Name) and isinstance(owner, cst.Name) and owner.value == target.value
+    target = node.target  # type: ignore[union-attr]
+    iterable = node.iter  # type: ignore[union-attr]
+    if (type(target) is ast.Tuple and type(iterable) is ast.Call and call_name(iterable) == "enumerate"
+            and len(target.elts) == 2):
+        target = target.elts[1]
+        target = target.value if type(target) is ast.Starred else target
+    owner = call.func.value  # type: ignore[attr-defined]
+    return type(target) is ast.Name and type(owner) is ast.Name and owner.id == target.id
 
 
-def _default_collated(facts: LoaderFacts, loop: LoopInfo) -> bool:
+def _default_collated(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
     the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
     sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
-    return bool(sites) and all(keyword_arg(site.call, "collate_fn") is None
-                               and not any(arg.star for arg in site.call.args) for site in sites)
+    return bool(sites) and all(keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
+                               for site in sites)
 
 
-def _can_add_keyword(call: cst.Call) -> bool:
+def _can_add_keyword(call: ast.Call) -> bool:
     """No ``non_blocking=`` yet, no ``*args``/``**kwargs``, and no positional ``non_blocking`` either
     (``x.to(device, dtype, True)``, ``x.cuda(0, True)``)."""
-    if keyword_arg(call, "non_blocking") is not None or any(arg.star for arg in call.args):
+    if keyword_value(call, "non_blocking") is not None or has_star(call):
         return False
-    positional = [arg for arg in call.args if arg.keyword is None]
-    return len(positional) <= (2 if call_name(call) == "to" else 1)
+    return len(call.args) <= (2 if call_name(call) == "to" else 1)
 
 
-def _with_non_blocking(call: cst.Call) -> cst.Call:
-    return with_keyword(call, "non_blocking", cst.Name("True"))
-
-
-def _source_written_after(a: FileAnalysis, loop: LoopInfo, call: cst.Call) -> bool:
+def _source_written_after(index: AstIndex, loop: AstLoopInfo, call: ast.Call) -> bool:
     """The loop body writes in place, after ``call``, to the name the call copies (unless the call's own
-    statement rebinds that name to the copy)."""
-    owner = receiver(call)
-    root = owner
-    while isinstance(root, (cst.Attribute, cst.Subscript)):
+    statement line rebinds that name to the copy)."""
+    root = call.func.value  # type: ignore[attr-defined]
+    while type(root) in (ast.Attribute, ast.Subscript):
         root = root.value
-    if not isinstance(root, cst.Name):
+    if type(root) is not ast.Name:
         return False
-    name = root.value
-    statement = a.enclosing_statement(call)
-    if isinstance(statement, cst.SimpleStatementLine):
-        for small in statement.body:
-            if isinstance(small, cst.Assign) and any(name in target_names(t.target) for t in small.targets):
+    name = root.id
+    statement = index.enclosing_statement(call)
+    if isinstance(statement, StatementLine):  # LibCST's SimpleStatementLine: the line's simple statements
+        block = index.statement_block(statement.first)  # type: ignore[arg-type]
+        start = next(i for i, s in enumerate(block) if s is statement.first)
+        end = next(i for i, s in enumerate(block) if s is statement.last)
+        for small in block[start:end + 1]:
+            if type(small) is ast.Assign and any(name in target_names(t) for t in small.targets):
                 return False
-    assert isinstance(loop.node, cst.For)
-    for node in walk(loop.node.body):
-        if not a.comes_before(call, node):
-            continue
-        if isinstance(node, cst.Call) and _writes_in_place(node, name):
-            return True
-        targets: List[cst.BaseExpression] = []
-        if isinstance(node, cst.Assign):
-            targets = [t.target for t in node.targets]
-        elif isinstance(node, cst.AugAssign):
-            targets = [node.target]
-        if any(_root_is(t, name) and not isinstance(t, cst.Name) for t in targets):
-            return True
-        if isinstance(node, cst.AugAssign) and _root_is(node.target, name):
-            return True
+    after = source_order(call)
+    for statement in loop.node.body:
+        for node in walk(statement):
+            kind = type(node)
+            if kind not in (ast.Call, ast.Assign, ast.AugAssign) or source_order(node) <= after:
+                continue
+            if kind is ast.Call and _writes_in_place(node, name):  # type: ignore[arg-type]
+                return True
+            if kind is ast.Assign and any(_root_is(t, name) and type(t) is not ast.Name
+                                          for t in node.targets):  # type: ignore[attr-defined]
+                return True
+            if kind is ast.AugAssign and _root_is(node.target, name):  # type: ignore[attr-defined]
+                return True
     return False
 
 
-def _writes_in_place(call: cst.Call, name: str) -> bool:
+def _writes_in_place(call: ast.Call, name: str) -> bool:
     method = call_name(call)
-    owner: Optional[cst.BaseExpression] = receiver(call)
     return (method is not None and method.endswith("_") and not method.startswith("_")
-            and owner is not None and _root_is(owner, name))
+            and type(call.func) is ast.Attribute and _root_is(call.func.value, name))
 
 
-def _root_is(expr: cst.BaseExpression, name: str) -> bool:
-    while isinstance(expr, (cst.Attribute, cst.Subscript)):
-        expr = expr.value
-    return isinstance(expr, cst.Name) and expr.value == name
-
-
-# --- the ast stage: check's gates, each read as a superset ---------------------------------------------
-
-
-def _ast_may_report(index: AstIndex) -> bool:
-    """A for loop tied to a DataLoader of the file or named like a loader (``check``'s two ways in) that
-    moves part of its batch with ``.to``/``.cuda`` to a device that may be CUDA, without ``non_blocking=``."""
-    sites = index.calls_by_name.get("DataLoader", ())
-    targets = _ast_loader_targets(index, sites)
-    moves = {id(info.node): info for name in ("to", "cuda") for info in index.calls_by_name.get(name, ())
-             if is_move_without_non_blocking(info.node)}
-    for loop in index.loops:
-        node = loop.node
-        if type(node) not in (ast.For, ast.AsyncFor):  # LibCST's For is both
-            continue
-        iterated = list(_ast_iterated(index, node.iter, 0))
-        tied = sites and any(_ast_tied(index, expr, loop.function, targets) for expr in iterated)
-        if not tied and not any(_ast_named_like_a_loader(expr) for expr in iterated):
-            continue
-        if _ast_moves_batch(index, node, moves):
-            return True
-    return False
-
-
-def _ast_loader_targets(index: AstIndex, sites) -> Set[str]:
-    """How each ``DataLoader(...)`` is written where it is assigned (``_assigned_target``): ``loader``,
-    ``self.loader``; annotated assignments are found by a walk of the statements."""
-    targets: Set[str] = set()
-    unassigned = set()
-    for info in sites:
-        target = index.assigned_to.get(info.node)
-        written = ast_dotted_name(target) if target is not None else None
-        if written is not None:
-            targets.add(written)
-        elif target is None:
-            unassigned.add(id(info.node))
-    if unassigned:
-        for node in ast_walk(index.tree):
-            if type(node) is ast.AnnAssign and id(node.value) in unassigned:
-                written = ast_dotted_name(node.target)
-                if written is not None:
-                    targets.add(written)
-    return targets
-
-
-def _ast_iterated(index: AstIndex, expr: ast.expr, depth: int):
-    """``LoaderFacts._unwrap``, a superset: a name is kept as well as every wrapper it is assigned."""
-    if depth > 3:
-        return
-    if type(expr) is ast.Call and type(expr.func) in (ast.Name, ast.Attribute) and ast_call_name(expr) in WRAPPERS:
-        for arg in expr.args:
-            if type(arg) is not ast.Starred:
-                yield from _ast_iterated(index, arg, depth + 1)
-        return
-    if type(expr) is ast.Name:
-        for value in assigned_values(index).get(expr.id, ()):
-            if type(value) is ast.Call and ast_call_name(value) in WRAPPERS:
-                yield from _ast_iterated(index, value, depth + 1)
-    yield expr
-
-
-def _ast_tied(index: AstIndex, expr: ast.expr, function, targets: Set[str]) -> bool:
-    """``LoaderFacts._sites``' ties, a superset: a ``DataLoader(...)`` iterated directly, a name or
-    attribute spelled as a loader's target (scopes are not compared), or a parameter of the loop's def
-    (a same-file call may pass it a loader)."""
-    if type(expr) is ast.Call and ast_call_name(expr) == "DataLoader":
-        return True
-    if ast_dotted_name(expr) in targets:
-        return True
-    if type(expr) is ast.Name and isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        arguments = function.args
-        return any(arg.arg == expr.id for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-    return False
-
-
-def _ast_named_like_a_loader(expr: ast.expr) -> bool:
-    written = last_name(expr)
-    return written is not None and LOADER_NAME.search(written) is not None
-
-
-def _ast_moves_batch(index: AstIndex, loop: Union[ast.For, ast.AsyncFor], moves) -> bool:
-    """``LoaderFacts.batch_moves`` is not empty, a superset: the batch names are closed under every
-    ``x = <part of the batch>`` of the body (check takes them in source order)."""
-    body = [node for statement in loop.body for node in ast_walk(statement)]
-    found = [node for node in body if id(node) in moves]
-    if not found:
-        return False
-    names = set(ast_target_names(loop.target))
-    assignments = [node for node in body if type(node) is ast.Assign and is_batch_part(node.value)]
-    grown = True
-    while grown:
-        grown = False
-        for assignment in assignments:
-            if root_name(assignment.value) in names:
-                new = {name for target in assignment.targets for name in ast_target_names(target)} - names
-                if new:
-                    names |= new
-                    grown = True
-    comprehension_names = {name for node in body if type(node) is ast.comprehension
-                           and root_name(node.iter) in names for name in ast_target_names(node.target)}
-    for call in found:  # moves of a name or a part of one (is_move_without_non_blocking)
-        root = root_name(call.func.value)  # type: ignore[attr-defined]
-        if (root in names or root in comprehension_names) and _ast_may_go_to_cuda(index, moves[id(call)]):
-            return True
-    return False
-
-
-def _ast_may_go_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
-    """``to_destination(...) == CUDA``, read by the index's form of the fact (equal to LibCST's:
-    tests/test_facts.py)."""
-    scope = info.function if info.function is not None else index.tree
-    return to_destination(index, info.node, scope) == CUDA
+def _root_is(expr: ast.AST, name: str) -> bool:
+    while type(expr) in (ast.Attribute, ast.Subscript):
+        expr = expr.value  # type: ignore[attr-defined]
+    return type(expr) is ast.Name and expr.id == name  # type: ignore[attr-defined]

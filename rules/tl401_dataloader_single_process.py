@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from torchlint.config import Settings
 from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
-from torchlint.loader_prefilter import may_step
 from torchlint.rule import FixAvailability, IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS
+from torchlint.text_prefilter import TRAINING_WORDS, may_train
 
 
 class DataloaderSingleProcess(Rule):
@@ -97,7 +96,7 @@ class DataloaderSingleProcess(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return "DataLoader" in text and may_step(text)
+        return "DataLoader" in text and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index

@@ -12,9 +12,8 @@ from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import UNREADABLE, argument_position, loader_argument, loader_facts
-from torchlint.loader_prefilter import may_move_to_device, may_step
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS
+from torchlint.text_prefilter import TRAINING_WORDS, may_move_to_device, may_train
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
@@ -88,7 +87,7 @@ class DataloaderUnpinned(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return "DataLoader" in text and may_move_to_device(text) and may_step(text)
+        return "DataLoader" in text and may_move_to_device(text) and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
         facts = loader_facts(ctx.index)

@@ -11,9 +11,8 @@ from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
-from torchlint.loader_prefilter import may_pass_positionally, may_step
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS
+from torchlint.text_prefilter import TRAINING_WORDS, may_pass_positionally, may_train
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
@@ -89,7 +88,7 @@ class DataloaderWorkersRestart(Rule):
     def may_fire(cls, text: str, settings: Settings) -> bool:
         """A loader whose worker count is set: by keyword, or as the sixth positional argument."""
         return ("DataLoader" in text and ("num_workers" in text or may_pass_positionally(text, 5))
-                and may_step(text))
+                and may_train(text))
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index

@@ -2,25 +2,15 @@
 
 import ast
 
-import libcst as cst
 import pytest
 
-from torchlint.analysis import FileAnalysis
 from torchlint.ast_index import AstIndex
-from torchlint.device_facts import to_destination
-from torchlint.facts.devices import CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_evidence
-
-
-def analyse(source: str) -> FileAnalysis:
-    return FileAnalysis(cst.parse_module(source), source)
+from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_evidence,
+                                     to_destination)
 
 
 def index(source: str) -> AstIndex:
     return AstIndex(ast.parse(source), source)
-
-
-def last_to_call(analysis: FileAnalysis) -> cst.Call:
-    return [c for c in analysis.calls if isinstance(c.func, cst.Attribute) and c.func.attr.value in {"to", "cuda"}][-1]
 
 
 @pytest.mark.parametrize(
@@ -39,8 +29,9 @@ def last_to_call(analysis: FileAnalysis) -> cst.Call:
     ],
 )
 def test_to_destination(setup, move, expected):
-    analysis = analyse(f"import torch\n{setup}\n{move}\n")
-    assert to_destination(analysis, last_to_call(analysis)) == expected
+    found = index(f"import torch\n{setup}\n{move}\n")
+    [last] = [info for info in found.calls if info.node.lineno == 3]  # the move, on the last line
+    assert to_destination(found, last.node, found.tree) == expected
 
 
 def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
 from fixture_support import fix, lint
-from torchlint.config import Settings
-from torchlint.registry import get_rule
 from torchlint.rule import Applicability
 
 HEADER = "import torch\n"
@@ -84,13 +80,17 @@ def test_tl102_and_tl103_silent_in_tests(path):
     assert len(lint(source, "TL103", path="train.py")) == 1
 
 
-def test_tl102_ast_stage_needs_a_factory_chained_into_a_move():
-    rule = get_rule("TL102")
-    assert rule.may_fire_in_ast(ast.parse("x = torch.zeros(3)\ny = x.to(device)\n"), "", Settings()) is False
-    assert rule.may_fire_in_ast(ast.parse("import torch\ny = torch.zeros(3).to(device)\n"), "", Settings()) is True
-    # as `check`: the factory's name through the import table, a move that may go to CUDA
-    assert rule.may_fire_in_ast(ast.parse("y = torch.zeros(3).to(device)\n"), "", Settings()) is False
-    assert rule.may_fire_in_ast(ast.parse("import torch\ny = torch.zeros(3).to('cpu')\n"), "", Settings()) is False
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("x = torch.zeros(3)\ny = x.to(device)\n", 0),  # made, then moved later: not chained
+        ("import torch\ny = torch.zeros(3).to(device)\n", 1),
+        ("y = torch.zeros(3).to(device)\n", 0),  # the factory's name through the import table
+        ("import torch\ny = torch.zeros(3).to('cpu')\n", 0),  # a move that may go to CUDA
+    ],
+)
+def test_tl102_needs_a_torch_factory_chained_into_a_move_to_cuda(source, found):
+    assert len(lint(source, "TL102")) == found
 
 
 # --- TL103 ---------------------------------------------------------------------------------------
@@ -157,14 +157,16 @@ def test_tl103_follows_a_progress_bar_name():
     assert _one(source, "TL103").fix is Applicability.UNSAFE  # a loader by name only
 
 
-def test_tl103_ast_stage():
-    rule = get_rule("TL103")
-    with_loop = "for x in train_loader:\n    x = x.to(device)\n"
-    assert rule.may_fire_in_ast(ast.parse(with_loop), with_loop, Settings()) is True
-    done = "for x in train_loader:\n    x = x.to(device, non_blocking=True)\n"
-    assert rule.may_fire_in_ast(ast.parse(done), done, Settings()) is False
-    other = "for x in samples:\n    x = x.to(device)\n"
-    assert rule.may_fire_in_ast(ast.parse(other), other, Settings()) is False
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("for x in train_loader:\n    x = x.to(device)\n", 1),
+        ("for x in train_loader:\n    x = x.to(device, non_blocking=True)\n", 0),
+        ("for x in samples:\n    x = x.to(device)\n", 0),  # neither built here nor named like a loader
+    ],
+)
+def test_tl103_needs_a_loader_loop_and_a_blocking_move(source, found):
+    assert len(lint(source, "TL103")) == found
 
 
 @pytest.mark.parametrize(
@@ -179,7 +181,7 @@ def test_tl103_ast_stage():
     ],
 )
 def test_tl102_text_stage_is_a_superset_of_chained_factories(text, expected):
-    from torchlint.loader_prefilter import may_chain_factory_into_move
+    from torchlint.text_prefilter import may_chain_factory_into_move
 
     assert may_chain_factory_into_move(text) is expected
 
@@ -187,7 +189,8 @@ def test_tl102_text_stage_is_a_superset_of_chained_factories(text, expected):
 @pytest.mark.parametrize("text, expected", [("train_loader", True), ("DataLoader", True), ("VAL_LOADER", True),
                                             ("val_dl", True), ("dl", True), ("handle", False), ("batches", False)])
 def test_tl103_text_stage_matches_every_loader_name(text, expected):
-    from torchlint.loader_prefilter import LOADER_NAME, may_name_a_loader
+    from torchlint.facts.loaders import LOADER_NAME
+    from torchlint.text_prefilter import may_name_a_loader
 
     assert may_name_a_loader(f"for x in {text}:\n") is expected
     assert bool(LOADER_NAME.search(text)) is expected
@@ -203,7 +206,7 @@ def test_tl103_text_stage_matches_every_loader_name(text, expected):
     ],
 )
 def test_tl102_text_stage_skips_strings_and_comments(text, expected):
-    from torchlint.loader_prefilter import may_chain_factory_into_move
+    from torchlint.text_prefilter import may_chain_factory_into_move
 
     assert may_chain_factory_into_move(text) is expected
 

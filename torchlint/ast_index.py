@@ -139,6 +139,11 @@ def is_literal(node: Optional[ast.AST], value: object) -> bool:
     return isinstance(node, ast.Constant) and node.value is value
 
 
+def is_integer(node: ast.AST) -> bool:
+    """An integer literal (LibCST's ``Integer``; not ``True``, not ``-1``)."""
+    return type(node) is ast.Constant and type(node.value) is int  # type: ignore[attr-defined]
+
+
 class AstIndex:
     def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
@@ -449,6 +454,11 @@ class AstIndex:
         hi = bisect.bisect_left(self._call_starts, end, lo)
         return [info for info in self.calls[lo:hi] if self.contains(node, info.node)]
 
+    def calls_within(self, node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
+        """The calls in a def or class, its decorators' included (``ast`` places the node at its keyword;
+        LibCST's node holds its decorators)."""
+        return [info for decorator in node.decorator_list for info in self.calls_in(decorator)] + self.calls_in(node)
+
     def enclosing_statement(self, node: ast.AST) -> Optional[Union[ast.stmt, "StatementLine"]]:
         """What LibCST calls the statement that holds ``node``: a compound statement, a line of simple
         statements (``StatementLine``: ``a = 1; b = 2``), or a simple statement after a compound header on
@@ -688,6 +698,11 @@ def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
     if call.keywords and call.args:
         found.sort(key=lambda entry: entry[0])
     return [(name, value) for _, name, value in found]
+
+
+def has_star(call: ast.Call) -> bool:
+    """An ``*args`` or ``**kwargs`` argument: what the call passes cannot all be read."""
+    return any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
 
 
 def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Tuple
 
 
 def is_word_char(char: str) -> bool:
@@ -207,7 +207,7 @@ def _scan_line(line: str, balance: int, quote: str) -> "tuple[int, str]":
 # `.step(` method (`AstIndex.is_backward_call`, `is_optimizer_step`), spaced as Python allows:
 # `loss .backward ()`, `(optimizer\n .step())`.
 _BACKWARD_CALL_TEXT = call_text("backward")
-# Every text ``may_train`` (and ``loader_prefilter.may_step``) accepts holds one of these words: the text gate
+# Every text ``may_train`` accepts holds one of these words: the text gate
 # (``Rule.text_gate``) of the rules that need a training loop.
 TRAINING_WORDS = ("backward", "step")
 
@@ -225,3 +225,137 @@ def may_use_cuda(text: str) -> bool:
 def any_of(text: str, *words: str) -> bool:
     """Some word occurs in the text (plain substring searches: faster than a regex alternation)."""
     return any(word in text for word in words)
+
+
+# --- the input-pipeline rules' gates (TL102, TL103, TL402, TL403) -------------------------------------
+# Searches that start with a literal (fast in `re`), spaced as Python allows (``GAP``, ``CALL_GAP``):
+# `x .to (dev)`, `(torch.zeros(3)\n .cuda())`, `torch.zeros (3)`.
+# One literal-led search per factory: `re` finds a literal prefix far faster than an alternation.
+FACTORY_NAMES = ("zeros", "ones", "empty", "full", "eye", "Tensor", "arange", "linspace", "logspace", "rand")
+_FACTORY_TEXTS = tuple(re.compile(name + (r"\w*" if name == "rand" else "") + CALL_GAP + r"\(") for name in FACTORY_NAMES)
+# A factory imported under another name (`from torch import zeros as z`): `z(3).cuda()` is one too.
+_FROM_TORCH_TEXT = re.compile(r"from" + GAP + r"torch\b[\w.\s\\]*import\b")  # with search_word
+_FACTORY_ALIAS_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
+_MOVE_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:cuda|to)" + CALL_GAP + r"\(")  # `(torch.zeros(3)).cuda()`
+_SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
+
+
+def may_move_to_device(text: str) -> bool:
+    """Text gate of a copy to a device: a ``.to(`` or ``.cuda(`` call."""
+    return has_method_call(text, "to") or has_method_call(text, "cuda")
+
+
+_DL_TEXT = re.compile(r"dl(?=\b|_)")  # starts with a literal: far faster than a leading \b or class
+
+
+def may_name_a_loader(text: str) -> bool:
+    """Text gate of TL103: some identifier may match ``facts.loaders.LOADER_NAME`` (a loader built here is
+    called ``DataLoader``, which holds "oader" too)."""
+    if "oader" in text or "OADER" in text:
+        return True
+    for match in _DL_TEXT.finditer(text):
+        start = match.start()
+        if start == 0 or not text[start - 1].isalnum():
+            return True
+    return False
+
+
+def may_chain_factory_into_move(text: str) -> bool:
+    """Text gate of TL102: a factory call whose closing parenthesis is followed by ``.to(``/``.cuda(``.
+    The arguments are scanned with their strings and comments skipped; anything the scan cannot follow (an
+    unterminated string, a call longer than the limit) counts as a match, so the gate never misses one."""
+    for name, factory in zip(FACTORY_NAMES, _FACTORY_TEXTS):
+        if name in text:
+            for match in finditer_word(factory, text):
+                end = _closing_paren(text, match.end())
+                if end is None or _MOVE_AFTER.match(text, end):
+                    return True
+    return _imports_a_factory_alias(text)
+
+
+def _imports_a_factory_alias(text: str) -> bool:
+    """A ``from torch... import`` statement that names a factory ``as`` something else."""
+    if "from" not in text:
+        return False
+    match = search_word(_FROM_TORCH_TEXT, text)
+    while match is not None:
+        if _FACTORY_ALIAS_TEXT.search(text, match.end(), statement_end(text, match.end())):
+            return True
+        match = search_word(_FROM_TORCH_TEXT, text, match.end())
+    return False
+
+
+# A `DataLoader(` call, however spaced, and the loader imported under another name (`DL(ds, 64, ...)`).
+_LOADER_CALL_TEXT = re.compile(r"DataLoader" + CALL_GAP + r"\(")
+_LOADER_ALIAS_TEXT = re.compile(r"DataLoader" + GAP + r"as\b")
+
+
+def may_pass_positionally(text: str, index: int) -> bool:
+    """Text gate of TL403: some ``DataLoader`` call may have an argument at position ``index`` (a top-level comma
+    after ``index`` arguments, brackets, strings and comments followed), or the loader has another name."""
+    for match in _LOADER_CALL_TEXT.finditer(text):
+        commas = _top_level_commas(text, match.end(), index)
+        if commas is None or commas >= index:
+            return True
+    return search_word(_LOADER_ALIAS_TEXT, text) is not None
+
+
+def _top_level_commas(text: str, i: int, enough: int) -> Optional[int]:
+    """The commas between the ``(`` before ``i`` and the bracket that closes it, outside inner brackets, up
+    to ``enough``; None when the scan gives up (an unterminated string, a call longer than the limit)."""
+    scanned = _scan_arguments(text, i, "([{", ")]}", enough)
+    return None if scanned is None else scanned[1]
+
+
+def _closing_paren(text: str, i: int) -> Optional[int]:
+    """The index after the parenthesis that closes the one before ``i``; None when the scan gives up."""
+    scanned = _scan_arguments(text, i, "(", ")")
+    return None if scanned is None else scanned[0]
+
+
+def _scan_arguments(text: str, i: int, opening: str, closing: str,
+                    enough: Optional[int] = None) -> Optional[Tuple[int, int]]:
+    """Scan from ``i``, just past an opening bracket, with strings and comments skipped and ``opening`` /
+    ``closing`` brackets counted: (the index after the bracket that closes it, the commas met outside inner
+    brackets), or (where the scan stopped, ``enough``) once that many commas are met; None when the scan
+    gives up (an unterminated string, a call longer than the limit)."""
+    depth, commas, limit = 1, 0, min(len(text), i + _SCAN_LIMIT)
+    while i < limit:
+        char = text[i]
+        if char in opening:
+            depth += 1
+        elif char in closing:
+            depth -= 1
+            if not depth:
+                return i + 1, commas
+        elif char == "," and depth == 1:
+            commas += 1
+            if enough is not None and commas >= enough:
+                return i + 1, commas
+        elif char == "#":
+            newline = text.find("\n", i)
+            if newline < 0:
+                return None
+            i = newline
+        elif char in "\"'":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            close = _string_end(text, i + len(quote), quote, limit)
+            if close is None:
+                return None
+            i = close - 1
+        i += 1
+    return None
+
+
+def _string_end(text: str, i: int, quote: str, limit: int) -> Optional[int]:
+    while i < limit:
+        char = text[i]
+        if char == "\\":
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            return i + len(quote)
+        if char == "\n" and len(quote) == 1:
+            return None  # an unterminated one-line string: stop guessing
+        i += 1
+    return None

@@ -1,6 +1,6 @@
 """The DataLoaders a file builds, the loops that iterate them and the batches those loops move to a device.
 
-Facts shared by the input-pipeline rules (TL401, TL402, TL403), read off the file's index. A loader is tied
+Facts shared by the input-pipeline rules (TL103, TL401, TL402, TL403), read off the file's index. A loader is tied
 to a loop only through what the file shows: the loop iterates the name the loader was assigned to
 (``train_loader``, ``self.train_loader``), possibly through ``enumerate``/``tqdm``/``zip`` or a helper
 function of the same file that takes the loader as a parameter. A loader built in another module
@@ -11,13 +11,14 @@ rather than guess.
 from __future__ import annotations
 
 import ast
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import (
-    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, keyword_value, source_order, target_names,
-    walk,
+    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer, keyword_value,
+    source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 
@@ -33,6 +34,10 @@ WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar
 # In-memory datasets: indexing them is a tensor slice, which worker processes only slow down.
 _IN_MEMORY_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 UNREADABLE = object()  # an argument ``*args``/``**kwargs`` may set
+# A name that says it holds a loader (TL103 takes a loop over one as a loop over batches). Case-sensitive, so
+# that the text gate (``text_prefilter.may_name_a_loader``) can test it without lowering the whole text:
+# `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
+LOADER_NAME = re.compile(r"[lL]oader|LOADER|_dl$|^dl$|_dl_|^dl_")
 
 
 def loader_argument(call: ast.Call, name: str) -> Union[None, ast.expr, object]:
@@ -41,7 +46,7 @@ def loader_argument(call: ast.Call, name: str) -> Union[None, ast.expr, object]:
     found = keyword_value(call, name)
     if found is not None:
         return found
-    if _has_star(call):
+    if has_star(call):
         return UNREADABLE
     position = argument_position(call, name)
     return call.args[position] if position is not None else None
@@ -59,17 +64,13 @@ def argument_position(call: ast.Call, name: str) -> Optional[int]:
 
 def int_value(index: AstIndex, expr: ast.expr) -> Optional[int]:
     """The value of an integer literal, or of a name bound once (in scope or at module level) to one."""
-    if _is_integer(expr):
+    if is_integer(expr):
         return expr.value  # type: ignore[attr-defined]
     if type(expr) is ast.Name:
         value = index.single_value(expr.id, index.scope_of(expr))
-        if value is not None and _is_integer(value):
+        if value is not None and is_integer(value):
             return value.value  # type: ignore[attr-defined]
     return None
-
-
-def _is_integer(node: ast.AST) -> bool:
-    return type(node) is ast.Constant and type(node.value) is int  # type: ignore[attr-defined]  # not True
 
 
 @dataclass(eq=False)
@@ -194,7 +195,7 @@ class LoaderFacts:
         is_method = self.index.class_of.get(function) is not None and params[:1] in (["self"], ["cls"])
         for info in self.index.calls_by_name.get(function.name, ()):  # type: ignore[union-attr]
             call = info.node
-            if is_method != (type(call.func) is ast.Attribute) or _has_star(call):
+            if is_method != (type(call.func) is ast.Attribute) or has_star(call):
                 continue
             chosen = keyword_value(call, name)
             if chosen is None and name in params:
@@ -211,7 +212,7 @@ class LoaderFacts:
         return {
             function.name for function in index.functions
             if any(index.is_backward_call(c.node) or index.is_optimizer_step(c.node, c.function)
-                   for c in _calls_within(index, function))
+                   for c in index.calls_within(function))
         }
 
     def loop_trains(self, loop: AstLoopInfo) -> bool:
@@ -351,7 +352,7 @@ class LoaderFacts:
                 if type(node) is ast.ClassDef and any(
                     (dotted_name(base) or "").split(".")[-1].endswith("Dataset") for base in node.bases
                 ):
-                    if any(_moves_to_cuda(index, info) for info in _calls_within(index, node)):
+                    if any(_moves_to_cuda(index, info) for info in index.calls_within(node)):
                         self._dataset_on_cuda = True
                         break
         return self._dataset_on_cuda
@@ -375,16 +376,6 @@ def _moves_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:
 
 def _scope(index: AstIndex, info: AstCallInfo) -> AstScope:
     return info.function if info.function is not None else index.tree
-
-
-def _calls_within(index: AstIndex,
-                  node: Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef]) -> List[AstCallInfo]:
-    """The calls in a def or class, its decorators' included (``ast`` places the node at its keyword)."""
-    return [info for decorator in node.decorator_list for info in index.calls_in(decorator)] + index.calls_in(node)
-
-
-def _has_star(call: ast.Call) -> bool:
-    return any(keyword.arg is None for keyword in call.keywords) or any(type(a) is ast.Starred for a in call.args)
 
 
 def _assigned_target(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
