@@ -517,6 +517,70 @@ class AstIndex:
         start = (first.lineno, self._char_column(first.lineno, first.col_offset))
         return any(token.start == start for token in StatementCode(self, statement).tokens)
 
+    def statement_line_first_line(self, line: "StatementLine") -> str:
+        """The first line of LibCST's ``code_for_node`` of a line of simple statements once stripped
+        (``code.strip().splitlines()[0]``): the topmost comment line LibCST gives the statements (their
+        ``leading_lines``: the comment lines above them, less those the module's header or the footer of
+        the block before them takes), else their own first line."""
+        head = line.first
+        for number in self._leading_lines(head):
+            text = self._line_text(number).lstrip()
+            if text:
+                return text.splitlines()[0]
+        text = self._line_text(head.lineno)[self._char_column(head.lineno, head.col_offset):]
+        text = text.lstrip() if line.last.end_lineno > head.lineno else text.strip()  # type: ignore[attr-defined]
+        return text.splitlines()[0] if text else ""
+
+    def _leading_lines(self, statement: ast.stmt) -> range:
+        """The numbers of the blank and comment lines above ``statement`` that LibCST puts in its
+        ``leading_lines``. After a compound statement, its last block's footer takes those up to the last
+        comment indented as deep as that block; the module's header takes all of those above its first
+        statement."""
+        block = self.statement_block(statement)
+        at = next(i for i, s in enumerate(block) if s is statement)
+        if at == 0:
+            if block is self.tree.body:
+                return range(0)
+            first = statement.lineno
+            while first > 1 and (not self._line_text(first - 1).strip()
+                                 or self._line_text(first - 1).lstrip().startswith("#")):
+                first -= 1
+            return range(first, statement.lineno)
+        previous = block[at - 1]
+        first = previous.end_lineno + 1  # type: ignore[operator]
+        depth = self._footer_depth(previous) if type(previous) in _COMPOUND_TYPES else None
+        if depth is not None:
+            for number in range(first, statement.lineno):
+                text = self._line_text(number)
+                body = text.lstrip()
+                if body.startswith("#") and len(text) - len(body) >= depth:
+                    first = number + 1
+        return range(first, statement.lineno)
+
+    def _footer_depth(self, statement: ast.stmt) -> Optional[int]:
+        """The indentation of the last block of a compound statement (LibCST's last ``IndentedBlock``, whose
+        footer holds the comments indented as deep after it); None where that body follows its header on
+        its line."""
+        block = statement.body  # type: ignore[attr-defined]
+        kind = type(statement)
+        if kind is ast.If and statement.orelse:  # type: ignore[attr-defined]
+            only = statement.orelse[0]  # type: ignore[attr-defined]
+            if (len(statement.orelse) == 1 and type(only) is ast.If  # type: ignore[attr-defined]
+                    and self._line_text(only.lineno)[self._char_column(only.lineno, only.col_offset):].startswith("elif")):
+                return self._footer_depth(only)
+            block = statement.orelse  # type: ignore[attr-defined]
+        elif kind in (ast.For, ast.AsyncFor, ast.While) and statement.orelse:  # type: ignore[attr-defined]
+            block = statement.orelse  # type: ignore[attr-defined]
+        elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+            block = (statement.finalbody or statement.orelse  # type: ignore[attr-defined]
+                     or (statement.handlers[-1].body if statement.handlers else statement.body))  # type: ignore[attr-defined]
+        elif kind is getattr(ast, "Match", None):
+            block = statement.cases[-1].body  # type: ignore[attr-defined]
+        head = block[0]
+        text = self._line_text(head.lineno)
+        before = text[: self._char_column(head.lineno, head.col_offset)]
+        return None if before.strip() else len(before)
+
     def _offset(self, line: int, column: int) -> int:
         """The character offset in ``source`` of (line, character column)."""
         starts = self.__dict__.get("_line_starts")
