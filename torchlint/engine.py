@@ -7,7 +7,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -159,21 +159,24 @@ def _run_rules(
     if on_index and index is not None:
         reports.extend(iter_reports(on_index, IndexContext(index, settings, path), crashes))
     analysis = FileAnalysis(module, source, path) if module is not None else None
-    ctx = RuleContext(analysis, settings) if analysis is not None else None
-    after = [rule for rule in rules if rule.runs_after_suppression and not rule.detects_on_index()]
-    if ctx is not None:
-        reports.extend(iter_reports([rule for rule in rules if not rule.runs_after_suppression
-                                     and not rule.detects_on_index()], ctx, crashes))
-    else:
-        assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
-    pending = [report for report in reports if report.rewrite is not None]
-    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree of the file
-        if module is None:
-            module = parse(source, path)  # SyntaxProblem: the callers report the file as before
-        if analysis is None:
-            analysis = FileAnalysis(module, source, path)
-        assert index is not None
-        _make_rewrites(pending, index, analysis)
+    on_libcst = [rule for rule in rules if not rule.detects_on_index()]
+    if on_libcst:
+        assert analysis is not None, "LibCST rules need LibCST's tree"
+        reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
+    after = [rule for rule in rules if rule.runs_after_suppression]
+
+    def make_rewrites(found: List[Report]) -> None:
+        """The fixes that findings on the index propose, made on LibCST's tree of the file."""
+        nonlocal module, analysis
+        pending = [report for report in found if report.rewrite is not None]
+        if pending:
+            if module is None:
+                module = parse(source, path)  # SyntaxProblem: the callers report the file as before
+            if analysis is None:
+                analysis = FileAnalysis(module, source, path)
+            _make_rewrites(pending, index, analysis)
+
+    make_rewrites(reports)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -218,17 +221,17 @@ def _run_rules(
 
     keep(reports)
     if after:
-        used = frozenset(suppressions.used)
-        start = len(ctx.reports)
+        ctx = IndexContext(index, settings, path, source)  # type: ignore[arg-type]  # None: CPython rejects the file
         for rule in after:
             ctx._rule = rule
             try:
-                rule.check_suppressions(ctx, used, selected or frozenset(r.code for r in rules))
+                rule.check_suppressions(ctx, suppressions, selected or frozenset(r.code for r in rules))
             except RecursionError:
                 raise
             except Exception as error:  # noqa: BLE001 - as in iter_reports
                 crashes.append(RuleCrash(rule, error))
-        keep(ctx.reports[start:])
+        make_rewrites(ctx.reports)
+        keep(ctx.reports)
     kept.sort(key=lambda pair: pair[0].sort_key)
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
@@ -236,19 +239,22 @@ def _run_rules(
     return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
-def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
+def _make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis: FileAnalysis) -> None:
     """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
     file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call) or
-    on the module, or its ``refused`` message where the rewrite cannot be made."""
-    calls = [info.node for info in index.calls]
-    if len(calls) == len(analysis.calls):
-        twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
-    else:  # never seen: the two parsers disagree on the calls; match them by place instead
-        from torchlint.positions import node_spans
+    on the module, or its ``refused`` message where the rewrite cannot be made. ``index`` is None where
+    CPython rejects the file: only rewrites of the module are made there."""
+    twins: Dict[int, Optional[cst.CSTNode]] = {}
+    if index is not None and any(report.rewrite.call is not None for report in reports):  # type: ignore[union-attr]
+        calls = [info.node for info in index.calls]
+        if len(calls) == len(analysis.calls):
+            twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
+        else:  # never seen: the two parsers disagree on the calls; match them by place instead
+            from torchlint.positions import node_spans
 
-        by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
-                                                           analysis.source).items()}
-        twins = {id(call): by_span.get(index.span(call)) for call in calls}
+            by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
+                                                               analysis.source).items()}
+            twins = {id(call): by_span.get(index.span(call)) for call in calls}
     for report in reports:
         rewrite = report.rewrite
         assert rewrite is not None
@@ -262,6 +268,8 @@ def _make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAna
             report.message = rewrite.refused.replace("{reason}", made)
         else:
             report.fix = made
+            if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)
+                report.node = next(iter(made.replacements))
 
 
 def lint_source(
