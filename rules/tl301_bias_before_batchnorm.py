@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.ast_index import AstIndex, StatementLine, call_name, dotted_name, is_literal, keyword_value
-from torchlint.ast_index import source_order, walk
+from torchlint.ast_index import source_order
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import (
     Before, ClassAttributes, applied_next, applied_to_output_of, arguments, class_attributes, module_before,
@@ -424,8 +424,7 @@ def _unguarded_bias_uses(index: AstIndex) -> List[_BiasUse]:
     ``nn.init.zeros_(m.bias)``), outside an ``if ... bias is not None`` guard, in source order. ``self.bias``
     (the module's own parameter) and ``self.conv.bias`` (checked per class) are left out."""
     uses = []
-    attributes = [n for n in walk(index.tree) if type(n) is ast.Attribute and n.attr == "bias"]  # type: ignore[attr-defined]
-    for node in sorted(attributes, key=source_order):
+    for node in index.attributes_named("bias"):
         base = node.value  # type: ignore[attr-defined]
         if type(base) is ast.Name and base.id == "self" or self_attribute(base) is not None:
             continue

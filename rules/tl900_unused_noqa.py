@@ -25,8 +25,8 @@ class UnusedNoqa(Rule):
     finding was fixed, the code moved, or the code is not a torchlint rule at all (`TL999`). Codes of other
     tools (`E501`, `F401`) and bare `# noqa` are left alone, as are codes of rules that are not selected for
     the file (they cannot be judged). Files with a line that holds only a backslash (a line continuation)
-    are left alone too: LibCST keeps no trace of such a line, so the rule cannot tell which line a comment
-    is on.
+    are left alone too: LibCST, which rebuilds the comment for the fix, keeps no trace of such a line, so
+    the fix could not tell which line a comment is on.
 
     ## Why is this slow?
     It is not: a stale `# noqa` hides the next real finding on that line, so a slow pattern written there

@@ -392,7 +392,23 @@ class AstIndex:
     def statement_block(self, statement: ast.stmt) -> List[ast.stmt]:
         """The statement list that holds ``statement``: a body, an ``else``/``finally`` block, the module's
         (LibCST's ``IndentedBlock``, ``SimpleStatementSuite`` or ``Module`` around its statement line)."""
-        return _block_holding(self.parents.get(statement) or self.tree, statement)
+        parent = self.parents.get(statement)
+        if parent is None and type(statement) in _LEAVES:  # `pass`, `break`, `global x`: no parent link
+            parent = self._statement_holding(statement)
+        return _block_holding(parent or self.tree, statement)
+
+    def _statement_holding(self, statement: ast.stmt) -> Optional[ast.AST]:
+        """The statement, handler or case whose block holds ``statement``, by a walk of the statements."""
+        stack: List[ast.AST] = [self.tree]
+        while stack:
+            node = stack.pop()
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                block = getattr(node, name, None)
+                if type(block) is list:
+                    if any(child is statement for child in block):
+                        return node
+                    stack.extend(block)
+        return None
 
     def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
         block = self.statement_block(statement)
@@ -587,6 +603,19 @@ class AstIndex:
         if starts is None:
             starts = self.__dict__["_line_starts"] = [0] + [m.end() for m in _NEWLINE_SPLIT.finditer(self.source)]
         return starts[line - 1] + column if line <= len(starts) else len(self.source)
+
+    def attributes_named(self, name: str) -> List[ast.Attribute]:
+        """Every ``<expr>.<name>`` in the file, in source order (the outer first of two that start
+        together); the first question walks the tree once for every name."""
+        by_name = self.__dict__.get("_attributes")
+        if by_name is None:
+            by_name = self.__dict__["_attributes"] = {}
+            for node in walk(self.tree):
+                if type(node) is ast.Attribute:
+                    by_name.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined]
+            for found in by_name.values():
+                found.sort(key=source_order)
+        return by_name.get(name, [])
 
     # --- calls by what they call -------------------------------------------------------------------
     def calls_to(self, *qualified: str) -> List[AstCallInfo]:
