@@ -66,12 +66,10 @@ class UnusedNoqa(Rule):
         """Nothing to find before suppression: see ``check_suppressions``."""
 
     def check_suppressions(self, ctx: IndexContext, suppressions: Suppressions, selected: FrozenSet) -> None:
-        from torchlint.positions import has_continuation_only_line
         from torchlint.registry import rules_by_code
 
-        if not suppressions.directives or has_continuation_only_line(ctx.source):
-            return  # (there LibCST's comments, which the fix rebuilds, are a line short below the line)
         known, used = set(rules_by_code()), suppressions.used
+        found = []
         for line, (column, comment) in suppressions.directives.items():
             match = LINE_NOQA.search(comment)
             if match is None or not match.group("codes"):
@@ -89,10 +87,17 @@ class UnusedNoqa(Rule):
             label = kinds[0] if len(set(kinds)) == 1 else "unused or unknown"
             message = f"unused `noqa` directive ({label}: {detail}); remove it"
             new_value = _without(comment, match, [c for c in codes if c not in unused])
+            found.append(((line, column, line, column + len(comment)), message, new_value))
+        if not found:
+            return
+        from torchlint.positions import has_continuation_only_line  # (it loads LibCST: only for a finding)
+
+        if has_continuation_only_line(ctx.source):
+            return  # LibCST's comments, which the fix rebuilds, are a line short below such a line
+        for span, message, new_value in found:
             # `refused` is the message itself: a comment inside brackets, or in the file's header or footer,
             # has no statement to rebuild and is reported without a fix
-            ctx.report_at((line, column, line, column + len(comment)), message,
-                          Rewrite(functools.partial(_rebuilt, line, column, new_value), message))
+            ctx.report_at(span, message, Rewrite(functools.partial(_rebuilt, span[0], span[1], new_value), message))
 
 
 def _rebuilt(line: int, column: int, new_value: Optional[str], module: cst.Module,

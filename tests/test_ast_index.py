@@ -250,20 +250,16 @@ def _first_lines_libcst(source):
 
 
 def _first_lines_ast(source):
-    from torchlint.ast_index import StatementLine
+    from torchlint.ast_index import COMPOUND_STATEMENTS, StatementLine
 
     index = AstIndex(ast.parse(source), source)
     lines = {}
     for node in ast.walk(index.tree):
-        if isinstance(node, ast.stmt) and not isinstance(node, tuple(_COMPOUND)):
+        if isinstance(node, ast.stmt) and type(node) not in COMPOUND_STATEMENTS:
             line = index.statement_line(node)
             if isinstance(line, StatementLine):
                 lines[(line.first.lineno, line.first.col_offset)] = index.statement_line_first_line(line)
     return [lines[place] for place in sorted(lines)]
-
-
-_COMPOUND = {ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef,
-             ast.AsyncFunctionDef, ast.ClassDef, ast.Match}
 
 
 @pytest.mark.parametrize("source", FIRST_LINES + [path.read_text(encoding="utf-8") for path in SAMPLES],
@@ -278,3 +274,15 @@ def test_attributes_named_are_every_attribute_of_that_name_in_source_order():
     assert [ast.unparse(node) for node in index.attributes_named("bias")] == [
         "m.bias", "self.bias", "g(x.bias).bias", "x.bias"]
     assert index.attributes_named("weight") == []
+
+
+def test_the_simple_statement_next_to_another_is_on_a_line_of_simple_statements():
+    source = "a = 1; b = 2\nc = 3\nif x: d = 4; e = 5\nfor y in z:\n    pass\nf = 6\n"
+    index = AstIndex(ast.parse(source), source)
+    a, b, c, branch, loop, f = index.tree.body
+    d, e = branch.body
+    assert index.simple_statement_next_to(b, -1) is a and index.simple_statement_next_to(b, 1) is c
+    assert index.simple_statement_next_to(a, -1) is None and index.simple_statement_next_to(c, 1) is None
+    assert index.simple_statement_next_to(e, -1) is None  # a body on its header's line: LibCST's suite
+    assert index.simple_statement_next_to(f, -1) is None  # after a compound statement
+    assert index.simple_statement_next_to(loop, -1) is None and index.simple_statement_next_to(branch, -1) is c

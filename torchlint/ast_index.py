@@ -384,7 +384,7 @@ class AstIndex:
         the same line (``if x: a = 1``)."""
         for candidate in (node, *self.ancestors(node)):
             if isinstance(candidate, ast.stmt):
-                if type(candidate) in _COMPOUND_TYPES:
+                if type(candidate) in COMPOUND_STATEMENTS:
                     return candidate
                 return self.statement_line(candidate)
         return None
@@ -409,6 +409,18 @@ class AstIndex:
                         return node
                     stack.extend(block)
         return None
+
+    def simple_statement_next_to(self, statement: ast.stmt, step: int) -> Optional[ast.stmt]:
+        """The simple statement right before (``step`` -1) or after (+1) ``statement`` in its block, where
+        both are on lines of simple statements (LibCST's ``SimpleStatementLine``: never a compound
+        statement, nor a body on its header's line, ``if x: a; b``)."""
+        if type(statement) not in COMPOUND_STATEMENTS and self.statement_line(statement) is statement:
+            return None  # after a header on its line
+        block = self.statement_block(statement)
+        at = next(i for i, s in enumerate(block) if s is statement) + step
+        if not 0 <= at < len(block) or type(block[at]) in COMPOUND_STATEMENTS:
+            return None
+        return block[at]
 
     def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
         block = self.statement_block(statement)
@@ -564,7 +576,7 @@ class AstIndex:
             return range(first, statement.lineno)
         previous = block[at - 1]
         first = previous.end_lineno + 1  # type: ignore[operator]
-        depth = self._footer_depth(previous) if type(previous) in _COMPOUND_TYPES else None
+        depth = self._footer_depth(previous) if type(previous) in COMPOUND_STATEMENTS else None
         if depth is not None:
             for number in range(first, statement.lineno):
                 text = self._line_text(number)
@@ -788,7 +800,7 @@ def _block_holding(parent: ast.AST, statement: ast.stmt) -> List[ast.stmt]:
     raise LookupError("statement not found in its parent's blocks")
 
 
-_COMPOUND_TYPES = frozenset(t for t in (
+COMPOUND_STATEMENTS = frozenset(t for t in (
     ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", None),
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, getattr(ast, "Match", None)) if t is not None)
 _FUNCTION_TYPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})

@@ -85,34 +85,15 @@ def names_spelled(nodes: List[ast.AST], name: str) -> int:
                 count += node.name == name  # type: ignore[attr-defined]
             elif kind is ast.alias:
                 count += name in node.name.split(".") + [node.asname]  # type: ignore[attr-defined]
+            elif kind is ast.MatchMapping:
+                count += node.rest == name  # type: ignore[attr-defined]
+            elif kind is ast.MatchClass:
+                count += node.kwd_attrs.count(name)  # type: ignore[attr-defined]
             elif kind is ast.ImportFrom:
                 count += name in (node.module or "").split(".")  # type: ignore[attr-defined]
             elif kind is ast.Global or kind is ast.Nonlocal:
                 count += node.names.count(name)  # type: ignore[attr-defined]
     return count
-
-
-# --- statements next to each other, in LibCST's terms ------------------------------------------------
-def simple_statement_next_to(index: AstIndex, statement: ast.stmt, step: int) -> Optional[ast.stmt]:
-    """The simple statement right before (``step`` -1) or after (+1) ``statement`` in its block, where both
-    are on lines of simple statements (LibCST's ``SimpleStatementLine``: never a compound statement, nor a
-    body on its header's line, ``if x: a; b``)."""
-    if type(statement) not in _COMPOUND and not _on_a_line_of_its_own(index, statement):
-        return None
-    block = index.statement_block(statement)
-    at = next(i for i, s in enumerate(block) if s is statement) + step
-    if not 0 <= at < len(block) or type(block[at]) in _COMPOUND:
-        return None
-    return block[at]
-
-
-def _on_a_line_of_its_own(index: AstIndex, statement: ast.stmt) -> bool:
-    return index.statement_line(statement) is not statement
-
-
-_COMPOUND = frozenset(t for t in (
-    ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", None),
-    ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, getattr(ast, "Match", None)) if t is not None)
 
 
 # --- nn.Sequential(...), OrderedDict, lists passed to nn.Sequential(*layers), add_module -----------------
@@ -182,7 +163,7 @@ def _previous_add_module(index: AstIndex, call: ast.Call) -> Optional[Before]:
     owner = call.func.value if type(call.func) is ast.Attribute else None  # type: ignore[attr-defined]
     if type(small) is not ast.Expr or owner is None or not _is_sequential_object(index, owner, call):
         return None
-    previous = simple_statement_next_to(index, small, -1)  # type: ignore[arg-type]
+    previous = index.simple_statement_next_to(small, -1)  # type: ignore[arg-type]
     if not (type(previous) is ast.Expr and type(previous.value) is ast.Call):  # type: ignore[union-attr]
         return None
     before: ast.Call = previous.value  # type: ignore[union-attr]
@@ -322,14 +303,14 @@ def _previous_statement_item(index: AstIndex, node: ast.expr) -> Optional[Before
         return None  # `layers = [bn, ...]` starts the list
     if not _passed_to_sequential(index, name, index.scope_of(node)):
         return None
-    previous = simple_statement_next_to(index, small, -1)
+    previous = index.simple_statement_next_to(small, -1)
     guard = None
     if previous is None:
         # `if normalize:` / `if bn:` right after the module, holding only this statement, with no else
         guard = index.parent(small)
         if not (type(guard) is ast.If and guard.body == [small] and not guard.orelse):  # type: ignore[union-attr]
             return None
-        previous = simple_statement_next_to(index, guard, -1)  # type: ignore[arg-type]
+        previous = index.simple_statement_next_to(guard, -1)  # type: ignore[arg-type]
         if previous is None:
             return None
     last = _last_added(previous, name)
@@ -438,7 +419,7 @@ def applied_to_output_of(index: AstIndex, use: ast.Call) -> Optional[str]:
         return None
     if small.value is None or names_spelled([small.value], name) != 1:  # type: ignore[union-attr]
         return None
-    previous = simple_statement_next_to(index, small, -1)  # type: ignore[arg-type]
+    previous = index.simple_statement_next_to(small, -1)  # type: ignore[arg-type]
     if not (type(previous) is ast.Assign and len(previous.targets) == 1 and type(previous.targets[0]) is ast.Name
             and previous.targets[0].id == name and type(previous.value) is ast.Call):  # type: ignore[union-attr]
         return None
@@ -455,7 +436,7 @@ def applied_next(index: AstIndex, use: ast.Call) -> List[ast.Call]:
         return [outer] if self_attribute(outer.func) is not None and applied_to_output_of(index, outer) is not None else []
     if type(parent) is not ast.Assign:
         return []
-    following = simple_statement_next_to(index, parent, 1)  # type: ignore[arg-type]
+    following = index.simple_statement_next_to(parent, 1)  # type: ignore[arg-type]
     if following is None:
         return []
     return [info.node for info in index.calls_in(following)
