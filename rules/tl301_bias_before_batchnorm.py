@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import AstIndex, StatementLine, call_name, dotted_name, is_literal, keyword_value
-from torchlint.ast_index import source_order
+from torchlint.ast_index import (
+    AstIndex, StatementLine, arguments, call_name, dotted_name, is_literal, keyword_value, source_order,
+)
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import (
-    Before, ClassAttributes, applied_next, applied_to_output_of, arguments, class_attributes, module_before,
-    names_spelled, self_attribute,
+    Before, ClassAttributes, applied_next, applied_to_output_of, class_attributes, module_before, names_spelled,
+    self_attribute,
 )
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 

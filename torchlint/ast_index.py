@@ -656,17 +656,30 @@ def source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a call as LibCST's ``Call.args`` lists it."""
+
+    node: ast.AST  # the positional value, the ``Starred`` or the ``keyword``
+    value: ast.expr  # what is passed (a ``Starred``'s value)
+    star: str  # "", "*" or "**"
+    keyword: Optional[str]
+
+
+def arguments(call: ast.Call) -> List[Argument]:
+    """The arguments in source order, keywords and stars included, as LibCST's ``Call.args``."""
+    found = [Argument(arg, arg.value, "*", None) if type(arg) is ast.Starred else Argument(arg, arg, "", None)
+             for arg in call.args]
+    found += [Argument(given, given.value, "**" if given.arg is None else "", given.arg) for given in call.keywords]
+    if call.keywords and call.args:
+        found.sort(key=lambda argument: _position(argument.node))
+    return found
+
+
 def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
     """The arguments as LibCST's ``Call.args`` lists them: in source order, as (keyword, value), the keyword
     None for positional arguments and for ``*x`` and ``**x`` (as LibCST's ``Arg.keyword``)."""
-    found: List[Tuple[Tuple[int, int], Optional[str], ast.expr]] = []
-    for arg in call.args:
-        found.append((_position(arg), None, arg.value if type(arg) is ast.Starred else arg))
-    for given in call.keywords:
-        found.append((_position(given), given.arg, given.value))
-    if call.keywords and call.args:
-        found.sort(key=lambda entry: entry[0])
-    return [(name, value) for _, name, value in found]
+    return [(argument.keyword, argument.value) for argument in arguments(call)]
 
 
 def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:

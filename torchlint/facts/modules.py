@@ -16,31 +16,12 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstScope, call_name, walk
+from torchlint.ast_index import Argument, AstIndex, AstScope, arguments, call_name, walk
 
 SEQUENTIAL = "torch.nn.Sequential"
 _ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
 _APPENDERS = ("append", "extend")
 _SIMPLE_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-
-
-@dataclass(frozen=True)
-class Argument:
-    """One argument of a call as LibCST's ``Call.args`` lists it (source order, keywords included)."""
-
-    node: ast.AST  # the positional value, the ``Starred`` or the ``keyword``
-    value: ast.expr
-    star: str  # "", "*" or "**"
-    keyword: Optional[str]
-
-
-def arguments(call: ast.Call) -> List[Argument]:
-    found = [Argument(arg, arg.value if type(arg) is ast.Starred else arg, "*" if type(arg) is ast.Starred else "",
-                      None) for arg in call.args]
-    found += [Argument(given, given.value, "**" if given.arg is None else "", given.arg) for given in call.keywords]
-    if call.keywords and call.args:
-        found.sort(key=lambda argument: (argument.node.lineno, argument.node.col_offset))  # type: ignore[attr-defined]
-    return found
 
 
 def argument_of(index: AstIndex, node: ast.expr) -> Optional[Tuple[ast.Call, int, Argument]]:
