@@ -5,7 +5,8 @@
 Runs this checkout's torchlint and the baseline checkout's (e.g. `git worktree add ../base main`) on every
 TREE, every rule on, without the cache: `check --output-format json --unsafe-fixes` (each finding's code,
 message, span, fix applicability and the edits its fix makes) and `fix --diff --unsafe-fixes` (the text every fix,
-unsafe ones included, writes after all passes). Prints the count per rule and every difference; exits 1
+unsafe ones included, writes after all passes), and `check`'s default text, whose `[*]` marks are made
+without the fixes' text (`torchlint.rewrites`). Prints the count per rule and every difference; exits 1
 when there is one. Migrating a rule onto the index (docs/architecture.md, "One program model") is done
 when this prints "identical" on the fixtures, the installed torch tree and the training-code corpus.
 """
@@ -40,6 +41,13 @@ def findings(checkout: Path, trees: List[str], select: str, jobs: str) -> List[d
     return sorted(json.loads(out or b"[]"), key=lambda d: (d["path"], d["line"], d["column"], d["code"], d["message"]))
 
 
+def concise(checkout: Path, trees: List[str], select: str, jobs: str) -> List[str]:
+    """The text `check` prints by default, `[*]` marks and all (made without the fixes' text edits)."""
+    out = run(checkout, ["check", *trees, "--select", select, "--output-format", "concise", "--no-cache",
+                         "--unsafe-fixes", "--exit-zero", "--jobs", jobs])
+    return sorted(out.decode("utf-8", "replace").splitlines())
+
+
 def fix_diff(checkout: Path, trees: List[str], select: str, jobs: str) -> List[str]:
     out = run(checkout, ["fix", *trees, "--select", select, "--diff", "--unsafe-fixes", "--no-cache", "--jobs", jobs])
     return out.decode("utf-8", "replace").splitlines()
@@ -63,10 +71,16 @@ def main(argv: Sequence[str] = ()) -> int:
         for row in sorted(rows):
             d = json.loads(row)
             print(f"{label}: {d['path']}:{d['line']}:{d['column']} {d['code']} fix={d['fix'] and d['fix']['applicability']} {d['message'][:100]}")
+    ours_text, theirs_text = (concise(c, trees, args.select, args.jobs) for c in (HERE, args.baseline.resolve()))
+    for label, lines in (("only in the baseline", set(theirs_text) - set(ours_text)),
+                         ("only in this checkout", set(ours_text) - set(theirs_text))):
+        for line in sorted(lines):
+            print(f"{label} (check's text): {line[:160]}")
     same_fixes = fix_diff(HERE, trees, args.select, args.jobs) == fix_diff(args.baseline.resolve(), trees, args.select, args.jobs)
     print("findings:", "identical" if not lost and not new else f"{sum(lost.values())} lost, {sum(new.values())} new")
+    print("check's text (fix marks):", "identical" if ours_text == theirs_text else "DIFFERS")
     print("fixed text (fix --diff --unsafe-fixes):", "identical" if same_fixes else "DIFFERS")
-    return 0 if (not lost and not new and same_fixes) else 1
+    return 0 if (not lost and not new and ours_text == theirs_text and same_fixes) else 1
 
 
 if __name__ == "__main__":

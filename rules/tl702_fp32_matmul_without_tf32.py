@@ -167,15 +167,19 @@ class Fp32MatmulWithoutTf32(Rule):
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
         anchor = guard.test if in_guard else loop_header(next(loop for loop in training if loop.function is None))
-        rewrite = Rewrite(partial(self._fix, in_guard=in_guard), message + " (not fixed automatically: {reason})")
+        spawns = any(index.qualified_name(info.node.func) in _SPAWN_CALLS for info in index.calls)
+        # what the fix reads besides the imports: the `__main__` block, or the statements that start the file
+        reads = (guard,) if in_guard else _leading_statements(index)
+        rewrite = Rewrite(partial(self._fix, in_guard=in_guard, spawns=spawns),
+                          message + " (not fixed automatically: {reason})", statements=reads)
         ctx.report(anchor, message=message, rewrite=rewrite)
 
     @staticmethod
-    def _fix(module: cst.Module, a: FileAnalysis, in_guard: bool) -> Union[Fix, str]:
+    def _fix(module: cst.Module, a: FileAnalysis, in_guard: bool, spawns: bool) -> Union[Fix, str]:
         """The setting as the first statement of the `__main__` block (``in_guard``), else after the leading
         imports; or why it cannot go there."""
         guard = _main_guard(module) if in_guard else None
-        if any(a.qualified_name(call.func) in _SPAWN_CALLS for call in a.calls):
+        if spawns:
             return "its worker processes do not run the `__main__` block; set it at the start of each worker"
         alias = a.module_alias("torch")
         imports = () if alias is not None else (ImportRequest("torch"),)
@@ -210,6 +214,15 @@ def _main_guard_on_index(index: AstIndex) -> Optional[ast.If]:
             ):
                 return statement
     return None
+
+
+def _leading_statements(index: AstIndex) -> tuple:
+    """A docstring, the run of imports after it and the first statement past them: what
+    ``_last_leading_import`` and ``_is_docstring`` read on LibCST's tree."""
+    body = index.tree.body
+    start = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
+    end = next((i for i in range(start, len(body)) if not isinstance(body[i], (ast.Import, ast.ImportFrom))), None)
+    return tuple(body[:len(body) if end is None else end + 1])
 
 
 def _main_guard(module: cst.Module) -> Optional[cst.If]:

@@ -347,9 +347,22 @@ class AstIndex:
         if node in self.parents or node is self.tree:
             function = self.function_of(node)
         else:
-            around = [f for f in (*self.functions, *self.lambdas) if f is not node and self.contains(f, node)]
-            function = max(around, key=_position, default=None)
+            function = self._function_holding(node)
         return function if function is not None else self.tree
+
+    def _function_holding(self, node: ast.AST) -> Optional[AstFunction]:
+        """The innermost def or lambda whose text holds ``node``: the last one to start before it, else
+        the first of that one's enclosing functions that holds it (one that holds ``node`` and starts
+        earlier holds the other's start too, so it encloses it)."""
+        starts = self.__dict__.get("_function_starts")
+        if starts is None:
+            ordered = sorted((*self.functions, *self.lambdas), key=_position)
+            starts = self.__dict__["_function_starts"] = ([_position(f) for f in ordered], ordered)
+        at = bisect.bisect_right(starts[0], _position(node)) - 1
+        function: Optional[AstFunction] = starts[1][at] if at >= 0 else None
+        while function is not None and (function is node or not self.contains(function, node)):
+            function = self.function_of(function)
+        return function
 
     def in_class(self, node: ast.AST) -> bool:
         return any(type(ancestor) is ast.ClassDef for ancestor in self.ancestors(node))
@@ -431,7 +444,7 @@ class AstIndex:
         while last + 1 < len(block) and block[last + 1].lineno == block[last].end_lineno:
             last += 1
         head = block[first]
-        if self._line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
+        if self.line_text(head.lineno)[: self._char_column(head.lineno, head.col_offset)].strip():
             return statement  # after `if x:` on its line: LibCST's statement is the simple statement itself
         return StatementLine(head, block[last])
 
@@ -445,7 +458,7 @@ class AstIndex:
         end_line = last.end_lineno  # type: ignore[attr-defined]
         end_column = self._char_column(end_line, last.end_col_offset)  # type: ignore[attr-defined]
         kind = type(node)
-        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self._line_text(line)[column:column + 1] == "(":
+        if (kind is ast.GeneratorExp or kind is ast.Tuple) and self.line_text(line)[column:column + 1] == "(":
             # LibCST leaves brackets out: a generator's span takes the call's, `f(x for x in y)`, a tuple's
             # only its own (not those of `(a), (b)`)
             inside = self._inside_brackets(line, column, end_line, end_column, kind is ast.Tuple)
@@ -463,8 +476,8 @@ class AstIndex:
         """The span of what the bracket at (line, column) and its partner at the span's end hold, from its
         first token to its last (comments and line breaks around them left out); None where the bracket
         closes before the end (``own_only``) or the text does not tokenize."""
-        text = "\n".join(self._line_text(n) for n in range(line, end_line + 1))
-        text = text[column:len(text) - len(self._line_text(end_line)) + end_column]
+        text = "\n".join(self.line_text(n) for n in range(line, end_line + 1))
+        text = text[column:len(text) - len(self.line_text(end_line)) + end_column]
         try:
             tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
                       if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.ENDMARKER,
@@ -510,19 +523,20 @@ class AstIndex:
         """The text of ``node``'s span (``code_for_node`` quotes a node as LibCST writes it)."""
         line, column, end_line, end_column = self.span(node)
         if line == end_line:
-            return self._line_text(line)[column:end_column]
-        lines = [self._line_text(line)[column:], *map(self._line_text, range(line + 1, end_line)),
-                 self._line_text(end_line)[:end_column]]
+            return self.line_text(line)[column:end_column]
+        lines = [self.line_text(line)[column:], *map(self.line_text, range(line + 1, end_line)),
+                 self.line_text(end_line)[:end_column]]
         return "\n".join(lines)
 
-    def _line_text(self, line: int) -> str:
+    def line_text(self, line: int) -> str:
+        """Line ``line`` of the source (1-based), without its line end."""
         lines = self.__dict__.get("_lines")
         if lines is None:
             lines = self.__dict__["_lines"] = _NEWLINE_SPLIT.split(self.source)
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     def _char_column(self, line: int, byte_column: int) -> int:
-        text = self._line_text(line)
+        text = self.line_text(line)
         if text.isascii():
             return byte_column
         return len(text.encode("utf-8")[:byte_column].decode("utf-8", "replace"))
@@ -552,10 +566,10 @@ class AstIndex:
         the block before them takes), else their own first line."""
         head = line.first
         for number in self._leading_lines(head):
-            text = self._line_text(number).lstrip()
+            text = self.line_text(number).lstrip()
             if text:
                 return text.splitlines()[0]
-        text = self._line_text(head.lineno)[self._char_column(head.lineno, head.col_offset):]
+        text = self.line_text(head.lineno)[self._char_column(head.lineno, head.col_offset):]
         text = text.lstrip() if line.last.end_lineno > head.lineno else text.strip()  # type: ignore[attr-defined]
         return text.splitlines()[0] if text else ""
 
@@ -570,8 +584,8 @@ class AstIndex:
             if block is self.tree.body:
                 return range(0)
             first = statement.lineno
-            while first > 1 and (not self._line_text(first - 1).strip()
-                                 or self._line_text(first - 1).lstrip().startswith("#")):
+            while first > 1 and (not self.line_text(first - 1).strip()
+                                 or self.line_text(first - 1).lstrip().startswith("#")):
                 first -= 1
             return range(first, statement.lineno)
         previous = block[at - 1]
@@ -579,7 +593,7 @@ class AstIndex:
         depth = self._footer_depth(previous) if type(previous) in COMPOUND_STATEMENTS else None
         if depth is not None:
             for number in range(first, statement.lineno):
-                text = self._line_text(number)
+                text = self.line_text(number)
                 body = text.lstrip()
                 if body.startswith("#") and len(text) - len(body) >= depth:
                     first = number + 1
@@ -594,7 +608,7 @@ class AstIndex:
         if kind is ast.If and statement.orelse:  # type: ignore[attr-defined]
             only = statement.orelse[0]  # type: ignore[attr-defined]
             if (len(statement.orelse) == 1 and type(only) is ast.If  # type: ignore[attr-defined]
-                    and self._line_text(only.lineno)[self._char_column(only.lineno, only.col_offset):].startswith("elif")):
+                    and self.line_text(only.lineno)[self._char_column(only.lineno, only.col_offset):].startswith("elif")):
                 return self._footer_depth(only)
             block = statement.orelse  # type: ignore[attr-defined]
         elif kind in (ast.For, ast.AsyncFor, ast.While) and statement.orelse:  # type: ignore[attr-defined]
@@ -605,9 +619,13 @@ class AstIndex:
         elif kind is getattr(ast, "Match", None):
             block = statement.cases[-1].body  # type: ignore[attr-defined]
         head = block[0]
-        text = self._line_text(head.lineno)
+        text = self.line_text(head.lineno)
         before = text[: self._char_column(head.lineno, head.col_offset)]
         return None if before.strip() else len(before)
+
+    def lines_text(self, first: int, last: int) -> str:
+        """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
+        return self.source[self._offset(first, 0):self._offset(last + 1, 0)]
 
     def _offset(self, line: int, column: int) -> int:
         """The character offset in ``source`` of (line, character column)."""
@@ -717,7 +735,7 @@ class StatementCode:
 
     def __init__(self, index: AstIndex, statement: ast.stmt) -> None:
         self.index = index
-        first = index._line_text(statement.lineno)
+        first = index.line_text(statement.lineno)
         self.indent = first[: len(first) - len(first.lstrip(" \t"))]
         self.tokens: List[tokenize.TokenInfo] = []  # up to the logical line's end, layout left out
         self.broken_lines = set()  # lines that end inside brackets (LibCST's ParenthesizedWhitespace)

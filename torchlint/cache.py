@@ -21,7 +21,7 @@ import sys
 import tempfile
 from functools import lru_cache
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from torchlint import __version__
 from torchlint.rule import Applicability, Diagnostic, Edit
@@ -95,6 +95,21 @@ def _mac(secret: bytes, key: str, payload: bytes) -> str:
     return hmac.new(secret, key.encode("ascii") + b"\n" + payload, hashlib.sha256).hexdigest()
 
 
+@lru_cache(maxsize=256)
+def _key_suffix(rule_codes: Tuple[str, ...], torch_version: tuple, mode: str) -> bytes:
+    return repr((code_fingerprint(), rule_codes, torch_version, mode)).encode()
+
+
+def cache_at(folder: Path) -> "Cache":
+    """The one ``Cache`` of a folder (and this user's key) in this process: its key is read once."""
+    return _cache(folder, machine_key_path())
+
+
+@lru_cache(maxsize=None)
+def _cache(folder: Path, key_path: Path) -> "Cache":
+    return Cache(folder)
+
+
 class Cache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -103,7 +118,7 @@ class Cache:
 
     def key(self, data: bytes, rule_codes: Sequence[str], torch_version: tuple, mode: str) -> str:
         digest = hashlib.blake2b(data, digest_size=20)
-        digest.update(repr((code_fingerprint(), tuple(rule_codes), tuple(torch_version), mode)).encode())
+        digest.update(_key_suffix(tuple(rule_codes), tuple(torch_version), mode))
         return digest.hexdigest()
 
     def _entry(self, key: str) -> Path:

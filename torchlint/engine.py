@@ -7,7 +7,7 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
@@ -17,6 +17,7 @@ from torchlint.config import Settings
 from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
+from torchlint.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
 )
@@ -91,8 +92,12 @@ def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings
     """Rules silent in test code are left out for a test file (``Rule.silent_in_test_files``), as the
     ``test-paths`` settings say, judged from the project root (``discovery.is_test_file``)."""
     if path and is_test_file(path, settings if settings is not None else Settings()):
-        return [rule for rule in rules if not rule.silent_in_test_files]
+        return rules_for_test_files(rules)
     return rules
+
+
+def rules_for_test_files(rules: Sequence[Rule]) -> List[Rule]:
+    return [rule for rule in rules if not rule.silent_in_test_files]
 
 
 def _stdlib_ast(source: str) -> Optional[ast.Module]:
@@ -119,7 +124,7 @@ def parse(source: str, path: str) -> cst.Module:
             raise python_error from None
         if stdlib_tree(source) is not None:  # valid Python that LibCST's grammar does not take
             raise SyntaxProblem(f"torchlint's parser (LibCST) cannot parse this valid Python, so it was not "
-                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
+                                f"checked: {exc.message}", exc.raw_line, exc.raw_column + 1, exc.message) from None
         raise SyntaxProblem(f"syntax error: {exc.message}", exc.raw_line, exc.raw_column + 1) from None
     except (RecursionError, MemoryError) as exc:  # pathological nesting
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
@@ -138,19 +143,25 @@ def _python_syntax_error(source: str) -> Optional["SyntaxProblem"]:
 
 
 class SyntaxProblem(Exception):
-    def __init__(self, message: str, line: int, column: int) -> None:
+    def __init__(self, message: str, line: int, column: int, reason: Optional[str] = None) -> None:
         super().__init__(message)
         self.line, self.column = line, column
+        self.reason = reason  # LibCST's own words, where it refused valid Python
 
 
 def _run_rules(
     module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
     with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
-) -> Tuple[Optional[FileAnalysis], List[Report], List[Diagnostic]]:
+    fixing: bool = False, statements: bool = True,
+) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
     codes of every rule selected for the file (``rules`` are those the pre-filter left). Rules that detect
     on the index run on the stdlib tree; the others on ``module``, LibCST's tree (None where none of them
-    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already."""
+    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already. The fixes
+    findings on the index propose are made on LibCST's tree of just the statements that hold them
+    (``torchlint.rewrites``) where it can (``statements``; JSON's edits, ``with_edits``, need the whole
+    file's tree), for `fix` (``fixing``) only where LibCST writes those statements back exactly. Returns the
+    tree the fixes were made on first (None where LibCST parsed nothing)."""
     crashes: List[RuleCrash] = []
     reports: List[Report] = []
     on_index = [rule for rule in rules if rule.detects_on_index()]
@@ -164,23 +175,37 @@ def _run_rules(
         assert analysis is not None, "LibCST rules need LibCST's tree"
         reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
     after = [rule for rule in rules if rule.runs_after_suppression]
+    tree: Optional[StatementTree] = None
 
-    def make_rewrites(found: List[Report]) -> None:
-        """The fixes that findings on the index propose, made on LibCST's tree of the file."""
-        nonlocal module, analysis
+    def rewrite(found: List[Report]) -> None:
+        """Make the fixes that findings on the index propose on LibCST's tree: of just their statements
+        where it can (not where a rule after suppression may propose more: TL900's need the whole file, and
+        every fix of a pass is made on one tree), else of the file."""
+        nonlocal module, analysis, tree
         pending = [report for report in found if report.rewrite is not None]
-        if pending:
+        if not pending:
+            return
+        if module is None and statements and not with_edits and not after:
+            assert index is not None
+            tree = make_rewrites_in_statements(pending, index, exact=fixing)
+        if tree is None:
             if module is None:
-                module = parse(source, path)  # SyntaxProblem: the callers report the file as before
-            if analysis is None:
-                analysis = FileAnalysis(module, source, path)
-            _make_rewrites(pending, index, analysis)
+                try:
+                    module = parse(source, path)
+                except SyntaxProblem as problem:  # valid Python (the index read it) that LibCST refuses
+                    detail = f": {problem.reason}" if problem.reason else ""
+                    refuse_rewrites(pending, f"LibCST, which writes the fixes, cannot parse this file "
+                                             f"(line {problem.line}{detail})")
+            if module is not None:
+                if analysis is None:
+                    analysis = FileAnalysis(module, source, path)
+                make_rewrites(pending, index, analysis)
 
-    make_rewrites(reports)
+    rewrite(reports)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
-        return analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
+        return tree or analysis, [], [error_diagnostic(path, str(crash)) for crash in crashes]
     suppressions = Suppressions.parse(source)
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
@@ -230,46 +255,13 @@ def _run_rules(
                 raise
             except Exception as error:  # noqa: BLE001 - as in iter_reports
                 crashes.append(RuleCrash(rule, error))
-        make_rewrites(ctx.reports)
+        rewrite(ctx.reports)
         keep(ctx.reports)
     kept.sort(key=lambda pair: pair[0].sort_key)
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
     crash_diagnostics = [error_diagnostic(path, str(crash)) for crash in crashes]
-    return analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
-
-
-def _make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis: FileAnalysis) -> None:
-    """Each report's fix, made on the LibCST twin of its rewrite's call (the call at the same place in the
-    file's calls in source order: ``tests/test_index_spans.py`` holds the two lists equal call for call) or
-    on the module, or its ``refused`` message where the rewrite cannot be made. ``index`` is None where
-    CPython rejects the file: only rewrites of the module are made there."""
-    twins: Dict[int, Optional[cst.CSTNode]] = {}
-    if index is not None and any(report.rewrite.call is not None for report in reports):  # type: ignore[union-attr]
-        calls = [info.node for info in index.calls]
-        if len(calls) == len(analysis.calls):
-            twins = {id(call): twin for call, twin in zip(calls, analysis.calls)}
-        else:  # never seen: the two parsers disagree on the calls; match them by place instead
-            from torchlint.positions import node_spans
-
-            by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
-                                                               analysis.source).items()}
-            twins = {id(call): by_span.get(index.span(call)) for call in calls}
-    for report in reports:
-        rewrite = report.rewrite
-        assert rewrite is not None
-        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
-        if twin is None:
-            continue  # reported without a fix, as found
-        if rewrite.call is not None:
-            report.node = twin
-        made = rewrite.make(twin, analysis)
-        if isinstance(made, str):
-            report.message = rewrite.refused.replace("{reason}", made)
-        else:
-            report.fix = made
-            if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)
-                report.node = next(iter(made.replacements))
+    return tree or analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
 def lint_source(
@@ -302,6 +294,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     round_trip: Optional[str] = None  # LibCST's code for `source` (what fixes are carried back against)
     rendered = False  # some pass rendered the whole module (else every fix was put in place in the text)
     remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
+    statements = True  # fixes may be made on LibCST's tree of just their statements (``torchlint.rewrites``)
     for _ in range(MAX_FIX_PASSES):
         candidates = rules_that_may_fire(rules, current, settings, path)
         if not candidates:
@@ -314,15 +307,16 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             elif module is not None:
                 forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
             # (a finding on the index that proposes a fix parses the file here, where `module` is None)
-            analysis, reports, remaining = _run_rules(module, current, path, candidates, settings,
-                                                      selected=selected, index=index)
+            site, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
+                                                  index=index, fixing=True, statements=statements)
         except SyntaxProblem as exc:
             if current == source:
                 outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
                 return outcome
             raise AssertionError("a verified fix produced unparsable code") from exc
-        if analysis is None:
+        if site is None:
             break  # no finding proposes a fix: what was found stays
+        analysis = site.analysis if isinstance(site, StatementTree) else site
         module = analysis.module
         fixable = [
             r for r in reports
@@ -333,8 +327,19 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             break
         from torchlint.fixer import FixApplier
 
-        result = FixApplier(module, analysis, path).apply(fixable, current)
-        if result.whole_module:
+        if isinstance(site, StatementTree):
+            if any(r.fix.imports for r in fixable):  # where LibCST adds an import depends on the whole file
+                statements, module = False, None
+                continue
+            result = FixApplier(module, analysis, path).apply(fixable, site.text)
+            carried = site.carried(current, result.code) if result.code != site.text else current
+            if carried is None or (carried != current and stdlib_tree(carried) is None):
+                statements, module = False, None  # this pass again, on the whole file
+                continue
+            result.code, result.module = carried, None
+        else:
+            result = FixApplier(module, analysis, path).apply(fixable, current)
+        if result.whole_module and not isinstance(site, StatementTree):
             rendered = True
             if current == source:  # this pass's tree is the source's
                 round_trip = module.code

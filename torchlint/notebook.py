@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchlint.cache import Cache
+from torchlint.cache import cache_at
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
@@ -358,22 +358,22 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
                           status: Optional[os.stat_result] = None) -> FileResult:
     """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write over
     ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files)."""
-    try:
+    rules = rules_for(job.settings, path)
+    cache, key = None, ""
+    if job.cache_dir is not None:
+        cache = cache_at(job.cache_dir)
+        key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
+                        "notebook+edits" if job.with_edits else "notebook")
+        cached = cache.get(key, shown)
+        if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
+            return FileResult(shown, cached)
+    try:  # (after the cache: a notebook that does not parse is never cached)
         source = decode_notebook(data)
         program = NotebookProgram.parse(source.text)
     except UnicodeDecodeError:
         return FileResult(shown, [error_diagnostic(shown, "not a valid notebook: not UTF-8")])
     except NotebookError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc))])
-    rules = rules_for(job.settings, path)
-    cache, key = None, ""
-    if job.cache_dir is not None:
-        cache = Cache(job.cache_dir)
-        key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
-                        "notebook+edits" if job.with_edits else "notebook")
-        cached = cache.get(key, shown)
-        if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
-            return FileResult(shown, cached)
     if not program.text:
         return FileResult(shown, [])
     if job.mode == "check":

@@ -90,6 +90,9 @@ class Rewrite:
     make: "Callable[[cst.CSTNode, FileAnalysis], Union[Fix, str]]"
     refused: str
     call: Optional[ast.Call] = None
+    # A module rewrite's reading: the top-level statements its `make` looks at (the file's imports come
+    # with them), so `check` can answer `[*]` on LibCST's tree of just those; empty: the whole file.
+    statements: Tuple[ast.stmt, ...] = ()
 
 
 @dataclass

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
-from torchlint.discovery import cached_spec, display_path
-from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_path
-from torchlint.cache import Cache
+from torchlint.discovery import cached_spec, display_path, is_test_file
+from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_test_files
+from torchlint.cache import Cache, cache_at
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
     NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
@@ -105,9 +105,17 @@ def rules_for(settings: Settings, path: Optional[Path]) -> Tuple[Rule, ...]:
             spec = cached_spec((pattern,))
             if spec.match_file(relative) or spec.match_file(absolute.name):
                 extra.extend(codes)
-    codes = selected_codes(settings, rule_codes(), extra, default_codes())
     # Test files drop their silent rules here too, so that the cache key says whether the file is a test.
-    return tuple(rules_for_path(_rule_instances(codes), str(path) if path is not None else "", settings))
+    is_test = path is not None and is_test_file(str(path), settings)
+    return _rules(settings, tuple(extra), is_test)
+
+
+@lru_cache(maxsize=256)
+def _rules(settings: Settings, extra_ignores: Tuple[str, ...], is_test: bool) -> Tuple[Rule, ...]:
+    """The rules for files of these settings, per-file ignores and kind: asked once per file, the same
+    for nearly all of them."""
+    rules = _rule_instances(selected_codes(settings, rule_codes(), extra_ignores, default_codes()))
+    return tuple(rules_for_test_files(rules)) if is_test else rules
 
 
 def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
@@ -165,16 +173,19 @@ def process_file(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
     try:
         data, status = read_regular(path, job.settings.max_file_size)
-        source = decode_source(data)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     cache, key = None, ""
     if job.cache_dir is not None:
-        cache = Cache(job.cache_dir)
+        cache = cache_at(job.cache_dir)
         key = _cache_key(cache, data, path, job)
         cached = _usable(cache.get(key, shown), job)
         if cached is not None:
             return FileResult(shown, cached)
+    try:
+        source = decode_source(data)  # (after the cache: an undecodable file is never cached)
+    except SourceError as exc:
+        return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     result = process_source(source, shown, path, job)
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
@@ -259,7 +270,7 @@ def cached_results(paths: Sequence[Path], job: Job) -> Dict[Path, FileResult]:
     starts no worker for them (sending a file to a worker costs more than reading its cache entry)."""
     if job.cache_dir is None:
         return {}
-    cache = Cache(job.cache_dir)
+    cache = cache_at(job.cache_dir)
     hits: Dict[Path, FileResult] = {}
     for path in paths:
         if path.suffix == ".ipynb":

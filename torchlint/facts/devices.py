@@ -122,6 +122,14 @@ def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
     a `precision=` argument, autocast passed as a value (`partial(torch.autocast, ...)`), or an import of a
     framework that manages precision (accelerate, Lightning, DeepSpeed, apex): the module for an import.
     None where there is no sign at all."""
+    memo = index.shared.get("mixed_precision_evidence", False)
+    if memo is not False:
+        return memo  # type: ignore[return-value]
+    index.shared["mixed_precision_evidence"] = found = _mixed_precision_evidence(index)
+    return found
+
+
+def _mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
     if any(qualified.split(".")[0] in PRECISION_FRAMEWORKS for qualified in index.imports.values()):
         return index.tree
     for info in index.calls:

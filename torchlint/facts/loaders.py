@@ -136,12 +136,17 @@ class LoaderFacts:
                 by_name.setdefault(site.target, []).append(site)
         if not sites:
             return sites
+        # name -> scope -> its loaders, in source order: a use is matched to its scope's and the module's
+        by_scope: Dict[str, Dict[AstScope, List[LoaderSite]]] = {}
+        for name, named in by_name.items():
+            for site in named:
+                by_scope.setdefault(name, {}).setdefault(index.scope_of(site.call), []).append(site)
         for loop in index.loops:
             for expr in self.iterated(loop):
                 if expr in direct:
                     direct[expr].loops.append(loop)
                     continue
-                tied = [site for site in by_name.get(dotted_name(expr) or "", ()) if self._same_binding(site, expr)]
+                tied = self._bound_to(by_name, by_scope, expr)
                 for site in tied:
                     site.loops.append(loop)
                 # the loop iterates a parameter: tie it to the loaders passed to that function
@@ -149,8 +154,7 @@ class LoaderFacts:
                     if argument in direct:
                         targets = [direct[argument]]
                     else:
-                        targets = [site for site in by_name.get(dotted_name(argument) or "", ())
-                                   if self._same_binding(site, argument)]
+                        targets = self._bound_to(by_name, by_scope, argument)
                     for site in targets:
                         if site not in tied:
                             site.loops.append(loop)
@@ -158,17 +162,23 @@ class LoaderFacts:
                         site.via_calls.setdefault(loop.node, []).append(call)
         return sites
 
-    def _same_binding(self, site: LoaderSite, use: ast.expr) -> bool:
-        """Does ``use`` (a name or ``self.x``) refer to what the loader was assigned to? A plain name must be
+    def _bound_to(self, by_name: Dict[str, List[LoaderSite]], by_scope: Dict[str, Dict[AstScope, List[LoaderSite]]],
+                  use: ast.expr) -> List[LoaderSite]:
+        """The loaders ``use`` (a name or ``self.x``) refers to, in source order. A plain name's loader is
         assigned in the same scope, or at module level and not rebound in the using scope; an attribute
         (``self.train_loader``) is matched by its spelling anywhere in the file."""
-        index = self.index
+        name = dotted_name(use) or ""
         if type(use) is not ast.Name:
-            return True
-        site_scope, use_scope = index.scope_of(site.call), index.scope_of(use)
-        if site_scope is use_scope:
-            return True
-        return site_scope is index.tree and not index.values_of(use.id, use_scope)  # type: ignore[attr-defined]
+            return list(by_name.get(name, ()))
+        index, scopes = self.index, by_scope.get(name)
+        if not scopes:
+            return []
+        use_scope = index.scope_of(use)
+        found = list(scopes.get(use_scope, ()))
+        if use_scope is not index.tree and not index.values_of(use.id, use_scope):  # type: ignore[attr-defined]
+            found += scopes.get(index.tree, ())
+            found.sort(key=lambda site: source_order(site.call))
+        return found
 
     def _arguments_for_parameter(
         self, function: Optional[AstScope], expr: ast.expr

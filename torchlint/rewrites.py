@@ -1,0 +1,174 @@
+"""Where the fixes that findings on the index propose are made: on LibCST's tree of the file, or, where only
+whether a fix exists is wanted (`check`'s ``[*]``, its counts of fixable findings), on LibCST's tree of just
+the top-level statements that hold the findings' calls, with the file's imports before them. A file with
+something LibCST refuses (``guard.parse_problem``; a form feed, which its tokenizer reads otherwise than
+CPython) is parsed whole, so that `check` reports it as `fix` will.
+
+LibCST parses about six times slower than ``ast`` and most findings sit in one function of a long file, so
+`check` parses a few statements where it used to parse the file. A rewrite sees the same statement, the same
+function, the same class and the same imports either way; ``tests/test_rewrites.py`` holds the two answers
+equal, finding by finding, on every fixture. A module rewrite (``Rewrite.call`` None) names the top-level
+statements it reads (``Rewrite.statements``), or needs the whole file.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import libcst as cst
+
+from torchlint.analysis import FileAnalysis
+from torchlint.ast_index import AstIndex
+from torchlint.fast_parse import parse_module as trusted_parse
+from torchlint.guard import parse_problem
+from torchlint.rule import Report
+
+
+def make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis: FileAnalysis) -> None:
+    """Each report's fix, made on the LibCST twin of its rewrite's call in the whole file's tree, or on
+    the module, or its ``refused`` message where the rewrite cannot be made. ``index`` is None where
+    CPython's parser rejects the file: only module rewrites (TL900's) are made there."""
+    altered: Set[int] = set()
+    if "\f" in analysis.source and analysis.module.code != analysis.source:
+        from torchlint.textmerge import altered_lines
+
+        altered = altered_lines(analysis.source, analysis.module.code)
+    calls = index is not None and any(report.rewrite.call is not None for report in reports)  # type: ignore[union-attr]
+    _make(reports, _twins(index, analysis) if calls else {}, analysis, index, altered)  # type: ignore[arg-type]
+
+
+@dataclass
+class StatementTree:
+    """LibCST's tree of some of a file's lines: ``text``, the lines it was parsed from, and ``file_lines``,
+    the file's line (0-based) of each of its lines."""
+
+    analysis: FileAnalysis
+    text: str
+    file_lines: List[int]
+
+    def carried(self, source: str, fixed: str) -> Optional[str]:
+        """``source`` (the file) with the changes the fixes made to ``text`` (now ``fixed``) in place, or
+        None where a change spans lines that are not adjacent in the file."""
+        from torchlint.textmerge import carry_fixes
+
+        return carry_fixes(source, self.text, fixed, dict(enumerate(self.file_lines)))
+
+
+def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
+                                exact: bool = False) -> Optional[StatementTree]:
+    """As ``make_rewrites``, on a LibCST parse of the top-level statements that hold the reports' calls
+    (and the file's top-level imports): the tree, or None, with nothing made, where that cannot answer as
+    the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the
+    file). ``exact``: the fixes will be written, so LibCST must write these statements back as they are."""
+    if any(report.rewrite is None or (report.rewrite.call is None and not report.rewrite.statements)
+           for report in reports):
+        return None
+    if "\f" in index.source or parse_problem(index.source) is not None:
+        return None  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
+    tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    for report in reports:
+        rewrite = report.rewrite
+        tops.update((id(top), top) for top in (
+            rewrite.statements if rewrite.call is None else (_top_level(index, rewrite.call),)))
+    ranges = _merged(sorted(_line_range(node) for node in tops.values()))
+    text = "".join(index.lines_text(first, last) for first, last in ranges)
+    try:
+        module = trusted_parse(text)
+    except (cst.ParserSyntaxError, RecursionError, MemoryError):  # e.g. a line that continues the one before
+        return None
+    if exact and module.code != text:  # (a lone carriage return at the end)
+        return None
+    lines = [line for first, last in ranges for line in range(first, last + 1)]
+    held = set(lines)
+    inside = [info for info in index.calls if info.node.lineno in held]
+    analysis = FileAnalysis(module, text, "")
+    if len(inside) != len(analysis.calls):
+        return None
+    # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
+    # import inside a function or a `try:` elsewhere names modules here too
+    analysis.imports = dict(index.imports)
+    _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis, index, set())
+    return StatementTree(analysis, text, [line - 1 for line in lines])
+
+
+def refuse_rewrites(reports: Sequence[Report], reason: str) -> None:
+    """No fix for these reports, and why: each reads its rewrite's ``refused`` message."""
+    for report in reports:
+        assert report.rewrite is not None
+        report.message = report.rewrite.refused.replace("{reason}", reason)
+
+
+def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis,
+          index: AstIndex, altered: Set[int]) -> None:
+    """``altered``: the lines LibCST's round trip of the file does not keep (``textmerge.altered_lines``);
+    a fix to a statement there could not be written back, so it is refused."""
+    for report in reports:
+        rewrite = report.rewrite
+        assert rewrite is not None
+        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
+        if twin is None:
+            continue  # reported without a fix, as found
+        if rewrite.call is not None:
+            report.node = twin
+            if altered and _statement_lines(index, rewrite.call) & altered:
+                report.message = rewrite.refused.replace("{reason}", ROUND_TRIP)
+                continue
+        made = rewrite.make(twin, analysis)
+        if isinstance(made, str):
+            report.message = rewrite.refused.replace("{reason}", made)
+        else:
+            report.fix = made
+            if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)
+                report.node = next(iter(made.replacements))
+
+
+# LibCST repeats or drops a form feed in an indentation when it writes a block (``torchlint.textmerge``)
+ROUND_TRIP = "LibCST would not write back the form feed in this block's indentation as it was"
+
+
+def _statement_lines(index: AstIndex, call: ast.Call) -> Set[int]:
+    statement = index.enclosing_statement(call)
+    first, _, last, _ = index.span(statement if statement is not None else call)
+    return set(range(first, last + 1))
+
+
+def _twins(index: AstIndex, analysis: FileAnalysis) -> Dict[int, Optional[cst.Call]]:
+    """The index's calls -> LibCST's: the same place in the file's calls in source order
+    (``tests/test_index_spans.py`` holds the two lists equal call for call)."""
+    if len(index.calls) == len(analysis.calls):
+        return {id(info.node): twin for info, twin in zip(index.calls, analysis.calls)}
+    # never seen: the two parsers disagree on the calls; match them by place instead
+    from torchlint.positions import node_spans
+
+    by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
+                                                       analysis.source).items()}
+    return {id(info.node): by_span.get(index.span(info.node)) for info in index.calls}
+
+
+def _top_level(index: AstIndex, node: ast.AST) -> ast.stmt:
+    top = node
+    for above in index.ancestors(node):
+        if isinstance(above, ast.Module):
+            break
+        top = above
+    assert isinstance(top, ast.stmt)
+    return top
+
+
+def _line_range(statement: ast.stmt) -> Tuple[int, int]:
+    decorators = getattr(statement, "decorator_list", ())
+    first = min([statement.lineno, *(d.lineno for d in decorators)])
+    return first, statement.end_lineno  # type: ignore[return-value]
+
+
+def _merged(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """Sorted line ranges, those that share a line (``a = 1; b = f()``) joined."""
+    merged: List[Tuple[int, int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
+        else:
+            merged.append((first, last))
+    return merged
