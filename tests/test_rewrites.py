@@ -52,7 +52,8 @@ def test_statement_parse_sees_imports_decorators_and_shared_lines(monkeypatch):
     )
     answers = _answers(source, with_edits=False)
     assert [a[0] for a in answers] == ["TL104", "TL104"] and all(a[6] is not None for a in answers)
-    assert seen == ["import numpy as np\nimport torch as t\n@t.no_grad()\ndef load(a):\n"
+    # each statement with the blank lines above it (its leading lines in LibCST's tree)
+    assert seen == ["import numpy as np\nimport torch as t\n\n@t.no_grad()\ndef load(a):\n"
                     "    return t.tensor(np.zeros(3))\nx = 1; y = t.tensor(np.ones(2))\n"]
     assert answers == _answers(source, with_edits=True)
 
@@ -102,7 +103,7 @@ def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
     only = [rule for rule in RULES if rule.code == "TL702"]
     answers = _answers(source, with_edits=False, rules=only)
     assert [a[0] for a in answers] == ["TL702"] and answers[0][6] is not None
-    assert seen == ['import torch\nimport torch.nn as nn\nif __name__ == "__main__":\n    main()\n']
+    assert seen == ['import torch\nimport torch.nn as nn\n\nif __name__ == "__main__":\n    main()\n']
     assert answers == _answers(source, with_edits=True, rules=only)
 
 

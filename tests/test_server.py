@@ -231,3 +231,23 @@ def test_a_slow_document_neither_delays_another_nor_is_linted_per_keystroke(tmp_
         assert runs == ["1", "6"]  # the text it was opened with, then the last keystroke's: not one per keystroke
     finally:
         client.close()
+
+
+def test_a_keystrokes_run_renders_no_fix_and_code_actions_make_the_edits_once(tmp_path, monkeypatch):
+    from torchlint import server as module
+
+    target = tmp_path / "train.py"
+    target.write_text(SLOW, encoding="utf-8")
+    runs = []
+    real = module.lint_source
+    monkeypatch.setattr(module, "lint_source", lambda *a, **k: runs.append(k.get("with_edits", False)) or real(*a, **k))
+    from pygls.workspace import PositionCodec
+
+    monkeypatch.setattr(module.TorchlintServer, "codec", property(lambda self: PositionCodec()))
+    ls = module.TorchlintServer()
+    document = module._Document(SLOW, 1)
+    findings = ls._lint(target.as_uri(), document)
+    assert [f.diagnostic.code for f in findings] == ["TL501", "TL201"] and runs == [False]
+    edits = ls.edits_of(target.as_uri(), document)
+    assert runs == [False, True] and {key[0] for key in edits} == {"TL501", "TL201"}
+    assert ls.edits_of(target.as_uri(), document) is edits and runs == [False, True]  # once per text

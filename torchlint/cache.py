@@ -100,16 +100,6 @@ def _key_suffix(rule_codes: Tuple[str, ...], torch_version: tuple, mode: str) ->
     return repr((code_fingerprint(), rule_codes, torch_version, mode)).encode()
 
 
-def cache_at(folder: Path) -> "Cache":
-    """The one ``Cache`` of a folder (and this user's key) in this process: its key is read once."""
-    return _cache(folder, machine_key_path())
-
-
-@lru_cache(maxsize=None)
-def _cache(folder: Path, key_path: Path) -> "Cache":
-    return Cache(folder)
-
-
 class Cache:
     def __init__(self, folder: Path) -> None:
         self.folder = folder

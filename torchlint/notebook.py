@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchlint.cache import cache_at
+from torchlint.cache import Cache
 from torchlint.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
@@ -361,7 +361,7 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
     rules = rules_for(job.settings, path)
     cache, key = None, ""
     if job.cache_dir is not None:
-        cache = cache_at(job.cache_dir)
+        cache = Cache(job.cache_dir)
         key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
                         "notebook+edits" if job.with_edits else "notebook")
         cached = cache.get(key, shown)

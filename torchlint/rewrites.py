@@ -72,7 +72,7 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
         rewrite = report.rewrite
         tops.update((id(top), top) for top in (
             rewrite.statements if rewrite.call is None else (_top_level(index, rewrite.call),)))
-    ranges = _merged(sorted(_line_range(node) for node in tops.values()))
+    ranges = _merged(sorted(_line_range(index, node) for node in tops.values()))
     text = "".join(index.lines_text(first, last) for first, last in ranges)
     try:
         module = trusted_parse(text)
@@ -157,17 +157,24 @@ def _top_level(index: AstIndex, node: ast.AST) -> ast.stmt:
     return top
 
 
-def _line_range(statement: ast.stmt) -> Tuple[int, int]:
+def _line_range(index: AstIndex, statement: ast.stmt) -> Tuple[int, int]:
+    """A top-level statement's lines, with the comments and blank lines above it (LibCST's leading lines
+    of the statement): a line a fix inserts before it (a decorator) then has a line of the file on either
+    side, and one it inserts after the statement before it lands above those lines, as in the file."""
+    ends = index.__dict__.get("_top_level_ends")
+    if ends is None:
+        body = index.tree.body
+        ends = index.__dict__["_top_level_ends"] = {id(b): a.end_lineno for a, b in zip(body, body[1:])}
     decorators = getattr(statement, "decorator_list", ())
     first = min([statement.lineno, *(d.lineno for d in decorators)])
-    return first, statement.end_lineno  # type: ignore[return-value]
+    return min(first, ends.get(id(statement), 0) + 1), statement.end_lineno  # type: ignore[return-value]
 
 
 def _merged(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
-    """Sorted line ranges, those that share a line (``a = 1; b = f()``) joined."""
+    """Sorted line ranges, those that share a line (``a = 1; b = f()``) or touch joined."""
     merged: List[Tuple[int, int]] = []
     for first, last in ranges:
-        if merged and first <= merged[-1][1]:
+        if merged and first <= merged[-1][1] + 1:
             merged[-1] = (merged[-1][0], max(last, merged[-1][1]))
         else:
             merged.append((first, last))

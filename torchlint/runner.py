@@ -17,7 +17,7 @@ from torchlint.config import Settings, selected_codes
 from torchlint.config_tree import ConfigTree
 from torchlint.discovery import cached_spec, display_path, is_test_file
 from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_test_files
-from torchlint.cache import Cache, cache_at
+from torchlint.cache import Cache
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
     NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
@@ -177,7 +177,7 @@ def process_file(path: Path, job: Job) -> FileResult:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     cache, key = None, ""
     if job.cache_dir is not None:
-        cache = cache_at(job.cache_dir)
+        cache = Cache(job.cache_dir)
         key = _cache_key(cache, data, path, job)
         cached = _usable(cache.get(key, shown), job)
         if cached is not None:
@@ -270,7 +270,7 @@ def cached_results(paths: Sequence[Path], job: Job) -> Dict[Path, FileResult]:
     starts no worker for them (sending a file to a worker costs more than reading its cache entry)."""
     if job.cache_dir is None:
         return {}
-    cache = cache_at(job.cache_dir)
+    cache = Cache(job.cache_dir)
     hits: Dict[Path, FileResult] = {}
     for path in paths:
         if path.suffix == ".ipynb":

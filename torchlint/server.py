@@ -52,7 +52,6 @@ class _Document:
 class _Finding:
     lsp: types.Diagnostic
     diagnostic: Diagnostic
-    edits: List[types.TextEdit]
 
 
 class TorchlintServer(LanguageServer):
@@ -66,6 +65,9 @@ class TorchlintServer(LanguageServer):
         super().__init__("torchlint", __version__)
         self.documents: Dict[str, _Document] = {}
         self.findings: Dict[str, Tuple[_Document, List[_Finding]]] = {}  # with the text they were found in
+        # each fixable finding's edits, made when code actions are first asked for a text (a keystroke's
+        # run makes fixes on LibCST's tree of just their statements, and renders none)
+        self._edits: Dict[str, Tuple[_Document, Dict[tuple, List[types.TextEdit]]]] = {}
         self._timers: Dict[str, asyncio.TimerHandle] = {}
         self._running: Set[str] = set()  # documents with a run in flight
         self._pool = ThreadPoolExecutor(max_workers=LINT_THREADS, thread_name_prefix="torchlint-lint")
@@ -96,6 +98,7 @@ class TorchlintServer(LanguageServer):
             timer.cancel()
         self.documents.pop(uri, None)
         self.findings.pop(uri, None)
+        self._edits.pop(uri, None)
         self.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
 
     # --- linting --------------------------------------------------------------------------------
@@ -145,7 +148,7 @@ class TorchlintServer(LanguageServer):
         if path is None or path.suffix not in (".py", ".pyi"):
             return None
         settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
-        outcome = lint_source(document.text, str(path), rules_for(settings, path), settings, with_edits=True)
+        outcome = lint_source(document.text, str(path), rules_for(settings, path), settings)
         lines = document.lines
         codec = self.codec
         findings = []
@@ -156,9 +159,26 @@ class TorchlintServer(LanguageServer):
                 range=lsp_range, message=d.message, severity=severity, code=d.code, source=SOURCE,
                 code_description=types.CodeDescription(href=_url(d.code)),
             )
-            edits = [types.TextEdit(codec.range_to_client_units(lines, _edit_range(e)), e.content) for e in d.edits]
-            findings.append(_Finding(lsp, d, edits))
+            findings.append(_Finding(lsp, d))
         return findings
+
+    def edits_of(self, uri: str, document: _Document) -> Dict[tuple, List[types.TextEdit]]:
+        """Each fixable finding's edits in ``document`` (on a lint thread), by ``_key``; made once per text."""
+        made_for, edits = self._edits.get(uri, (None, {}))
+        if made_for is document:
+            return edits
+        path = self.document_path(uri)
+        edits = {}
+        if path is not None:
+            settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
+            outcome = lint_source(document.text, str(path), rules_for(settings, path), settings, with_edits=True)
+            lines, codec = document.lines, self.codec
+            for d in outcome.diagnostics:
+                if d.edits:
+                    edits[_key(d)] = [types.TextEdit(codec.range_to_client_units(lines, _edit_range(e)), e.content)
+                                      for e in d.edits]
+        self._edits[uri] = (document, edits)
+        return edits
 
     # --- code actions ---------------------------------------------------------------------------
     async def code_actions(self, params: types.CodeActionParams) -> List[types.CodeAction]:
@@ -169,10 +189,14 @@ class TorchlintServer(LanguageServer):
         fresh = found_in is document
         if not fresh:
             findings = []  # found in an older text: their edits would land in the wrong places
+        wanted_here = [f for f in findings if f.diagnostic.fix is not None and _overlaps(f.lsp.range, params.range)]
+        edits: Dict[tuple, List[types.TextEdit]] = {}
+        if wanted_here and document is not None:
+            edits = await asyncio.get_running_loop().run_in_executor(self._pool, self.edits_of, uri, document)
         actions: List[types.CodeAction] = []
-        for finding in findings:
+        for finding in wanted_here:
             d = finding.diagnostic
-            if not finding.edits or not _overlaps(finding.lsp.range, params.range):
+            if not edits.get(_key(d)):
                 continue
             safe = d.fix is Applicability.SAFE
             kind = types.CodeActionKind.QuickFix if safe else types.CodeActionKind.RefactorRewrite
@@ -181,7 +205,7 @@ class TorchlintServer(LanguageServer):
             title = f"Fix {d.code} ({d.name})" if safe else f"Fix {d.code} ({d.name}) (unsafe: can change behaviour)"
             actions.append(types.CodeAction(
                 title=title, kind=kind, diagnostics=[finding.lsp], is_preferred=safe,
-                edit=types.WorkspaceEdit(changes={uri: finding.edits}),
+                edit=types.WorkspaceEdit(changes={uri: edits[_key(d)]}),
             ))
         # Fix all on save comes right after the last keystroke, before its run: it fixes the latest text itself
         worth_trying = not fresh or any(f.diagnostic.fix is Applicability.SAFE for f in findings)
@@ -227,6 +251,11 @@ def _offset(lines: Sequence[str], position: types.Position, codec: PositionCodec
         units += codec.client_num_units(body[column])
         column += 1
     return sum(map(len, lines[: position.line])) + column
+
+
+def _key(d: Diagnostic) -> tuple:
+    """A finding the same in a run with edits and one without."""
+    return d.code, d.line, d.column, d.end_line, d.end_column, d.message
 
 
 def _range(line: int, column: int, end_line: int, end_column: int) -> types.Range:
