@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import re
-from functools import lru_cache
-from typing import Callable, FrozenSet, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.rule import Applicability, Fix, FixAvailability, Rule, RuleContext
-from torchlint.suppression import _LINE_NOQA
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.suppression import LINE_NOQA, Suppressions
+
+if TYPE_CHECKING:
+    from torchlint.analysis import FileAnalysis
 
 _TL_CODE = re.compile(r"^TL\d{3}$")
 # Rebuild a comment's owner with a new comment (None: drop the comment and the whitespace before it).
@@ -22,8 +25,8 @@ class UnusedNoqa(Rule):
     finding was fixed, the code moved, or the code is not a torchlint rule at all (`TL999`). Codes of other
     tools (`E501`, `F401`) and bare `# noqa` are left alone, as are codes of rules that are not selected for
     the file (they cannot be judged). Files with a line that holds only a backslash (a line continuation)
-    are left alone too: LibCST keeps no trace of such a line, so the rule cannot tell which line a comment
-    is on.
+    are left alone too: LibCST, which rebuilds the comment for the fix, keeps no trace of such a line, so
+    the fix could not tell which line a comment is on.
 
     ## Why is this slow?
     It is not: a stale `# noqa` hides the next real finding on that line, so a slow pattern written there
@@ -59,27 +62,19 @@ class UnusedNoqa(Rule):
     text_gate = (("#",), ("qa", "qA", "Qa", "QA"))  # `noqa` in any case ends so
     runs_after_suppression = True
 
-    def check(self, ctx: RuleContext) -> None:
+    def detect(self, ctx: IndexContext) -> None:
         """Nothing to find before suppression: see ``check_suppressions``."""
 
-    def check_suppressions(self, ctx: RuleContext, used: FrozenSet, selected: FrozenSet) -> None:
-        from torchlint.positions import has_continuation_only_line, node_spans
+    def check_suppressions(self, ctx: IndexContext, suppressions: Suppressions, selected: FrozenSet) -> None:
         from torchlint.registry import rules_by_code
 
-        if has_continuation_only_line(ctx.analysis.source):
-            return  # comments placed from the module's code are a line short below it: a used noqa looks unused
-        finder = _noqa_comments_class()()
-        ctx.module.visit(finder)
-        if not finder.found:
-            return
-        known = set(rules_by_code())
-        lines = {comment: span[0] for comment, span in node_spans(ctx.module, [c for c, _ in finder.found]).items()}
-        for comment, rebuild in finder.found:
-            match = _LINE_NOQA.search(comment.value)
+        known, used = set(rules_by_code()), suppressions.used
+        found = []
+        for line, (column, comment) in suppressions.directives.items():
+            match = LINE_NOQA.search(comment)
             if match is None or not match.group("codes"):
                 continue
             codes = re.split(r"[\s,]+", match.group("codes").strip())
-            line = lines[comment]
             unused = [
                 code for code in codes
                 if _TL_CODE.match(code.upper()) and code.upper() != self.code
@@ -91,12 +86,43 @@ class UnusedNoqa(Rule):
             detail = ", ".join(f"`{c}`" for c in unused)
             label = kinds[0] if len(set(kinds)) == 1 else "unused or unknown"
             message = f"unused `noqa` directive ({label}: {detail}); remove it"
-            fix = None
-            if rebuild is not None:
-                new_value = _without(comment.value, match, [c for c in codes if c not in unused])
-                owner, replacement = rebuild(new_value)
-                fix = Fix.replace(owner, replacement, Applicability.SAFE)
-            ctx.report(comment, message=message, fix=fix)
+            new_value = _without(comment, match, [c for c in codes if c not in unused])
+            found.append(((line, column, line, column + len(comment)), message, new_value))
+        if not found:
+            return
+        from torchlint.positions import has_continuation_only_line  # (it loads LibCST: only for a finding)
+
+        if has_continuation_only_line(ctx.source):
+            return  # LibCST's comments, which the fix rebuilds, are a line short below such a line
+        for span, message, new_value in found:
+            # `refused` is the message itself: a comment inside brackets, or in the file's header or footer,
+            # has no statement to rebuild and is reported without a fix
+            ctx.report_at(span, message, Rewrite(functools.partial(_rebuilt, span[0], span[1], new_value), message))
+
+
+def _rebuilt(line: int, column: int, new_value: Optional[str], module: cst.Module,
+             analysis: "FileAnalysis") -> Union[Fix, str]:
+    """The statement (or block) that owns the comment at (line, column), rebuilt with ``new_value``."""
+    rebuild = _owned_comments(analysis).get((line, column))
+    if rebuild is None:
+        return ""
+    owner, replacement = rebuild(new_value)
+    return Fix.replace(owner, replacement, Applicability.SAFE)
+
+
+def _owned_comments(analysis: "FileAnalysis") -> Dict[Tuple[int, int], Callable]:
+    """(line, column) -> how to rebuild the owner, of every noqa comment a statement or block owns; found
+    once per file."""
+    found = analysis.shared.get("tl900.owned_comments")
+    if found is None:
+        from torchlint.positions import node_spans
+
+        finder = _noqa_comments_class()()
+        analysis.module.visit(finder)
+        owned = [(comment, rebuild) for comment, rebuild in finder.found if rebuild is not None]
+        spans = node_spans(analysis.module, [comment for comment, _ in owned])
+        found = analysis.shared["tl900.owned_comments"] = {spans[c][:2]: rebuild for c, rebuild in owned}
+    return found  # type: ignore[return-value]
 
 
 def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[str]:
@@ -112,7 +138,7 @@ def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[st
     return (before + after).rstrip()
 
 
-@lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _noqa_comments_class() -> type:
     """The visitor class, made on first use: subclassing ``cst.CSTVisitor`` at import time would load
     libcst on every run, also where no file reaches the LibCST stage (torchlint/deferred.py)."""
@@ -126,7 +152,7 @@ def _noqa_comments_class() -> type:
             self._owned: set = set()
 
         def _add(self, comment: Optional[cst.Comment], rebuild: Optional[Callable]) -> None:
-            if comment is not None and _LINE_NOQA.search(comment.value) and id(comment) not in self._owned:
+            if comment is not None and LINE_NOQA.search(comment.value) and id(comment) not in self._owned:
                 self._owned.add(id(comment))
                 self.found.append((comment, rebuild))
 

@@ -339,3 +339,72 @@ def test_names_spelled_count_what_libcst_calls_names():
     kinds = {spelling: how for spelling, _, how, _ in names_spelled(tree)}
     assert (kinds["n"], kinds["o"], kinds["p"], kinds["h"]) == ("name", "attribute", "keyword", "other")
     assert spells_name(tree.body[2], "q") and not spells_name(tree.body[0], "q")
+# A message that quotes a line of simple statements quotes LibCST's first line of it: the comment lines
+# above it that LibCST gives it (not those the module's header or the footer of the block before takes).
+FIRST_LINES = [
+    "# top\n\n# second\nm.bias.zero_()\n",
+    "def f(m):\n    x = 1\n    # zero it\n\n    m.bias.data.zero_()  # c\n",
+    "def f():\n    # first\n    m.bias.zero_()\n",
+    "if a:\n    pass\n        # deeper\n\n    # same\n# less\nm.bias\n",
+    "if a:\n    pass\n# less\n    # deeper after\nm.bias\n",
+    "if a:\n    pass\n\n  # mid\nm.bias\n",
+    "def f():\n    if a:\n        pass\n    # same\n  # less-mid\n    x.bias\n",
+    "if a:\n    pass\nelif b:\n    pass\n    # elif footer\n# mine\nx = 1; y = 2\n",
+    "try:\n    pass\nexcept E:\n    pass\n    # handler footer\nx = f(\n    1)   \n",
+    "for x in y:\n    pass\nelse:\n    pass\n  # else footer?\nz = 3\n",
+    "if a: pass\n    # after a suite\nz = 3 \\\n  + 1\n",
+    "class C:\n    def f(self):\n        pass\n        # method footer\n    # class level\n    y = 2\n",
+]
+
+
+def _first_lines_libcst(source):
+    module = cst.parse_module(source)
+    found = []
+
+    def visit(node):
+        if isinstance(node, cst.SimpleStatementLine):
+            found.append(module.code_for_node(node).strip().splitlines()[0])
+        for child in node.children:
+            visit(child)
+
+    visit(module)
+    return found
+
+
+def _first_lines_ast(source):
+    from torchlint.ast_index import COMPOUND_STATEMENTS, StatementLine
+
+    index = AstIndex(ast.parse(source), source)
+    lines = {}
+    for node in ast.walk(index.tree):
+        if isinstance(node, ast.stmt) and type(node) not in COMPOUND_STATEMENTS:
+            line = index.statement_line(node)
+            if isinstance(line, StatementLine):
+                lines[(line.first.lineno, line.first.col_offset)] = index.statement_line_first_line(line)
+    return [lines[place] for place in sorted(lines)]
+
+
+@pytest.mark.parametrize("source", FIRST_LINES + [path.read_text(encoding="utf-8") for path in SAMPLES],
+                         ids=[f"case{i}" for i in range(len(FIRST_LINES))] + [p.name for p in SAMPLES])
+def test_a_statement_line_is_quoted_from_its_first_line_as_libcst_writes_it(source):
+    assert _first_lines_ast(source) == _first_lines_libcst(source)
+
+
+def test_attributes_named_are_every_attribute_of_that_name_in_source_order():
+    source = "m.bias.data.zero_()\nclass C:\n    def f(self):\n        return self.bias, (g(x.bias).bias)\n"
+    index = AstIndex(ast.parse(source), source)
+    assert [ast.unparse(node) for node in index.attributes_named("bias")] == [
+        "m.bias", "self.bias", "g(x.bias).bias", "x.bias"]
+    assert index.attributes_named("weight") == []
+
+
+def test_the_simple_statement_next_to_another_is_on_a_line_of_simple_statements():
+    source = "a = 1; b = 2\nc = 3\nif x: d = 4; e = 5\nfor y in z:\n    pass\nf = 6\n"
+    index = AstIndex(ast.parse(source), source)
+    a, b, c, branch, loop, f = index.tree.body
+    d, e = branch.body
+    assert index.simple_statement_next_to(b, -1) is a and index.simple_statement_next_to(b, 1) is c
+    assert index.simple_statement_next_to(a, -1) is None and index.simple_statement_next_to(c, 1) is None
+    assert index.simple_statement_next_to(e, -1) is None  # a body on its header's line: LibCST's suite
+    assert index.simple_statement_next_to(f, -1) is None  # after a compound statement
+    assert index.simple_statement_next_to(loop, -1) is None and index.simple_statement_next_to(branch, -1) is c

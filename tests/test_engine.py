@@ -6,7 +6,7 @@ import libcst as cst
 
 from torchlint.config import Settings
 from torchlint.engine import fix_source, lint_source
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, Rule, RuleContext
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule, RuleContext
 from torchlint.suppression import Suppressions
 
 
@@ -127,3 +127,27 @@ def test_a_crashing_rule_is_an_internal_error_for_that_file_only():
     diagnostics = lint_source("foo(1)\n", "m.py", [Crashes(), RenameFoo()], SETTINGS).diagnostics
     assert [d.code for d in diagnostics] == ["TL000", "TL990"]
     assert "internal error in TL993" in diagnostics[0].message and "ValueError: oops" in diagnostics[0].message
+
+
+class BreaksModuleOnIndex(Rule):
+    """A rule on the index whose fix, made on the module, produces invalid code."""
+
+    code, name, message, summary = "TL993", "breaks-module", "broken ({reason})", "test"
+    fix_availability = FixAvailability.ALWAYS
+    required_patterns = (r"qux",)
+
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("qux", []):
+            ctx.report(info.node, rewrite=Rewrite(_yield_at_module_level, self.message))
+
+
+def _yield_at_module_level(module: cst.Module, analysis) -> Fix:
+    first = module.body[0]
+    return Fix.replace(first, first.with_changes(body=[cst.Expr(cst.Yield(cst.Integer("2")))]), Applicability.SAFE)
+
+
+def test_a_module_fix_on_the_index_that_breaks_the_code_is_dropped_and_named():
+    source = "qux(1)\n"
+    out = fix_source(source, "m.py", [BreaksModuleOnIndex()], SETTINGS, unsafe=True)
+    assert out.source == source
+    assert any("TL993" in e.message and "internal error" in e.message for e in out.errors)

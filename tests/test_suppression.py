@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from torchlint import suppression
+from torchlint.config import Settings
+from torchlint.engine import lint_source, needs_libcst
+from torchlint.registry import all_rules, rules_by_code
+from torchlint.rule import Applicability
 from torchlint.suppression import Suppressions
+
+ALL = Settings(select=("ALL",))
 
 
 def test_a_text_without_noqa_is_not_tokenized(monkeypatch):
@@ -96,3 +103,60 @@ def test_tl900_fix_keeps_the_reason_after_an_unused_code(source, fixed_line):
     fixed = fix_source(source, "m.py", rules, settings, unsafe=False).source
     assert fixed_line in fixed.splitlines()
     assert fix_source(fixed, "m.py", rules, settings, unsafe=False).source == fixed
+
+
+# TL900 places its findings where the suppression scan (tokenize) found each comment, and its fix finds the
+# comment in LibCST's tree by that place: the two must agree on every comment's line and columns.
+_COMMENT_CASES = [
+    "x = 1  # noqa: TL101   \r\ny = [1,  # noqa: TL202\n  2]\n",
+    "def f():\n    return {'a': 1,  # noqa: TL501\n            'b': 2}  # noqa: TL101\n# noqa: TL999\n",
+    "s = 'é'  # noqa: TL301, E501\nt = '''\n# noqa: TL101 in a string\n'''  # noqa: TL104\n",
+    "if x:\n\tpass  # noqa: TL201\n\x0c# noqa: TL202\n",
+    "# noqa: TL900 in the header\n\nimport torch\n",
+]
+
+
+def _libcst_comment_places(source):
+    import libcst as cst
+
+    from torchlint.positions import node_spans
+
+    module = cst.parse_module(source)
+    found = []
+
+    class Comments(cst.CSTVisitor):
+        def visit_Comment(self, node):
+            found.append(node)
+
+    module.visit(Comments())
+    spans = node_spans(module, found)
+    return {(spans[c][0], spans[c][1], spans[c][3], c.value) for c in found}
+
+
+@pytest.mark.parametrize("source", _COMMENT_CASES + [
+    path.read_text(encoding="utf-8") for path in sorted((Path(__file__).parent.parent / "fixtures").rglob("*.py"))
+    if "noqa" in path.read_text(encoding="utf-8").lower()])
+def test_the_directives_are_placed_as_libcst_places_its_comments(source):
+    found = Suppressions.parse(source).directives
+    ours = {(line, column, column + len(text), text) for line, (column, text) in found.items()}
+    assert ours and ours == {place for place in _libcst_comment_places(source)
+                             if suppression.LINE_NOQA.search(place[3])}
+
+
+def test_tl900_needs_no_libcst_parse_to_judge_a_file():
+    tl900 = rules_by_code()["TL900"]()
+    source = "import torch\nslow = torch.optim.SGD([], lr=0.1, foreach=False)  # noqa: TL501\n"
+    assert tl900.may_fire(source, ALL) and not needs_libcst([tl900], source)
+
+
+def test_tl900_still_judges_a_file_cpython_cannot_parse():
+    # Syntax newer than this interpreter's (a 3.12 type parameter) that LibCST parses: there is no index,
+    # and TL900 reads only the text and the suppressions.
+    source = "import torch\n\ndef first[T](items):  # noqa: TL101\n    return items[0]\n"
+    try:
+        ast.parse(source)
+        pytest.skip("this interpreter parses the syntax")
+    except SyntaxError:
+        pass
+    [finding] = lint_source(source, "m.py", [rule() for rule in all_rules()], ALL).diagnostics
+    assert (finding.code, finding.line, finding.column, finding.fix) == ("TL900", 3, 23, Applicability.SAFE)

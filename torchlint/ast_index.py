@@ -465,7 +465,7 @@ class AstIndex:
         the same line (``if x: a = 1``)."""
         for candidate in (node, *self.ancestors(node)):
             if isinstance(candidate, ast.stmt):
-                if type(candidate) in _COMPOUND_TYPES:
+                if type(candidate) in COMPOUND_STATEMENTS:
                     return candidate
                 return self.statement_line(candidate)
         return None
@@ -473,7 +473,35 @@ class AstIndex:
     def statement_block(self, statement: ast.stmt) -> List[ast.stmt]:
         """The statement list that holds ``statement``: a body, an ``else``/``finally`` block, the module's
         (LibCST's ``IndentedBlock``, ``SimpleStatementSuite`` or ``Module`` around its statement line)."""
-        return _block_holding(self.parents.get(statement) or self.tree, statement)
+        parent = self.parents.get(statement)
+        if parent is None and type(statement) in _LEAVES:  # `pass`, `break`, `global x`: no parent link
+            parent = self._statement_holding(statement)
+        return _block_holding(parent or self.tree, statement)
+
+    def _statement_holding(self, statement: ast.stmt) -> Optional[ast.AST]:
+        """The statement, handler or case whose block holds ``statement``, by a walk of the statements."""
+        stack: List[ast.AST] = [self.tree]
+        while stack:
+            node = stack.pop()
+            for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+                block = getattr(node, name, None)
+                if type(block) is list:
+                    if any(child is statement for child in block):
+                        return node
+                    stack.extend(block)
+        return None
+
+    def simple_statement_next_to(self, statement: ast.stmt, step: int) -> Optional[ast.stmt]:
+        """The simple statement right before (``step`` -1) or after (+1) ``statement`` in its block, where
+        both are on lines of simple statements (LibCST's ``SimpleStatementLine``: never a compound
+        statement, nor a body on its header's line, ``if x: a; b``)."""
+        if type(statement) not in COMPOUND_STATEMENTS and self.statement_line(statement) is statement:
+            return None  # after a header on its line
+        block = self.statement_block(statement)
+        at = next(i for i, s in enumerate(block) if s is statement) + step
+        if not 0 <= at < len(block) or type(block[at]) in COMPOUND_STATEMENTS:
+            return None
+        return block[at]
 
     def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
         block = self.statement_block(statement)
@@ -648,6 +676,69 @@ class AstIndex:
         byte_column = len(before.encode("utf-8"))
         return ast.Name(id=node.name, ctx=ast.Load(), lineno=line, col_offset=byte_column, end_lineno=line,
                         end_col_offset=byte_column + len(node.name.encode("utf-8")))
+    def statement_line_first_line(self, line: "StatementLine") -> str:
+        """The first line of LibCST's ``code_for_node`` of a line of simple statements once stripped
+        (``code.strip().splitlines()[0]``): the topmost comment line LibCST gives the statements (their
+        ``leading_lines``: the comment lines above them, less those the module's header or the footer of
+        the block before them takes), else their own first line."""
+        head = line.first
+        for number in self._leading_lines(head):
+            text = self.line_text(number).lstrip()
+            if text:
+                return text.splitlines()[0]
+        text = self.line_text(head.lineno)[self._char_column(head.lineno, head.col_offset):]
+        text = text.lstrip() if line.last.end_lineno > head.lineno else text.strip()  # type: ignore[attr-defined]
+        return text.splitlines()[0] if text else ""
+
+    def _leading_lines(self, statement: ast.stmt) -> range:
+        """The numbers of the blank and comment lines above ``statement`` that LibCST puts in its
+        ``leading_lines``. After a compound statement, its last block's footer takes those up to the last
+        comment indented as deep as that block; the module's header takes all of those above its first
+        statement."""
+        block = self.statement_block(statement)
+        at = next(i for i, s in enumerate(block) if s is statement)
+        if at == 0:
+            if block is self.tree.body:
+                return range(0)
+            first = statement.lineno
+            while first > 1 and (not self.line_text(first - 1).strip()
+                                 or self.line_text(first - 1).lstrip().startswith("#")):
+                first -= 1
+            return range(first, statement.lineno)
+        previous = block[at - 1]
+        first = previous.end_lineno + 1  # type: ignore[operator]
+        depth = self._footer_depth(previous) if type(previous) in COMPOUND_STATEMENTS else None
+        if depth is not None:
+            for number in range(first, statement.lineno):
+                text = self.line_text(number)
+                body = text.lstrip()
+                if body.startswith("#") and len(text) - len(body) >= depth:
+                    first = number + 1
+        return range(first, statement.lineno)
+
+    def _footer_depth(self, statement: ast.stmt) -> Optional[int]:
+        """The indentation of the last block of a compound statement (LibCST's last ``IndentedBlock``, whose
+        footer holds the comments indented as deep after it); None where that body follows its header on
+        its line."""
+        block = statement.body  # type: ignore[attr-defined]
+        kind = type(statement)
+        if kind is ast.If and statement.orelse:  # type: ignore[attr-defined]
+            only = statement.orelse[0]  # type: ignore[attr-defined]
+            if (len(statement.orelse) == 1 and type(only) is ast.If  # type: ignore[attr-defined]
+                    and self.line_text(only.lineno)[self._char_column(only.lineno, only.col_offset):].startswith("elif")):
+                return self._footer_depth(only)
+            block = statement.orelse  # type: ignore[attr-defined]
+        elif kind in (ast.For, ast.AsyncFor, ast.While) and statement.orelse:  # type: ignore[attr-defined]
+            block = statement.orelse  # type: ignore[attr-defined]
+        elif kind is ast.Try or kind is getattr(ast, "TryStar", None):
+            block = (statement.finalbody or statement.orelse  # type: ignore[attr-defined]
+                     or (statement.handlers[-1].body if statement.handlers else statement.body))  # type: ignore[attr-defined]
+        elif kind is getattr(ast, "Match", None):
+            block = statement.cases[-1].body  # type: ignore[attr-defined]
+        head = block[0]
+        text = self.line_text(head.lineno)
+        before = text[: self._char_column(head.lineno, head.col_offset)]
+        return None if before.strip() else len(before)
 
     def lines_text(self, first: int, last: int) -> str:
         """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
@@ -659,6 +750,19 @@ class AstIndex:
         if starts is None:
             starts = self.__dict__["_line_starts"] = [0] + [m.end() for m in _NEWLINE_SPLIT.finditer(self.source)]
         return starts[line - 1] + column if line <= len(starts) else len(self.source)
+
+    def attributes_named(self, name: str) -> List[ast.Attribute]:
+        """Every ``<expr>.<name>`` in the file, in source order (the outer first of two that start
+        together); the first question walks the tree once for every name."""
+        by_name = self.__dict__.get("_attributes")
+        if by_name is None:
+            by_name = self.__dict__["_attributes"] = {}
+            for node in walk(self.tree):
+                if type(node) is ast.Attribute:
+                    by_name.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined]
+            for found in by_name.values():
+                found.sort(key=source_order)
+        return by_name.get(name, [])
 
     # --- calls by what they call -------------------------------------------------------------------
     def calls_to(self, *qualified: str) -> List[AstCallInfo]:
@@ -687,17 +791,30 @@ def source_order(node: ast.AST) -> Tuple[int, int, int, int]:
     return node.lineno, node.col_offset, -node.end_lineno, -node.end_col_offset  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class Argument:
+    """One argument of a call as LibCST's ``Call.args`` lists it."""
+
+    node: ast.AST  # the positional value, the ``Starred`` or the ``keyword``
+    value: ast.expr  # what is passed (a ``Starred``'s value)
+    star: str  # "", "*" or "**"
+    keyword: Optional[str]
+
+
+def arguments(call: ast.Call) -> List[Argument]:
+    """The arguments in source order, keywords and stars included, as LibCST's ``Call.args``."""
+    found = [Argument(arg, arg.value, "*", None) if type(arg) is ast.Starred else Argument(arg, arg, "", None)
+             for arg in call.args]
+    found += [Argument(given, given.value, "**" if given.arg is None else "", given.arg) for given in call.keywords]
+    if call.keywords and call.args:
+        found.sort(key=lambda argument: _position(argument.node))
+    return found
+
+
 def call_arguments(call: ast.Call) -> List[Tuple[Optional[str], ast.expr]]:
     """The arguments as LibCST's ``Call.args`` lists them: in source order, as (keyword, value), the keyword
     None for positional arguments and for ``*x`` and ``**x`` (as LibCST's ``Arg.keyword``)."""
-    found: List[Tuple[Tuple[int, int], Optional[str], ast.expr]] = []
-    for arg in call.args:
-        found.append((_position(arg), None, arg.value if type(arg) is ast.Starred else arg))
-    for given in call.keywords:
-        found.append((_position(given), given.arg, given.value))
-    if call.keywords and call.args:
-        found.sort(key=lambda entry: entry[0])
-    return [(name, value) for _, name, value in found]
+    return [(argument.keyword, argument.value) for argument in arguments(call)]
 
 
 def has_star(call: ast.Call) -> bool:
@@ -852,7 +969,7 @@ def _last_block(index: AstIndex, statement: ast.stmt) -> Optional[List[ast.stmt]
                 or (statement.handlers[-1].body if statement.handlers else statement.body))  # type: ignore[attr-defined]
     if kind is getattr(ast, "Match", None):
         return statement.cases[-1].body  # type: ignore[attr-defined]
-    if kind in _COMPOUND_TYPES:
+    if kind in COMPOUND_STATEMENTS:
         return statement.body  # type: ignore[attr-defined]
     return None
 
@@ -865,7 +982,7 @@ def _block_holding(parent: ast.AST, statement: ast.stmt) -> List[ast.stmt]:
     raise LookupError("statement not found in its parent's blocks")
 
 
-_COMPOUND_TYPES = frozenset(t for t in (
+COMPOUND_STATEMENTS = frozenset(t for t in (
     ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, getattr(ast, "TryStar", None),
     ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, getattr(ast, "Match", None)) if t is not None)
 _FUNCTION_TYPES = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda})

@@ -170,18 +170,23 @@ def _run_rules(
     if on_index and index is not None:
         reports.extend(iter_reports(on_index, IndexContext(index, settings, path), crashes))
     analysis = FileAnalysis(module, source, path) if module is not None else None
-    ctx = RuleContext(analysis, settings) if analysis is not None else None
-    after = [rule for rule in rules if rule.runs_after_suppression and not rule.detects_on_index()]
-    if ctx is not None:
-        reports.extend(iter_reports([rule for rule in rules if not rule.runs_after_suppression
-                                     and not rule.detects_on_index()], ctx, crashes))
-    else:
-        assert not after and all(rule.detects_on_index() for rule in rules), "LibCST rules need LibCST's tree"
-    pending = [report for report in reports if report.rewrite is not None]
+    on_libcst = [rule for rule in rules if not rule.detects_on_index()]
+    if on_libcst:
+        assert analysis is not None, "LibCST rules need LibCST's tree"
+        reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
+    after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
-    if pending:  # findings on the index that propose a fix: it is made on LibCST's tree
-        assert index is not None
-        if module is None and statements and not with_edits:
+
+    def rewrite(found: List[Report]) -> None:
+        """Make the fixes that findings on the index propose on LibCST's tree: of just their statements
+        where it can (not where a rule after suppression may propose more: TL900's need the whole file, and
+        every fix of a pass is made on one tree), else of the file."""
+        nonlocal module, analysis, tree
+        pending = [report for report in found if report.rewrite is not None]
+        if not pending:
+            return
+        if module is None and statements and not with_edits and not after:
+            assert index is not None
             tree = make_rewrites_in_statements(pending, index, exact=fixing)
         if tree is None:
             if module is None:
@@ -195,6 +200,8 @@ def _run_rules(
                 if analysis is None:
                     analysis = FileAnalysis(module, source, path)
                 make_rewrites(pending, index, analysis)
+
+    rewrite(reports)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -239,17 +246,17 @@ def _run_rules(
 
     keep(reports)
     if after:
-        used = frozenset(suppressions.used)
-        start = len(ctx.reports)
+        ctx = IndexContext(index, settings, path, source)  # type: ignore[arg-type]  # None: CPython rejects the file
         for rule in after:
             ctx._rule = rule
             try:
-                rule.check_suppressions(ctx, used, selected or frozenset(r.code for r in rules))
+                rule.check_suppressions(ctx, suppressions, selected or frozenset(r.code for r in rules))
             except RecursionError:
                 raise
             except Exception as error:  # noqa: BLE001 - as in iter_reports
                 crashes.append(RuleCrash(rule, error))
-        keep(ctx.reports[start:])
+        rewrite(ctx.reports)
+        keep(ctx.reports)
     kept.sort(key=lambda pair: pair[0].sort_key)
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis

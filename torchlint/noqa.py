@@ -10,7 +10,7 @@ from typing import Dict, List, Sequence, Set, Tuple
 
 from torchlint.fileio import split_lines
 from torchlint.rule import Diagnostic
-from torchlint.suppression import _LINE_NOQA, _comments
+from torchlint.suppression import LINE_NOQA, _comments
 
 SKIPPED_CODES = {"TL000", "TL900"}  # errors cannot be silenced; a noqa for TL900 would silence itself
 
@@ -52,7 +52,7 @@ def add_noqa(source: str, diagnostics: Sequence[Diagnostic]) -> Tuple[str, int]:
         body = raw.rstrip("\r\n")
         ending = raw[len(body):]
         comment = comments.get(line, ("", False))[0]
-        match = _LINE_NOQA.search(comment) if comment and body.endswith(comment) else None
+        match = LINE_NOQA.search(comment) if comment and body.endswith(comment) else None
         if match and not match.group("codes"):
             continue  # a bare `# noqa` already silences everything
         if match:

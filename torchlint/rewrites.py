@@ -26,15 +26,17 @@ from torchlint.guard import parse_problem
 from torchlint.rule import Report
 
 
-def make_rewrites(reports: Sequence[Report], index: AstIndex, analysis: FileAnalysis) -> None:
+def make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis: FileAnalysis) -> None:
     """Each report's fix, made on the LibCST twin of its rewrite's call in the whole file's tree, or on
-    the module, or its ``refused`` message where the rewrite cannot be made."""
+    the module, or its ``refused`` message where the rewrite cannot be made. ``index`` is None where
+    CPython's parser rejects the file: only module rewrites (TL900's) are made there."""
     altered: Set[int] = set()
-    if "\f" in index.source and analysis.module.code != index.source:
+    if "\f" in analysis.source and analysis.module.code != analysis.source:
         from torchlint.textmerge import altered_lines
 
-        altered = altered_lines(index.source, analysis.module.code)
-    _make(reports, _twins(index, analysis), analysis, index, altered)
+        altered = altered_lines(analysis.source, analysis.module.code)
+    calls = index is not None and any(report.rewrite.call is not None for report in reports)  # type: ignore[union-attr]
+    _make(reports, _twins(index, analysis) if calls else {}, analysis, index, altered)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -118,6 +120,8 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analy
             report.message = rewrite.refused.replace("{reason}", made)
         else:
             report.fix = made
+            if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)
+                report.node = next(iter(made.replacements))
 
 
 # LibCST repeats or drops a form feed in an indentation when it writes a block (``torchlint.textmerge``)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
     from torchlint.ast_index import AstIndex, Extent, StatementLine
     from torchlint.config import Settings
+    from torchlint.suppression import Suppressions
 
 RULE_CODE = re.compile(r"^TL\d{3}$")
 DOC_HEADINGS = (
@@ -166,16 +167,16 @@ class IndexContext:
     """What a rule sees while detecting on one file's index (``torchlint.ast_index``): the program model
     every rule shares, built from the stdlib ``ast``."""
 
-    def __init__(self, index: "AstIndex", settings: "Settings", path: str = "<string>") -> None:
+    def __init__(self, index: "AstIndex", settings: "Settings", path: str = "<string>",
+                 source: Optional[str] = None) -> None:
         self.index = index
         self.settings = settings
         self.path = path
+        # the file's text: the index's, or given where CPython's parser rejects the file and there is no
+        # index (rules that read only the text and the suppressions, TL900, still run there)
+        self.source = source if source is not None else index.source
         self.reports: list[Report] = []
         self._rule: Optional[Rule] = None
-
-    @property
-    def source(self) -> str:
-        return self.index.source
 
     @property
     def torch_version(self) -> Tuple[int, int]:
@@ -184,8 +185,14 @@ class IndexContext:
     def report(self, node: Union[ast.AST, "Extent"], message: Optional[str] = None,
                rewrite: Optional[Rewrite] = None) -> None:
         assert self._rule is not None
-        self.reports.append(Report(self._rule, node, message or self._rule.message, span=self.index.span(node),
-                                   rewrite=rewrite))
+        self.report_at(self.index.span(node), message, rewrite, node)
+
+    def report_at(self, span: Tuple[int, int, int, int], message: Optional[str] = None,
+                  rewrite: Optional[Rewrite] = None, node: Optional[ast.AST] = None) -> None:
+        """A finding at ``span`` (line, column, end line, end column, as ``AstIndex.span`` gives them) where
+        no node of the tree is the place: a comment."""
+        assert self._rule is not None
+        self.reports.append(Report(self._rule, node, message or self._rule.message, span=span, rewrite=rewrite))
 
 
 class Rule:
@@ -234,12 +241,13 @@ class Rule:
         raise NotImplementedError
 
     # A rule about the suppressions themselves (TL900) runs after the others' findings were matched with
-    # the file's `# noqa` comments: the engine calls ``check_suppressions`` instead of ``check``.
+    # the file's `# noqa` comments: the engine calls ``check_suppressions`` after every ``detect``.
     runs_after_suppression: ClassVar[bool] = False
 
-    def check_suppressions(self, ctx: RuleContext, used: "frozenset", selected: "frozenset") -> None:
-        """``used``: the (line, code) pairs of `# noqa` comments that silenced a finding; ``selected``: the
-        codes of the rules selected for this file."""
+    def check_suppressions(self, ctx: IndexContext, suppressions: "Suppressions", selected: "frozenset") -> None:
+        """``suppressions``: the file's `# noqa` comments, ``used`` holding the (line, code) pairs of those
+        that silenced a finding; ``selected``: the codes of the rules selected for this file. ``ctx.index``
+        is None where CPython's parser rejects the file."""
 
     # --- helpers for the engine -------------------------------------------------------------
     @classmethod

@@ -15,7 +15,7 @@ from typing import Dict, FrozenSet, Optional, Set, Tuple
 from torchlint.fileio import split_lines
 
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
-_LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
+LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
 _FILE_NOQA = re.compile(r"^#\s*torchlint\s*:\s*noqa(?::\s*" + _CODES + r")?\s*$", re.IGNORECASE)
 
 _ANY_NOQA = re.compile(r"noqa", re.IGNORECASE)  # in every comment either pattern matches
@@ -38,8 +38,9 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
 
 
 def _comments(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
-    """line -> (comment text, whether the comment is alone on its line); with ``last_line``, up to that line
-    (the tokenizer stops there: most files have their `# noqa` comments at the top, on imports)."""
+    """line -> (comment text, whether the comment is alone on its line, its column in characters); with
+    ``last_line``, up to that line (the tokenizer stops there: most files have their `# noqa` comments at
+    the top, on imports)."""
     comments: Dict[int, tuple] = {}
     lines = split_lines(source)  # as the tokenizer numbers them
     try:
@@ -49,7 +50,7 @@ def _comments(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
             if token.type == tokenize.COMMENT:
                 line, column = token.start
                 alone = not lines[line - 1][:column].strip() if line <= len(lines) else True
-                comments[line] = (token.string, alone)
+                comments[line] = (token.string, alone, column)
     except (tokenize.TokenError, IndentationError, SyntaxError):
         pass  # the comments found so far still count
     return comments
@@ -60,23 +61,28 @@ class Suppressions:
     file_codes: FrozenSet[str]
     line_codes: Dict[int, FrozenSet[str]]
     used: Set[Tuple[int, str]] = field(default_factory=set)  # (line, code) of line comments that silenced
+    # line -> (column, text) of each comment with a line directive (TL900 judges them), placed as LibCST
+    # places its ``Comment`` nodes (tests/test_suppression.py holds the two equal)
+    directives: Dict[int, Tuple[int, str]] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, source: str) -> "Suppressions":
         file_codes: FrozenSet[str] = frozenset()
         line_codes: Dict[int, FrozenSet[str]] = {}
+        directives: Dict[int, Tuple[int, str]] = {}
         last_line = _last_noqa_line(source)
         if not last_line:  # no comment can suppress: skip tokenizing
             return cls(file_codes, line_codes)
-        for line, (comment, alone) in _comments(source, last_line).items():
+        for line, (comment, alone, column) in _comments(source, last_line).items():
             whole_file = _FILE_NOQA.match(comment) if alone else None
             if whole_file:
                 file_codes = file_codes | _codes(whole_file)
                 continue
-            match = _LINE_NOQA.search(comment)
+            match = LINE_NOQA.search(comment)
             if match:
                 line_codes[line] = _codes(match)
-        return cls(file_codes, line_codes)
+                directives[line] = (column, comment)
+        return cls(file_codes, line_codes, directives=directives)
 
     def is_suppressed(self, code: str, line: int, end_line: int) -> bool:
         """A ``# noqa`` on the first or the last line of the finding silences it, as does a file-level one."""
