@@ -174,9 +174,6 @@ def stage_costs(tree: Path) -> Dict[str, float]:
         index = clock("index s", index_of, parsed, text) if parsed is not None else None
         on_index = [r for r in candidates if r.detects_on_index()]
         on_libcst = [r for r in candidates if not r.detects_on_index()]
-        if parsed is not None and on_libcst:
-            on_libcst = clock("ast stage s", lambda: [r for r in on_libcst if not r.has_ast_prefilter
-                                                      or r.may_fire_in_ast(parsed, text, settings)])
         found = []
         if on_index and index is not None:
             found = clock("index rules s", lambda: list(iter_reports(on_index, IndexContext(index, settings, shown), [])))

@@ -1,12 +1,11 @@
-"""A light index of a file built from the stdlib ``ast``: the pre-filter stage's view of the code.
+"""The program model: one index of a file, built from the stdlib ``ast``, on which every rule detects.
 
-``ast.parse`` is about six times cheaper than LibCST's parser, and most files have no finding: rules answer
-"certainly nothing here" from this index (``Rule.may_fire_in_ast``), so LibCST parses only the files that
-will report or fix. The index mirrors the facts of ``torchlint.analysis.FileAnalysis`` that rules gate on,
-with the same meaning (the import table, calls by name, loops with the calls that run once per iteration,
-training loops, simple name bindings per scope), so a rule's ast stage can ask the same questions as its
-LibCST check and stay a superset of it. It records; rules interpret. Build it with ``index_of(tree)``: one
-walk per file, shared by every rule.
+One walk per file (``index_of(tree, source)``), shared by every rule: the import table (``qualified_name``,
+``calls_to`` by qualified name, aliases included), calls in source order with the innermost def and loop that
+run them, loops with the calls that run once per iteration, bindings per scope, parent links, and places and
+code text in LibCST's terms (``span``, ``enclosing_statement``, ``code_for_node``), so that a finding detected
+here is placed, quoted and fixed as LibCST sees it (``torchlint.rewrites``). It records; rules and the shared
+facts (``torchlint.facts``) interpret.
 """
 
 from __future__ import annotations

@@ -51,18 +51,8 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
 
 def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, path: str = "") -> List[Rule]:
     """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
-    for its kind of file, then a text stage; of the rules that still detect on LibCST, those an ``ast``
-    stage keeps, where the ``ast`` tree is built anyway or every such rule has one (it is cheaper than the
-    LibCST parse it can save). Rules that detect on the index are kept: the index is their detection."""
-    candidates = [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
-    on_libcst = [rule for rule in candidates if not rule.detects_on_index()]
-    if on_libcst and (len(on_libcst) < len(candidates) or all(rule.has_ast_prefilter for rule in on_libcst)):
-        tree = _stdlib_ast(source)
-        if tree is not None:
-            index_of(tree, source)  # the stages' shared index knows its text (spans, literals)
-            candidates = [rule for rule in candidates if rule.detects_on_index() or not rule.has_ast_prefilter
-                          or rule.may_fire_in_ast(tree, source, settings)]
-    return candidates
+    for its kind of file whose exact text gate (``Rule.may_fire``) passes. The index is their detection."""
+    return [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
 
 
 def needs_libcst(candidates: Sequence[Rule], source: str) -> bool:
@@ -72,20 +62,11 @@ def needs_libcst(candidates: Sequence[Rule], source: str) -> bool:
 
 
 def reports_without_stages(rules: Sequence[Rule], source: str, settings: Settings, crashes: list) -> List[Report]:
-    """What ``rules`` report on ``source`` with no gate or stage before them, before suppression: rules on
-    the index on the stdlib tree, the others on LibCST's (the tests hold the stages to this)."""
-    reports: List[Report] = []
-    on_index = [rule for rule in rules if rule.detects_on_index()]
-    if on_index:
-        index = _index_of(source)
-        assert index is not None, "reports_without_stages needs valid Python"
-        reports.extend(iter_reports(on_index, IndexContext(index, settings), crashes))
-    on_libcst = [rule for rule in rules if not rule.detects_on_index()]
-    if on_libcst:
-        analysis = FileAnalysis(cst.parse_module(source), source)
-        reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
-        analysis.release()
-    return reports
+    """What ``rules`` detect on ``source`` with no text gate before them, before suppression (the tests hold
+    the gates to this)."""
+    index = _index_of(source)
+    assert index is not None, "reports_without_stages needs valid Python"
+    return list(iter_reports(rules, IndexContext(index, settings), crashes))
 
 
 def rules_for_path(rules: Sequence[Rule], path: str, settings: Optional[Settings] = None) -> Sequence[Rule]:

@@ -269,15 +269,6 @@ class Rule:
     def may_fire(cls, text: str, settings: "Settings") -> bool:
         return all(_compiled(p).search(text) for p in cls.patterns_for(settings))
 
-    # An optional second pre-filter on the stdlib ``ast`` tree, about six times cheaper to build than
-    # LibCST's. Rules that set ``has_ast_prefilter`` answer False only where they certainly find nothing.
-    # The engine builds the ast once per file, and only when every rule left after the text stage has one.
-    has_ast_prefilter: ClassVar[bool] = False
-
-    @classmethod
-    def may_fire_in_ast(cls, tree: "ast.Module", text: str, settings: "Settings") -> bool:
-        return True
-
 
 def rule_url(code: str) -> str:
     """A rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
