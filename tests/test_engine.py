@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from torchlint.config import Settings
 from torchlint.engine import fix_source, lint_source
-from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule, RuleContext
+from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.suppression import Suppressions
 
 
@@ -17,10 +19,12 @@ class RenameFoo(Rule):
     fix_availability = FixAvailability.ALWAYS
     required_patterns = (r"foo",)
 
-    def check(self, ctx: RuleContext) -> None:
-        for call in ctx.analysis.calls_by_name.get("foo", []):
-            if isinstance(call.func, cst.Name):
-                ctx.report(call, fix=Fix.replace(call.func, cst.Name("bar"), Applicability.SAFE))
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("foo", []):
+            if isinstance(info.node.func, ast.Name):
+                ctx.report(info.node, rewrite=Rewrite(
+                    lambda call, a: Fix.replace(call.func, cst.Name("bar"), Applicability.SAFE), "{reason}",
+                    call=info.node))
 
 
 class WrapInTorchNoGrad(Rule):
@@ -30,13 +34,17 @@ class WrapInTorchNoGrad(Rule):
     fix_availability = FixAvailability.ALWAYS
     required_patterns = (r"bar",)
 
-    def check(self, ctx: RuleContext) -> None:
-        for call in ctx.analysis.calls_by_name.get("bar", []):
-            parent = ctx.analysis.parent(ctx.analysis.parent(call))
-            if isinstance(parent, cst.Call) and ctx.analysis.qualified_name(parent.func) == "torch.wrapped":
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("bar", []):
+            parent = ctx.index.parent(info.node)
+            if isinstance(parent, ast.Call) and ctx.index.qualified_name(parent.func) == "torch.wrapped":
                 continue
-            new = cst.parse_expression(f"torch.wrapped({ctx.module.code_for_node(call)})")
-            ctx.report(call, fix=Fix.replace(call, new, Applicability.UNSAFE, [ImportRequest("torch")]))
+            ctx.report(info.node, rewrite=Rewrite(_wrapped, "{reason}", call=info.node))
+
+
+def _wrapped(call: cst.Call, analysis) -> Fix:
+    new = cst.parse_expression(f"torch.wrapped({analysis.module.code_for_node(call)})")
+    return Fix.replace(call, new, Applicability.UNSAFE, [ImportRequest("torch")])
 
 
 class BreaksCode(Rule):
@@ -46,10 +54,12 @@ class BreaksCode(Rule):
     fix_availability = FixAvailability.ALWAYS
     required_patterns = (r"baz",)
 
-    def check(self, ctx: RuleContext) -> None:
-        for call in ctx.analysis.calls_by_name.get("baz", []):
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("baz", []):
             # parses, but `yield` outside a function does not compile
-            ctx.report(call, fix=Fix.replace(call, cst.Yield(cst.Integer("2")), Applicability.SAFE))
+            ctx.report(info.node, rewrite=Rewrite(
+                lambda call, a: Fix.replace(call, cst.Yield(cst.Integer("2")), Applicability.SAFE), "{reason}",
+                call=info.node))
 
 
 SETTINGS = Settings()
@@ -119,7 +129,7 @@ class Crashes(Rule):
     code, name, message, summary = "TL993", "crashes", "crash", "test"
     required_patterns = (r"foo",)
 
-    def check(self, ctx: RuleContext) -> None:
+    def detect(self, ctx: IndexContext) -> None:
         raise ValueError("oops")
 
 

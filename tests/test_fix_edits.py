@@ -16,7 +16,7 @@ from torchlint.fix_edits import text_edits
 from torchlint.fix_edits import FixEdits
 from torchlint.fixer import FixApplier
 from torchlint.registry import get_rule
-from torchlint.rule import Applicability, Fix, FixAvailability, Report, Rule, RuleContext
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Report, Rewrite, Rule
 
 
 def _fixable_reports(source: str, rules: Sequence[Rule], settings: Settings, path: str = "t.py"):
@@ -214,10 +214,9 @@ class DropCall(Rule):
     fix_availability = FixAvailability.ALWAYS
     required_patterns = (r"drop",)
 
-    def check(self, ctx: RuleContext) -> None:
-        for call in ctx.analysis.calls_by_name.get("drop", []):
-            statement = ctx.analysis.parent(ctx.analysis.parent(call))
-            ctx.report(call, fix=Fix.replace(statement, cst.RemovalSentinel.REMOVE, Applicability.SAFE))
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("drop", []):
+            ctx.report(info.node, rewrite=Rewrite(_drop, "{reason}", call=info.node))
 
 
 class TwiceCall(Rule):
@@ -227,10 +226,19 @@ class TwiceCall(Rule):
     fix_availability = FixAvailability.ALWAYS
     required_patterns = (r"twice",)
 
-    def check(self, ctx: RuleContext) -> None:
-        for call in ctx.analysis.calls_by_name.get("twice", []):
-            line = ctx.analysis.parent(ctx.analysis.parent(call))
-            ctx.report(call, fix=Fix.replace(line, cst.FlattenSentinel([line, line]), Applicability.SAFE))
+    def detect(self, ctx: IndexContext) -> None:
+        for info in ctx.index.calls_by_name.get("twice", []):
+            ctx.report(info.node, rewrite=Rewrite(_twice, "{reason}", call=info.node))
+
+
+def _drop(call: cst.Call, analysis) -> Fix:
+    statement = analysis.parent(analysis.parent(call))
+    return Fix.replace(statement, cst.RemovalSentinel.REMOVE, Applicability.SAFE)
+
+
+def _twice(call: cst.Call, analysis) -> Fix:
+    line = analysis.parent(analysis.parent(call))
+    return Fix.replace(line, cst.FlattenSentinel([line, line]), Applicability.SAFE)
 
 
 def _compare_rule(source: str, rule: Rule) -> List[Tuple[Report, bool]]:

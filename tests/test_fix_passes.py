@@ -18,7 +18,7 @@ from torchlint.config import Settings
 from torchlint.engine import _run_rules, fix_source, lint_source
 from torchlint.fixer import FixApplier
 from torchlint.registry import all_rules
-from torchlint.rule import Applicability, Fix, Report, Rule
+from torchlint.rule import Applicability, Fix, Report, Rewrite, Rule
 
 FLAGGED = flagged_fixtures()
 FIXED = [(code, path) for code, path in FLAGGED if path.with_name(path.stem + ".fixed.py").exists()]
@@ -86,12 +86,13 @@ def test_fixes_in_nested_statements_are_put_in_place_together():
     class Both(Rule):
         code, name, message = "TL998", "both", "m"
 
-        def check(self, ctx):
-            calls = ctx.analysis.calls_by_name["zero_grad"]
-            loop = ctx.analysis.loops[0].node
-            for call in calls:
-                ctx.report(call, fix=Fix.replace(call, call.with_changes(args=[]), Applicability.SAFE))
-            ctx.report(loop, fix=Fix.replace(loop.iter, cst.Name("params"), Applicability.SAFE))
+        def detect(self, ctx):
+            for info in ctx.index.calls_by_name["zero_grad"]:
+                ctx.report(info.node, rewrite=Rewrite(
+                    lambda call, a: Fix.replace(call, call.with_changes(args=[]), Applicability.SAFE), "{reason}",
+                    call=info.node))
+            ctx.report(ctx.index.loops[0].node, rewrite=Rewrite(
+                lambda module, a: Fix.replace(a.loops[0].node.iter, cst.Name("params"), Applicability.SAFE), "{reason}"))
 
     module = cst.parse_module(source)
     analysis, reports, _ = _run_rules(module, source, "m.py", [Both()], Settings(select=("TL998",)))

@@ -14,8 +14,7 @@ from torchlint.engine import lint_source
 from torchlint.registry import all_rules
 
 SAMPLES = sorted(p for p in FIXTURES.rglob("*.py") if not p.name.endswith(".fixed.py"))
-# (rules still detecting on LibCST parse the whole file anyway)
-RULES = [rule() for rule in all_rules() if rule.detects_on_index()]
+RULES = [rule() for rule in all_rules()]
 
 
 def _answers(source: str, with_edits: bool, rules=RULES):

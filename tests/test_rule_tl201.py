@@ -161,7 +161,7 @@ def test_detects_on_the_index_and_fixes_the_statement_it_reports():
         """
     )
     rule = rules_by_code()["TL201"]
-    assert not needs_libcst([rule()], code)
+    assert not needs_libcst(code)
     [report] = reports_without_stages([rule()], code, Settings(select=("TL201",)), [])
     assert report.span == (5, 22, 5, 36) and report.rewrite is not None
     assert "print(p); p.grad = None" in fix(code, "TL201", unsafe=True)

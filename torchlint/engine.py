@@ -19,7 +19,7 @@ from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
 from torchlint.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
-    Applicability, Diagnostic, IndexContext, Report, Rule, RuleContext, RuleCrash, iter_reports,
+    Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
 )
 from torchlint.suppression import Suppressions
 
@@ -55,10 +55,10 @@ def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, 
     return [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
 
 
-def needs_libcst(candidates: Sequence[Rule], source: str) -> bool:
-    """Whether ``candidates`` need LibCST's tree: a rule that still detects on it, or a file CPython's parser
-    rejects (LibCST reports the syntax error, or parses syntax newer than this interpreter's)."""
-    return any(not rule.detects_on_index() for rule in candidates) or _stdlib_ast(source) is None
+def needs_libcst(source: str) -> bool:
+    """Whether the file needs LibCST's tree before any rule runs: CPython's parser rejects it (LibCST names
+    the syntax error, or parses syntax newer than this interpreter's; no rule detects there)."""
+    return _stdlib_ast(source) is None
 
 
 def reports_without_stages(rules: Sequence[Rule], source: str, settings: Settings, crashes: list) -> List[Report]:
@@ -136,25 +136,20 @@ def _run_rules(
     fixing: bool = False, statements: bool = True,
 ) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
-    codes of every rule selected for the file (``rules`` are those the pre-filter left). Rules that detect
-    on the index run on the stdlib tree; the others on ``module``, LibCST's tree (None where none of them
-    is among ``rules``); ``index``: the stdlib tree's index, where the caller holds it already. The fixes
+    codes of every rule selected for the file (``rules`` are those the pre-filter left). The rules detect
+    on the index (``index``, where the caller holds it already); ``module``: LibCST's tree of the file where
+    the caller has it (a fix pass's output, a file CPython rejects), else None. The fixes
     findings on the index propose are made on LibCST's tree of just the statements that hold them
     (``torchlint.rewrites``) where it can (``statements``; JSON's edits, ``with_edits``, need the whole
     file's tree), for `fix` (``fixing``) only where LibCST writes those statements back exactly. Returns the
     tree the fixes were made on first (None where LibCST parsed nothing)."""
     crashes: List[RuleCrash] = []
     reports: List[Report] = []
-    on_index = [rule for rule in rules if rule.detects_on_index()]
-    if on_index and index is None:
+    if index is None:
         index = _index_of(source)
-    if on_index and index is not None:
-        reports.extend(iter_reports(on_index, IndexContext(index, settings, path), crashes))
+    if index is not None:
+        reports.extend(iter_reports(rules, IndexContext(index, settings, path), crashes))
     analysis = FileAnalysis(module, source, path) if module is not None else None
-    on_libcst = [rule for rule in rules if not rule.detects_on_index()]
-    if on_libcst:
-        assert analysis is not None, "LibCST rules need LibCST's tree"
-        reports.extend(iter_reports(on_libcst, RuleContext(analysis, settings), crashes))
     after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
 
@@ -192,19 +187,14 @@ def _run_rules(
     seen: Set[Tuple[str, int, int, str]] = set()
 
     def keep(found: List[Report]) -> None:
-        placed = [r for r in found if r.span is None]  # LibCST's reports: placed here, all at once
-        positions, fix_edits = {}, None
-        if placed:
-            from torchlint.positions import node_spans
-
-            wanted = [r.node for r in placed] + [n for r in placed if r.fix for n in r.fix.replacements]
-            positions = node_spans(module, wanted, analysis.parents, source)
+        fix_edits = None
         if with_edits and any(r.fix for r in found):
             from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
 
             fix_edits = FixEdits(module, analysis, path, source)
         for report in found:
-            line, column, end_line, end_column = report.span or positions[report.node]
+            assert report.span is not None  # placed by the index when reported
+            line, column, end_line, end_column = report.span
             key = (report.rule.code, line, column, report.message)
             if key in seen:
                 continue
@@ -254,9 +244,9 @@ def lint_source(
         return LintOutcome([], parsed=False)
     selected = frozenset(rule.code for rule in rules)
     # held here: parsing with LibCST drops the stages' shared index
-    index = _index_of(source) if any(rule.detects_on_index() for rule in candidates) else None
+    index = _index_of(source)
     try:
-        module = parse(source, path) if needs_libcst(candidates, source) else None
+        module = parse(source, path) if needs_libcst(source) else None
         # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
         analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
     except SyntaxProblem as exc:
@@ -281,9 +271,9 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         if not candidates:
             remaining = []
             break
-        index = _index_of(current) if any(rule.detects_on_index() for rule in candidates) else None
+        index = _index_of(current)
         try:
-            if module is None and needs_libcst(candidates, current):
+            if module is None and needs_libcst(current):
                 module = parse(current, path)
             elif module is not None:
                 forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's

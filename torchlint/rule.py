@@ -141,28 +141,6 @@ class Diagnostic:
         return (self.path, self.cell or 0, self.line, self.column, self.code, self.message)
 
 
-class RuleContext:
-    """What a rule sees while checking one file."""
-
-    def __init__(self, analysis: "FileAnalysis", settings: "Settings") -> None:
-        self.analysis = analysis
-        self.settings = settings
-        self.reports: list[Report] = []
-        self._rule: Optional[Rule] = None
-
-    @property
-    def module(self) -> cst.Module:
-        return self.analysis.module
-
-    @property
-    def torch_version(self) -> Tuple[int, int]:
-        return self.settings.torch_version
-
-    def report(self, node: cst.CSTNode, message: Optional[str] = None, fix: Optional[Fix] = None) -> None:
-        assert self._rule is not None
-        self.reports.append(Report(self._rule, node, message or self._rule.message, fix))
-
-
 class IndexContext:
     """What a rule sees while detecting on one file's index (``torchlint.ast_index``): the program model
     every rule shares, built from the stdlib ``ast``."""
@@ -229,15 +207,8 @@ class Rule:
     silent_in_test_files: ClassVar[bool] = False
 
     def detect(self, ctx: IndexContext) -> None:  # pragma: no cover - abstract
-        """Find the pattern on the file's index and ``ctx.report`` each finding. Rules that still detect
-        on LibCST's tree override ``check`` instead (docs/architecture.md, "One program model")."""
-        raise NotImplementedError
-
-    @classmethod
-    def detects_on_index(cls) -> bool:
-        return cls.detect is not Rule.detect
-
-    def check(self, ctx: RuleContext) -> None:  # pragma: no cover - abstract
+        """Find the pattern on the file's index and ``ctx.report`` each finding (docs/architecture.md, "One
+        program model")."""
         raise NotImplementedError
 
     # A rule about the suppressions themselves (TL900) runs after the others' findings were matched with
@@ -292,18 +263,14 @@ class RuleCrash(Exception):
         super().__init__(f"internal error in {rule.code} ({rule.name}): {type(error).__name__}: {error}; please report it")
 
 
-def iter_reports(rules: Sequence[Rule], ctx: Union[RuleContext, IndexContext], crashes: list) -> Iterator[Report]:
-    """Each rule's reports (``detect`` on an ``IndexContext``, ``check`` on a ``RuleContext``); a rule that
-    raises loses its reports for this file and is listed in ``crashes``."""
-    on_index = isinstance(ctx, IndexContext)
+def iter_reports(rules: Sequence[Rule], ctx: IndexContext, crashes: list) -> Iterator[Report]:
+    """Each rule's reports (``detect``); a rule that raises loses its reports for this file and is listed
+    in ``crashes``."""
     for rule in rules:
         ctx._rule = rule
         start = len(ctx.reports)
         try:
-            if on_index:
-                rule.detect(ctx)  # type: ignore[arg-type]
-            else:
-                rule.check(ctx)  # type: ignore[arg-type]
+            rule.detect(ctx)
         except RecursionError:
             raise
         except Exception as error:  # noqa: BLE001 - one buggy rule must not stop the others
