@@ -589,7 +589,7 @@ class _Detector:
         return text
 
     def _call_text(self, call: ast.Call) -> str:
-        return ast.get_source_segment(self.index.source, call) or ""
+        return self.index.source_segment(call)
 
 
 # --- the fixes, made on LibCST's tree -------------------------------------------------------------

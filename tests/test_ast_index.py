@@ -408,3 +408,18 @@ def test_the_simple_statement_next_to_another_is_on_a_line_of_simple_statements(
     assert index.simple_statement_next_to(e, -1) is None  # a body on its header's line: LibCST's suite
     assert index.simple_statement_next_to(f, -1) is None  # after a compound statement
     assert index.simple_statement_next_to(loop, -1) is None and index.simple_statement_next_to(branch, -1) is c
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_source_segment_is_the_stdlibs(path):
+    source = path.read_text(encoding="utf-8")
+    index = index_of(ast.parse(source), source)
+    for info in index.calls:
+        assert index.source_segment(info.node) == (ast.get_source_segment(source, info.node) or "")
+
+
+def test_source_segment_across_line_ends_and_wide_characters():
+    source = "x = f(\r\n  'é',\r  g(1)\n)  # c\fd\ny = h('ü' )"
+    index = index_of(ast.parse(source), source)
+    for info in index.calls:
+        assert index.source_segment(info.node) == ast.get_source_segment(source, info.node)

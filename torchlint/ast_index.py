@@ -739,6 +739,21 @@ class AstIndex:
         before = text[: self._char_column(head.lineno, head.col_offset)]
         return None if before.strip() else len(before)
 
+    def source_segment(self, node: ast.AST) -> str:
+        """``ast.get_source_segment(source, node)``, from lines split once per file (the stdlib splits the
+        whole source on every call)."""
+        lines = self.__dict__.get("_lines_with_ends")
+        if lines is None:
+            lines = self.__dict__["_lines_with_ends"] = _LINE_WITH_END.findall(self.source)
+        first, last = node.lineno - 1, node.end_lineno - 1  # type: ignore[attr-defined,operator]
+        if not 0 <= first <= last < len(lines):
+            return ""
+        if first == last:
+            return lines[first].encode()[node.col_offset:node.end_col_offset].decode()  # type: ignore[attr-defined]
+        head = lines[first].encode()[node.col_offset:].decode()  # type: ignore[attr-defined]
+        tail = lines[last].encode()[:node.end_col_offset].decode()  # type: ignore[attr-defined]
+        return "".join([head, *lines[first + 1:last], tail])
+
     def lines_text(self, first: int, last: int) -> str:
         """Lines ``first`` to ``last`` of the source (1-based, inclusive), their line ends kept."""
         return self.source[self._offset(first, 0):self._offset(last + 1, 0)]
@@ -841,7 +856,8 @@ class StatementLine(Extent):
     report as one statement."""
 
 
-_NEWLINE_SPLIT = re.compile(r"\r\n?|\n")  # the line ends ``ast`` counts (a form feed is not one)
+_NEWLINE_SPLIT = re.compile(r"\r\n?|\n")
+_LINE_WITH_END = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")  # each line and its end, as ``ast`` splits  # the line ends ``ast`` counts (a form feed is not one)
 
 
 Place = Tuple[int, int]  # (line, column in characters)
