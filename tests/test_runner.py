@@ -51,3 +51,19 @@ def test_a_warm_run_reads_the_cache_before_starting_workers(tmp_path, monkeypatc
     again = runner.run(paths, job, jobs=2)
     assert calls == [[paths[0]]]  # only the edited file is checked again
     assert again[0].diagnostics == [] and [r.diagnostics for r in again[1:]] == [r.diagnostics for r in cold[1:]]
+
+
+def test_a_stopped_pool_is_not_woken_at_exit():
+    """After a Ctrl-C the workers are killed; the wakeup ``concurrent.futures`` sends each pool's manager
+    thread at exit may then hit a broken pipe and print a traceback after torchlint's message."""
+    import concurrent.futures
+    import concurrent.futures.process as futures_process
+
+    from torchlint.runner import stop_workers
+
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
+    pool.submit(abs, -1).result()
+    thread = pool._executor_manager_thread
+    assert thread in futures_process._threads_wakeups
+    stop_workers(pool)
+    assert thread not in futures_process._threads_wakeups

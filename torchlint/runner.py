@@ -431,12 +431,25 @@ def stop_workers(pool) -> None:
     """Drop the queued work and end the workers now (a Ctrl-C): nothing they would still compute is used."""
     terminate = getattr(pool, "terminate_workers", None)  # Python 3.14
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # (shutdown forgets it)
     pool.shutdown(wait=False, cancel_futures=True)
+    _not_woken_at_exit(manager)
     if terminate is not None:
         terminate()
         return
     for process in processes:
         process.terminate()
+
+
+def _not_woken_at_exit(thread) -> None:
+    """At exit, ``concurrent.futures`` wakes each pool's manager ``thread`` through a pipe; once its workers
+    are killed that pipe may be broken, and the wakeup's BrokenPipeError traceback would follow the Ctrl-C
+    message. A stopped pool needs no wakeup."""
+    import concurrent.futures.process as futures_process
+
+    wakeups = getattr(futures_process, "_threads_wakeups", None)
+    if thread is not None and wakeups is not None:
+        wakeups.pop(thread, None)
 
 
 @contextmanager
