@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
@@ -77,14 +78,26 @@ class FixApplier:
         return self.render(reports), True
 
     def _non_overlapping(self, reports: Sequence[Report]) -> List[Report]:
-        taken: List[cst.CSTNode] = []
+        """The reports, in order, whose fixes replace no node inside or around one an earlier chosen fix
+        replaces. Nodes are subtrees, nested or apart: two overlap where their spans (pre-order numbers,
+        ``FileAnalysis.spans``) intersect, so the taken spans stay apart and sorted, and each new one is
+        looked up by bisection (a pairwise test cost fixes x fixes on a long file)."""
+        starts: List[int] = []
+        ends: List[int] = []  # of the taken spans, sorted by start (apart, so by end too)
         chosen = []
         for report in reports:
             assert report.fix is not None
-            targets = list(report.fix.replacements)
-            if any(self.analysis.contains(a, b) or self.analysis.contains(b, a) for a in taken for b in targets):
+            spans = sorted((self.analysis.spans[node] for node in report.fix.replacements), key=lambda s: (s[0], -s[1]))
+            if any(_intersects(starts, ends, span) for span in spans):
                 continue
-            taken.extend(targets)
+            outermost: List[Tuple[int, int]] = []
+            for span in spans:  # one fix's own targets may nest: keep the outer ones
+                if not outermost or span[0] >= outermost[-1][1]:
+                    outermost.append(span)
+            for first, end in outermost:
+                at = bisect.bisect_left(starts, first)
+                starts.insert(at, first)
+                ends.insert(at, end)
             chosen.append(report)
         return chosen
 
@@ -103,6 +116,12 @@ class FixApplier:
 
     def _path_to(self, targets: Dict[cst.CSTNode, Replacement]) -> Optional[Set[cst.CSTNode]]:
         return _nodes_above(self.analysis, targets)
+
+
+def _intersects(starts: List[int], ends: List[int], span: Tuple[int, int]) -> bool:
+    """Whether ``span`` intersects one of the sorted, pairwise apart spans ``starts``/``ends`` (half open)."""
+    at = bisect.bisect_left(starts, span[1]) - 1  # the last one to start before ``span`` ends
+    return at >= 0 and ends[at] > span[0]
 
 
 def _nodes_above(analysis: FileAnalysis, targets: Iterable[cst.CSTNode]) -> Optional[Set[cst.CSTNode]]:
