@@ -96,8 +96,12 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
 def refuse_rewrites(reports: Sequence[Report], reason: str) -> None:
     """No fix for these reports, and why: each reads its rewrite's ``refused`` message."""
     for report in reports:
-        assert report.rewrite is not None
-        report.message = report.rewrite.refused.replace("{reason}", reason)
+        _refuse(report, reason)
+
+
+def _refuse(report: Report, reason: str) -> None:
+    assert report.rewrite is not None
+    report.message = report.rewrite.refused.replace("{reason}", reason)
 
 
 def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis,
@@ -113,11 +117,11 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analy
         if rewrite.call is not None:
             report.node = twin
             if altered and _statement_lines(index, rewrite.call) & altered:
-                report.message = rewrite.refused.replace("{reason}", ROUND_TRIP)
+                _refuse(report, ROUND_TRIP)
                 continue
         made = rewrite.make(twin, analysis)
         if isinstance(made, str):
-            report.message = rewrite.refused.replace("{reason}", made)
+            _refuse(report, made)
         else:
             report.fix = made
             if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)

@@ -147,8 +147,8 @@ class TorchlintServer(LanguageServer):
         path = self.document_path(uri)
         if path is None or path.suffix not in (".py", ".pyi"):
             return None
-        settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
-        outcome = lint_source(document.text, str(path), rules_for(settings, path), settings)
+        settings, rules = _configured(path)
+        outcome = lint_source(document.text, str(path), rules, settings)
         lines = document.lines
         codec = self.codec
         findings = []
@@ -170,8 +170,8 @@ class TorchlintServer(LanguageServer):
         path = self.document_path(uri)
         edits = {}
         if path is not None:
-            settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
-            outcome = lint_source(document.text, str(path), rules_for(settings, path), settings, with_edits=True)
+            settings, rules = _configured(path)
+            outcome = lint_source(document.text, str(path), rules, settings, with_edits=True)
             lines, codec = document.lines, self.codec
             for d in outcome.diagnostics:
                 if d.edits:
@@ -220,8 +220,8 @@ class TorchlintServer(LanguageServer):
         path = self.document_path(uri)
         if path is None:
             return None
-        settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
-        outcome = fix_source(document.text, str(path), rules_for(settings, path), settings, unsafe=False)
+        settings, rules = _configured(path)
+        outcome = fix_source(document.text, str(path), rules, settings, unsafe=False)
         if outcome.source == document.text or outcome.errors:
             return None
         whole = types.Range(types.Position(0, 0), types.Position(len(document.lines), 0))
@@ -251,6 +251,12 @@ def _offset(lines: Sequence[str], position: types.Position, codec: PositionCodec
         units += codec.client_num_units(body[column])
         column += 1
     return sum(map(len, lines[: position.line])) + column
+
+
+def _configured(path: Path):
+    """The settings of the configuration file closest to ``path``, as on the command line, and its rules."""
+    settings = ConfigTree(cwd=path.parent.resolve()).for_path(path)
+    return settings, rules_for(settings, path)
 
 
 def _key(d: Diagnostic) -> tuple:
