@@ -147,8 +147,10 @@ class Fp32MatmulWithoutTf32(Rule):
         training = [loop for loop in index.loops if loop.is_training]
         if not training:
             return
-        module_level = any(loop.function is None for loop in training)
         guard = _main_guard_on_index(index)
+        # a loop outside every def, other than in the `__main__` block: the setting goes before it
+        module_level = any(loop.function is None and not (guard is not None and index.contains(guard, loop.node))
+                           for loop in training)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
         evidence = cuda_evidence(index)
