@@ -58,7 +58,9 @@ class TensorCreatedThenMoved(Rule):
       which may already be the GPU (then the move is a no-op).
     - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
     - a move that runs once per run, not every step: in no loop, at module level or in the function that
-      runs the training loop itself (`main()`'s set-up before `for epoch in ...`).
+      runs the training loop itself (`main()`'s set-up before `for epoch in ...`), unless that function
+      also calls `backward()` or steps the optimizer outside its loops (a step that accumulates over
+      micro-batches: it runs every step).
     - `.expand(...)` or arithmetic between the factory and the move: the moved tensor is a fresh,
       writable copy, while an expanded view made on the GPU is not writable.
     - a random factory in a function (or script) that forks, saves or restores the RNG state itself
@@ -207,8 +209,15 @@ def _runs_once(index: AstIndex, info: AstCallInfo) -> bool:
     if next(index.enclosing_loops(info.node), None) is not None:
         return False
     function = info.function
-    return function is None or (type(function) is not ast.Lambda and any(
-        loop.is_training and loop.function is function for loop in index.loops))
+    if function is None:
+        return True
+    if type(function) is ast.Lambda or not any(loop.is_training and loop.function is function for loop in index.loops):
+        return False
+    # one that also steps outside its loops is itself one step (`for micro in batch.split(4): ...backward()`
+    # then `optimizer.step()`): what it makes outside the loop, it makes every step
+    return not any(call.function is function and call.loop is None and (
+        index.is_backward_call(call.node) or index.is_optimizer_step(call.node, function))
+        for call in index.calls_in(function))
 
 
 def _is_view(call: ast.expr) -> bool:
