@@ -80,10 +80,11 @@ class PerParameterOptimizerLoop(Rule):
     `self.out = scale_module(nn.Conv2d(...), 0.1)`: a model builder, run once; not where the loop reads
     `.grad`), on loops that collect tensors into lists for later `torch._foreach_*` calls
     (also lists kept in a dict by device and dtype; the parameters such a loop still handles one by one,
-    sparse gradients, are the ones the foreach ops do not take), in functions decorated with `@torch.compile`
-    (the compiler fuses the loop's ops over all parameters itself; a loop written per parameter there is
-    deliberate, to start each gradient's communication early), and on the deliberate per-parameter path of code that also has a foreach or fused one (a `_single_tensor_*`
-    function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
+    sparse gradients, are the ones the foreach ops do not take), in functions compiled with `torch.compile`
+    (as a decorator, or `step = torch.compile(step)`: the compiler fuses the loop's ops over all parameters
+    itself; a loop written per parameter there is deliberate, to start each gradient's communication
+    early), and on the deliberate per-parameter path of code that also has a foreach or fused one (a
+    `_single_tensor_*` function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
 
     ## Why is this slow?
     Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
@@ -408,9 +409,20 @@ def _beside_foreach_branch(index: AstIndex, loop: ast.For) -> bool:
 
 
 def _compiled(index: AstIndex, function: ast.AST) -> bool:
-    """``@torch.compile`` / ``@torch.compile(...)`` on the def, however torch is imported."""
-    return any(index.qualified_name(d.func if type(d) is ast.Call else d) == "torch.compile"
-               for d in getattr(function, "decorator_list", ()))
+    """``@torch.compile`` / ``@torch.compile(...)`` on the def, however torch is imported, or the def handed
+    to ``torch.compile`` by its name (``step = torch.compile(step)``, ``opt.step = torch.compile(opt.step)``)."""
+    if any(index.qualified_name(d.func if type(d) is ast.Call else d) == "torch.compile"
+           for d in getattr(function, "decorator_list", ())):
+        return True
+    name = getattr(function, "name", None)
+    for info in index.calls_by_name.get("compile", ()):
+        call = info.node
+        if index.qualified_name(call.func) == "torch.compile" and call.args:
+            compiled = call.args[0]
+            if (type(compiled) is ast.Name and compiled.id == name) or (
+                    type(compiled) is ast.Attribute and compiled.attr == name):
+                return True
+    return False
 
 
 def _collects_for_foreach(index: AstIndex, loop: ast.For, scope: AstScope) -> bool:
