@@ -14,6 +14,7 @@ from torchlint.ast_index import (AstCallInfo, AstIndex, call_arguments, call_nam
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
+from torchlint.facts.steps import runs_once_in
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import FACTORY_NAMES, may_chain_factory_into_move, may_move_to_device
 
@@ -148,6 +149,9 @@ class TensorCreatedThenMoved(Rule):
             return
         if to_destination(index, move, scope) != CUDA:
             return  # the CPU, or not readable as a device
+        loop = next(index.enclosing_loops(move), None)
+        if loop is not None and runs_once_in(index, move, loop):
+            return  # made once in the loop (`if step == 0:`, a loop that breaks after one batch): no per-step cost
         own_device = keyword_value(factory, "device")
         if own_device is not None and device_kind(index, own_device, scope) != CPU:
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied

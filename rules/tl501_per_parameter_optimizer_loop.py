@@ -13,6 +13,7 @@ from torchlint.analysis import FileAnalysis, keyword_arg
 from torchlint.ast_index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
 from torchlint.comments import has_comment, loses_comment
 from torchlint.config import Settings
+from torchlint.facts.steps import step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import CALL_GAP, GAP, search_method
 
@@ -256,6 +257,10 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
+        reached = step_facts(index).reaching_step(node)
+        if reached is not None:  # the loop is in a helper: say which step runs it
+            message += (f"; `{reached[0].name}()` runs every step: the training loop at line "
+                        f"{reached[1].node.lineno} reaches it")
         lift = partial(_lift_loop, number=number, loops=len(index.loops), span=index.span(node.iter),
                        torch_version=ctx.torch_version)
         ctx.report(node.iter, message=message, rewrite=Rewrite(lift, message + "; no automatic fix: {reason}"))
