@@ -241,7 +241,7 @@ class _Detector:
         self.steps: StepFacts = step_facts(ctx.index)
         # a sync in a function a step calls -> (that function, the step loop): named in the message
         self._via: dict = {}
-        self._synchronized: dict = {}  # a block's id -> positions right after a synchronize (``_after_synchronize``)
+        self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
 
     def run(self) -> None:
         index = self.index
@@ -433,20 +433,21 @@ class _Detector:
         statement = next((a for a in (call, *index.ancestors(call)) if isinstance(a, ast.stmt)), None)
         if statement is None:
             return False
-        block = index.statement_block(statement)
-        ready = self._synchronized.get(id(block))
+        owner = index.parent(statement) or index.tree
+        ready = self._synchronized.get(owner)
         if ready is None:
-            ready, waited = set(), False
-            for statement_here in block:
-                if waited:
-                    ready.add(statement_here)
-                if type(statement_here) is ast.Expr and type(statement_here.value) is ast.Call \
-                        and call_name(statement_here.value) == "synchronize":
-                    waited = True
-                elif any(not _queues_no_gpu_work(info.node) for info in index.calls_in(statement_here)):
-                    waited = False
-            self._synchronized[id(block)] = ready = (ready, block)  # keeps `block` alive for its id
-        return statement in ready[0]
+            ready = self._synchronized[owner] = set()
+            for block in (getattr(owner, name, None) for name in ("body", "orelse", "finalbody")):
+                waited = False
+                for here in block if type(block) is list else ():
+                    if waited:
+                        ready.add(here)
+                    if type(here) is ast.Expr and type(here.value) is ast.Call \
+                            and call_name(here.value) == "synchronize":
+                        waited = True
+                    elif any(not _queues_no_gpu_work(info.node) for info in index.calls_in(here)):
+                        waited = False
+        return statement in ready
 
     def _loop_reads(self, loop: AstLoopInfo) -> "_LoopReads":
         reads = self._reads_by_loop.get(loop.node)

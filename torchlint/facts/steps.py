@@ -88,7 +88,11 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
     """``node`` (a call or statement inside ``loop``) runs at most a few times over all of ``loop``'s
     iterations: the loop leaves after its first one, or ``node`` sits in the body of an ``if`` that tests
     ``loop``'s counter for a few values (``if step == 0:``, ``if i < 5:``)."""
-    if ends_after_first_iteration(loop.node):
+    memo = index.shared.setdefault("ends_after_first_iteration", {})
+    ends = memo.get(loop.node)  # type: ignore[union-attr]
+    if ends is None:
+        ends = memo[loop.node] = ends_after_first_iteration(loop.node)  # type: ignore[index]
+    if ends:
         return True
     counters: Optional[Set[str]] = None
     child = node
