@@ -126,9 +126,38 @@ class SyncInTrainingLoop(Rule):
     Syncs outside training loops (evaluation loops, the per-epoch summary after the batch loop) are not
     reported, nor those in an evaluation block nested in a training loop's body: a `with torch.no_grad():`
     / `inference_mode()` block that runs its own loop or calls `.eval()`. A loop counts as a training loop
-    also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` (a
-    `def backward_pass(loss): ...` closure); and `return loss.item()` from such a step function is reported
-    when every loop that calls it only shows or sums the result.
+    also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` outside
+    a loop of its own (a `def backward_pass(loss): ...` closure; a `train_one_epoch()` with its own batch loop
+    runs once per epoch, not per step); and `return loss.item()` from such a step function is reported
+    when every loop that calls it only shows or sums the result. A loop that leaves after its first iteration
+    (`for x, y in loader: ...; break`) is no training loop: it runs once.
+
+    Syncs in the file's functions that a training step calls are reported too, where the sync is, and the
+    message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
+    once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
+    `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class), and whatever those
+    call in turn. Not followed: a call under a logging guard or in a branch that runs a few times, a call
+    before or after the loop (set-up), and a function with a training loop of its own.
+
+    Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
+    training loop's own counter (its `for` target or a `step += 1` of its body) for a few values
+    (`if i < 5:`, `if step == 0:`, `if epoch == 0 and i == 0:`, at most 10 values; `if epoch == 0:` inside
+    the batch loop runs every step of the first epoch and is checked).
+
+    A CPU program gets no finding: a script (a `__main__` guard or a module-level training loop) with no
+    `.cuda`, no string that names CUDA or NCCL (docstrings and `help=` texts are prose and do not count),
+    no integer device, no import of a framework that places work on a GPU (Accelerate, Lightning,
+    DeepSpeed, transformers...) or of `torch.distributed` / `torch.cuda`, and no device that could be
+    CUDA (a `device` parameter of a function the file never calls, or calls with such a device; a device
+    from a config, a call's result). `device = "cuda" if torch.cuda.is_available() else "cpu"` is CUDA; an
+    argparse option `--device` counts by its default, so `default="cpu"` with no CUDA anywhere is the CPU.
+    A file that only defines training functions for others to call is checked as before.
+
+    Nor is a read right after `torch.cuda.synchronize()` (the statements between queue no GPU work, as in a
+    timing section): the synchronize has waited for the GPU already and is the per-step cost (TL105 reports
+    it), the read waits for nothing; reporting both would count one wait twice. A host value that only goes
+    back into a tensor (`torch.tensor(running, device=device)` to all-reduce it) or is only tested against
+    `None` is not load-bearing: the read is reported.
 
     Where a sync is reported: at the first sync of a chain (`x.cpu()` in `x.cpu().numpy()`), and only when the
     host value is shown, stored or summed: an expression statement, an assignment whose variable the loop

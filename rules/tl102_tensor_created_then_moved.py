@@ -48,8 +48,9 @@ class TensorCreatedThenMoved(Rule):
     takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), a
     `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
     tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
-    files, `tests/` folders). Also silent, because there is nothing to gain or the claim
-    could be wrong:
+    files, `tests/` folders). Silent inside a loop where the line runs once: in a loop that leaves after its
+    first iteration (`...; break`) or a branch on the loop's counter that runs a few times (`if step == 0:`,
+    `if i < 5:`). Also silent, because there is nothing to gain or the claim could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
       host); the two spellings cost the same.

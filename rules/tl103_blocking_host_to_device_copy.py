@@ -35,7 +35,10 @@ class BlockingHostToDeviceCopy(Rule):
     says it is one (`train_loader`, `dataloader`, `val_dl`). Silent for copies to a provable CPU device
     (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
     `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
-    way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent too for loops over a loader
+    way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent for copies that run once, not
+    for every batch: in a loop that leaves after its first batch (`for x, y in loader: ...; break`) or in
+    a branch on the loop's counter that runs a few times (`if i == 0:`, `if step < 5:`); and in CPU
+    programs (a script in which nothing can reach a CUDA device: see TL101). Silent too for loops over a loader
     bound to the result of Hugging Face Accelerate's `accelerator.prepare(...)` / `prepare_data_loader(...)`
     or Lightning Fabric's `fabric.setup_dataloaders(...)`: those loaders yield batches already on the
     device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
