@@ -350,7 +350,7 @@ class _Detector:
         every time (``facts.steps``): the loop around ``node`` in that function, else the function itself
         (as a loop of one iteration; the step loop that reaches it is named in the message)."""
         index = self.index
-        loop = self.steps.step_loop_around(node)
+        loop = self.steps.step_loop_around(self.index, node)
         if loop is None:
             return self._reached_region(node)
         if runs_once_in(index, node, loop):
@@ -364,7 +364,7 @@ class _Detector:
         return loop
 
     def _reached_region(self, node: ast.AST) -> Optional[AstLoopInfo]:
-        reached = self.steps.reaching_step(node)
+        reached = self.steps.reaching_step(self.index, node)
         if reached is None:
             return None
         function, step = reached

@@ -257,7 +257,7 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        reached = step_facts(index).reaching_step(node)
+        reached = step_facts(index).reaching_step(index, node)
         if reached is not None:  # the loop is in a helper: say which step runs it
             message += (f"; `{reached[0].name}()` runs every step: the training loop at line "
                         f"{reached[1].node.lineno} reaches it")

@@ -14,6 +14,7 @@ import re
 from typing import Optional
 
 from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, keyword_value
+from torchlint.facts.script import is_main_guard
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -192,8 +193,6 @@ def never_uses_cuda(index: AstIndex) -> bool:
 
 
 def _runs_itself(index: AstIndex) -> bool:
-    from torchlint.facts.script import is_main_guard  # script imports nothing of this module
-
     if any(loop.is_training and loop.function is None for loop in index.loops):
         return True
     return any(type(statement) is ast.If and is_main_guard(statement.test) for statement in index.tree.body)

@@ -124,8 +124,8 @@ def under_logging_guard(index: AstIndex, node: ast.AST, stop: ast.AST) -> bool:
 class StepFacts:
     """The file's step functions and step loops, and the functions each step reaches (see the module)."""
 
+    # (It keeps no reference to the index, which holds it: no reference cycle keeps a tree alive.)
     def __init__(self, index: AstIndex) -> None:
-        self.index = index
         self.step_functions: Set[str] = {
             info.function.name for info in index.calls
             if type(info.function) in _DEFS and info.loop is None
@@ -134,7 +134,7 @@ class StepFacts:
             loop.node: loop for loop in index.loops if self._steps(loop)}
         # def -> the step loop through which it runs every step (the first one found, in source order)
         self.reached: Dict[ast.AST, AstLoopInfo] = {}
-        self._reach()
+        self._reach(index)
 
     def _steps(self, loop: AstLoopInfo) -> bool:
         if ends_after_first_iteration(loop.node):
@@ -150,25 +150,24 @@ class StepFacts:
         return type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self" \
             and func.attr in self.step_functions
 
-    def step_loop_around(self, node: ast.AST) -> Optional[AstLoopInfo]:
+    def step_loop_around(self, index: AstIndex, node: ast.AST) -> Optional[AstLoopInfo]:
         """The innermost step loop around ``node`` in its function (or module)."""
-        return next((loop for loop in self.index.enclosing_loops(node) if loop.node in self.step_loops), None)
+        return next((loop for loop in index.enclosing_loops(node) if loop.node in self.step_loops), None)
 
     def has_steps(self) -> bool:
         return bool(self.step_loops)
 
-    def reaching_step(self, node: ast.AST) -> Optional[Tuple[_Def, AstLoopInfo]]:
+    def reaching_step(self, index: AstIndex, node: ast.AST) -> Optional[Tuple[_Def, AstLoopInfo]]:
         """For ``node`` in a def that some step runs every time (and not under a logging guard there): that
         def and the step loop that reaches it."""
-        function = self.index.function_of(node)
+        function = index.function_of(node)
         loop = self.reached.get(function) if function is not None else None
-        if loop is None or under_logging_guard(self.index, node, function):  # type: ignore[arg-type]
+        if loop is None or under_logging_guard(index, node, function):  # type: ignore[arg-type]
             return None
         return function, loop  # type: ignore[return-value]
 
     # --- the call graph ---------------------------------------------------------------------------
-    def _reach(self) -> None:
-        index = self.index
+    def _reach(self, index: AstIndex) -> None:
         functions: Dict[str, List[_Def]] = {}
         methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         for function in index.functions:
@@ -184,7 +183,7 @@ class StepFacts:
         roots: List[Tuple[_Def, AstLoopInfo]] = []
         edges: Dict[ast.AST, List[_Def]] = {}
         for info in index.calls:
-            callees = self._callees(info.node, info.function, functions, methods, classes)
+            callees = self._callees(index, info.node, info.function, functions, methods, classes)
             if not callees:
                 continue
             step = self._step_of(info.loop)
@@ -213,18 +212,18 @@ class StepFacts:
             loop = loop.parent
         return None
 
-    def _callees(self, call: ast.Call, caller, functions, methods, classes) -> List[_Def]:
+    def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes) -> List[_Def]:
         func = call.func
         if type(func) is ast.Name:
-            return [] if func.id in self.index.imports else functions.get(func.id, [])
+            return [] if func.id in index.imports else functions.get(func.id, [])
         if type(func) is not ast.Attribute or type(func.value) is not ast.Name:
             return []
         if func.value.id == "self":
-            klass = self.index.class_of.get(caller) if caller is not None else None
+            klass = index.class_of.get(caller) if caller is not None else None
         else:  # `recorder.update(...)` after `recorder = Recorder()`, a class of this file
-            value = self.index.single_value(func.value.id, caller)
+            value = index.single_value(func.value.id, caller)
             klass = classes.get(value.func.id) if type(value) is ast.Call and type(value.func) is ast.Name \
-                and value.func.id not in self.index.imports else None
+                and value.func.id not in index.imports else None
         return methods.get((klass, func.attr), []) if klass is not None else []
 
 
