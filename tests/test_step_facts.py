@@ -83,6 +83,9 @@ def epoch(model, loader):
 def wrap_up(model):
     print(model)
 
+def finish(model):
+    print(model)
+
 class Meter:
     def add(self, loss):
         self.show(loss)
@@ -104,6 +107,11 @@ def train(model, loader, opt):
             logged(model)
         if step == 0:
             setup(model)
+        for setup in hooks:
+            setup(model)  # a loop target, not the file's `def setup`
+        if step >= 100:
+            finish(model)  # the way out of the loop: once
+            break
     for e in range(3):
         epoch(model, loader)
 """
@@ -113,11 +121,11 @@ def test_the_functions_a_step_reaches():
     index = analyse(REACH)
     steps = step_facts(index)
     reached = {function.name: loop.node.lineno for function, loop in steps.reached.items()}
-    loop_line = index.loops[-2].node.lineno
+    loop_line = next(loop.node.lineno for loop in index.loops if type(loop.node.target) is ast.Tuple)
     assert reached == {name: loop_line for name in ("deeper", "norm", "again", "ping", "add", "show")}
     # set-up before the loop, a logging interval, the first step only, an epoch function with its own
     # training loop, and what that one calls after its loop: none runs every step
-    for name in ("setup", "logged", "epoch", "wrap_up", "train"):
+    for name in ("setup", "logged", "epoch", "wrap_up", "train", "finish"):
         assert name not in reached
 
 
@@ -151,6 +159,19 @@ def test_branches_that_run_a_few_times(branch, once):
         """)
     (call,) = index.calls_by_name["mark"]
     assert runs_once_in(index, call.node, index.loops[1]) is once
+
+
+@pytest.mark.parametrize("block, once", [
+    ("if done:\n            mark()\n            break", True),  # the way out of the loop: taken once
+    ("if done:\n            mark()\n            return", True),
+    ("if done:\n            pass\n        else:\n            mark()\n            break", True),
+    ("if done:\n            for y in x:\n                mark()\n                break", False),  # leaves the inner loop
+    ("if done:\n            mark()", False),
+])
+def test_a_branch_that_leaves_the_loop_runs_once(block, once):
+    index = analyse("def train(loader):\n    for x in loader:\n        x.backward()\n        " + block + "\n")
+    (call,) = index.calls_by_name["mark"]
+    assert runs_once_in(index, call.node, index.loops[0]) is once
 
 
 @pytest.mark.parametrize("ending, once", [("break", True), ("return", True), ("if x: break", False)])

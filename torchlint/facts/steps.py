@@ -86,8 +86,9 @@ def _is_int(node: ast.AST) -> bool:
 
 def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
     """``node`` (a call or statement inside ``loop``) runs at most a few times over all of ``loop``'s
-    iterations: the loop leaves after its first one, or ``node`` sits in the body of an ``if`` that tests
-    ``loop``'s counter for a few values (``if step == 0:``, ``if i < 5:``)."""
+    iterations: the loop leaves after its first one, ``node`` sits in the body of an ``if`` that tests
+    ``loop``'s counter for a few values (``if step == 0:``, ``if i < 5:``), or in a block of an ``if``
+    that ends by leaving ``loop`` (``break``, ``return``, ``raise``)."""
     memo = index.shared.setdefault("ends_after_first_iteration", {})
     ends = memo.get(loop.node)  # type: ignore[union-attr]
     if ends is None:
@@ -96,14 +97,22 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
         return True
     counters: Optional[Set[str]] = None
     child = node
+    inner: Optional[ast.AST] = None  # the innermost loop around ``node`` met so far
     for ancestor in index.ancestors(node):
         if ancestor is loop.node:
             return False
-        if type(ancestor) is ast.If and any(statement is child for statement in ancestor.body):
-            if counters is None:
-                counters = loop_counters(index, loop)
-            if counters and runs_few_times(ancestor.test, counters):
-                return True
+        kind = type(ancestor)
+        if kind is ast.If:
+            block = ancestor.body if any(statement is child for statement in ancestor.body) else ancestor.orelse
+            if block is ancestor.body:
+                if counters is None:
+                    counters = loop_counters(index, loop)
+                if counters and runs_few_times(ancestor.test, counters):
+                    return True
+            if block and inner is None and type(block[-1]) in (ast.Break, ast.Return, ast.Raise):
+                return True  # `if step >= total: finish(); break`: the way out of the loop, taken once
+        elif kind in (ast.For, ast.AsyncFor, ast.While) or kind in _DEFS:
+            inner = ancestor
         child = ancestor
     return False
 
@@ -212,10 +221,24 @@ class StepFacts:
             loop = loop.parent
         return None
 
+    def _in_sight(self, index: AstIndex, function: _Def, name: str, caller) -> bool:
+        """``name`` in ``caller`` (a def, a lambda or None: the module) means ``function``: the def is made
+        in ``caller`` or a scope around it, and no scope in between binds the name otherwise (a loop target
+        ``for step in steps: step(batch)`` is not the file's ``def step``)."""
+        home = index.function_of(function) or index.tree
+        scope = caller if caller is not None else index.tree
+        while scope is not home:
+            if index.values_of(name, scope) or scope is index.tree:
+                return False  # bound here by something else, or ``home`` is not around ``caller``
+            scope = index.function_of(scope) or index.tree
+        return True
+
     def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes) -> List[_Def]:
         func = call.func
         if type(func) is ast.Name:
-            return [] if func.id in index.imports else functions.get(func.id, [])
+            if func.id in index.imports:
+                return []
+            return [f for f in functions.get(func.id, ()) if self._in_sight(index, f, func.id, caller)]
         if type(func) is not ast.Attribute or type(func.value) is not ast.Name:
             return []
         if func.value.id == "self":
