@@ -688,7 +688,7 @@ class _Detector:
                 return True
             if kind is ast.If:
                 in_body = any(s is child for s in ancestor.body)
-                if in_body and is_logging_guard(ancestor.test):
+                if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
                     return True
                 block = ancestor.body if in_body else ancestor.orelse
                 if any(s is child for s in block) and self._leaves_loop(block, ancestor, loop):

@@ -139,6 +139,10 @@ def test_the_functions_a_step_reaches():
         ("if i in (0, 1):", True),
         ("if epoch == 0 and i == 0:", True),
         ("if step == 1000:", True),  # one step of the run
+        ("if i == len(loader) - 1:", True),  # the last batch of each epoch
+        ("if step == total_steps:", True),
+        ("if step == next_eval:", False),  # a bound the loop moves
+        ("if i == step:", False),
         ("if epoch == 0:", False),  # every step of the first epoch
         ("if i < 1000:", False),
         ("if i < warmup:", False),
@@ -156,6 +160,7 @@ def test_branches_that_run_a_few_times(branch, once):
                 {branch}
                     mark()
                 step += 1
+                next_eval = step + 10
         """)
     (call,) = index.calls_by_name["mark"]
     assert runs_once_in(index, call.node, index.loops[1]) is once

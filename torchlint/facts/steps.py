@@ -36,42 +36,52 @@ def ends_after_first_iteration(loop: ast.AST) -> bool:
     return any(type(statement) in (ast.Break, ast.Return, ast.Raise) for statement in loop.body)  # type: ignore[attr-defined]
 
 
-def loop_counters(index: AstIndex, loop: AstLoopInfo) -> Set[str]:
+def loop_counters(index: AstIndex, loop: AstLoopInfo) -> Tuple[Set[str], Set[str]]:
     """Names that count the iterations of ``loop``: its ``for`` targets (``for i, batch in enumerate(...)``)
-    and what its own statements add to (``step += 1``, ``self.global_step += 1``)."""
+    and what its own statements add to (``step += 1``, ``self.global_step += 1``); and the names its own
+    statements set otherwise (a moving bound: ``next_eval = step + every``)."""
     memo = index.shared.setdefault("loop_counters", {})
     found = memo.get(loop.node)  # type: ignore[union-attr]
     if found is None:
         node = loop.node
-        found = set(target_names(node.target)) if type(node) in (ast.For, ast.AsyncFor) else set()
+        counters = set(target_names(node.target)) if type(node) in (ast.For, ast.AsyncFor) else set()
+        moving: Set[str] = set()
         for statement in node.body:
-            if type(statement) is ast.AugAssign and type(statement.op) is ast.Add:
+            if type(statement) is ast.AugAssign:
                 name = dotted_name(statement.target)
                 if name is not None:
-                    found.add(name)
-        memo[loop.node] = found  # type: ignore[index]
+                    (counters if type(statement.op) is ast.Add else moving).add(name)
+            elif type(statement) in (ast.Assign, ast.AnnAssign):
+                for target in statement.targets if type(statement) is ast.Assign else [statement.target]:
+                    moving.update(target_names(target))
+                    if dotted_name(target) is not None:
+                        moving.add(dotted_name(target))  # type: ignore[arg-type]
+        found = memo[loop.node] = (counters, moving)  # type: ignore[index]
     return found
 
 
-def runs_few_times(test: ast.expr, counters: Set[str]) -> bool:
+def runs_few_times(test: ast.expr, counters: Set[str], moving: Set[str] = frozenset()) -> bool:  # type: ignore[assignment]
     """An ``if`` test true for at most a few values of a counter: ``i == 0``, ``step < 5``, ``3 >= i``,
-    ``i in (0, 1)``, ``not step``, and ``and`` with one such side (``epoch == 0 and i == 0``)."""
+    ``i in (0, 1)``, ``not step``, ``step == total_steps`` (a bound the loop does not move: ``moving``), and
+    ``and`` with one such side (``epoch == 0 and i == 0``)."""
     kind = type(test)
     if kind is ast.BoolOp:
-        sides = [runs_few_times(value, counters) for value in test.values]  # type: ignore[attr-defined]
+        sides = [runs_few_times(value, counters, moving) for value in test.values]  # type: ignore[attr-defined]
         return any(sides) if type(test.op) is ast.And else all(sides)  # type: ignore[attr-defined]
     if kind is ast.UnaryOp and type(test.op) is ast.Not:  # type: ignore[attr-defined]
         return dotted_name(test.operand) in counters  # type: ignore[attr-defined]
     if kind is not ast.Compare or len(test.ops) != 1:  # type: ignore[attr-defined]
         return False
     left, op, right = test.left, type(test.ops[0]), test.comparators[0]  # type: ignore[attr-defined]
-    if dotted_name(right) in counters and _is_int(left):  # `0 == i`, `5 > i`
+    if dotted_name(right) in counters and dotted_name(left) not in counters:  # `0 == i`, `5 > i`
         left, right = right, left
         op = {ast.Gt: ast.Lt, ast.GtE: ast.LtE}.get(op, op)
     if dotted_name(left) not in counters:
         return False
-    if op is ast.Eq:
-        return _is_int(right)
+    if op is ast.Eq:  # one value of a counter: once, unless the other side moves with the loop
+        return _is_int(right) or not any(
+            (dotted_name(node) or "") in counters | moving for node in ast.walk(right)
+            if type(node) in (ast.Name, ast.Attribute))
     if op in (ast.Lt, ast.LtE):
         return _is_int(right) and right.value <= _FEW  # type: ignore[attr-defined]
     if op is ast.In:
@@ -96,6 +106,7 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
     if ends:
         return True
     counters: Optional[Set[str]] = None
+    moving: Set[str] = set()
     child = node
     inner: Optional[ast.AST] = None  # the innermost loop around ``node`` met so far
     for ancestor in index.ancestors(node):
@@ -106,8 +117,8 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
             block = ancestor.body if any(statement is child for statement in ancestor.body) else ancestor.orelse
             if block is ancestor.body:
                 if counters is None:
-                    counters = loop_counters(index, loop)
-                if counters and runs_few_times(ancestor.test, counters):
+                    counters, moving = loop_counters(index, loop)
+                if counters and runs_few_times(ancestor.test, counters, moving):
                     return True
             if block and inner is None and type(block[-1]) in (ast.Break, ast.Return, ast.Raise):
                 return True  # `if step >= total: finish(); break`: the way out of the loop, taken once
@@ -123,7 +134,7 @@ def under_logging_guard(index: AstIndex, node: ast.AST, stop: ast.AST) -> bool:
     for ancestor in index.ancestors(node):
         if ancestor is stop:
             return False
-        if type(ancestor) is ast.If and is_logging_guard(ancestor.test) \
+        if type(ancestor) is ast.If and is_logging_guard(ancestor.test, index, index.scope_of(ancestor)) \
                 and any(statement is child for statement in ancestor.body):
             return True
         child = ancestor
