@@ -110,7 +110,8 @@ class SyncInTrainingLoop(Rule):
 
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
-    `if args.verbose:`) runs every N steps, not every step; it is deliberately not reported. The `else`
+    `if args.verbose:`), also through a variable set once to such a test (`is_metric_step = i % every == 0`
+    then `if is_metric_step:`), runs every N steps, not every step; it is deliberately not reported. The `else`
     branch of such an `if` is checked as usual.
 
     Nor is a second read of a value that a load-bearing sync earlier in the same step already read, with
@@ -141,8 +142,9 @@ class SyncInTrainingLoop(Rule):
 
     Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
     training loop's own counter (its `for` target or a `step += 1` of its body) for a few values
-    (`if i < 5:`, `if step == 0:`, `if epoch == 0 and i == 0:`, at most 10 values; `if epoch == 0:` inside
-    the batch loop runs every step of the first epoch and is checked).
+    (`if i < 5:`, `if step == 0:`, `if epoch == 0 and i == 0:`, at most 10 values; `if step == total_steps:`
+    where the loop does not move `total_steps`; `if epoch == 0:` inside the batch loop runs every step of
+    the first epoch and is checked).
 
     A CPU program gets no finding: a script (a `__main__` guard or a module-level training loop) with no
     `.cuda`, no string that names CUDA or NCCL (docstrings and `help=` texts are prose and do not count),
