@@ -80,7 +80,7 @@ def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Pat
     for base in dict.fromkeys(bases):
         target = base.joinpath(*parts)
         for candidate in ((target.parent / (target.name + ".py")) if parts else None, target / "__init__.py"):
-            if candidate is not None and _inside(candidate, root) and candidate.is_file():
+            if candidate is not None and candidate.is_file() and _inside(candidate, root):
                 return candidate
     return None
 
