@@ -20,9 +20,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent.parent
+CHECKOUT = [HERE]  # whose torchlint the subprocesses run (--checkout: a baseline's, to compare)
 
 DATA = """\
 import torch
@@ -93,7 +94,7 @@ def write_project(root: Path, files: int) -> Path:
 
 
 def timed(command: List[str], cwd: Path, runs: int, before: Optional[Callable[[], None]] = None) -> List[float]:
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT[0])}
     times = []
     for _ in range(runs):
         if before is not None:
@@ -104,11 +105,36 @@ def timed(command: List[str], cwd: Path, runs: int, before: Optional[Callable[[]
     return times
 
 
+def in_process(root: Path, train: Path, runs: int) -> List[Tuple[str, List[float]]]:
+    """The same warm check of train.py without the interpreter's start: what the project model adds to it."""
+    sys.path.insert(0, str(HERE))
+    from torchlint import runner
+    from torchlint.config import Settings
+
+    job = runner.Job(Settings(root=root, project_root=root), cache_dir=root / ".torchlint_cache")
+    data = train.read_bytes()
+
+    def clock(action: Callable[[], object]) -> List[float]:
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            action()
+            times.append((time.perf_counter() - start) * 1000)
+        return times
+
+    runner.run([train], job)
+    return [("in process: train.py's project model (imports, summaries)",
+             clock(lambda: runner.project_of(train, data, job, runner.Cache(job.cache_dir)))),
+            ("in process: train.py alone, warm cache", clock(lambda: runner.run([train], job)))]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--checkout", type=Path, default=HERE, help="run this checkout's torchlint (a baseline)")
     args = parser.parse_args(argv)
+    CHECKOUT[0] = args.checkout.resolve()
     check = [sys.executable, "-m", "torchlint", "check", "--exit-zero"]
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
@@ -123,7 +149,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             data.write_text(data.read_text() + "# edited\n")
 
         rel = str(train.relative_to(root))
-        subprocess.run([*check, "."], cwd=root, env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True)
+        subprocess.run([*check, "."], cwd=root, env={**os.environ, "PYTHONPATH": str(CHECKOUT[0])}, capture_output=True)
         rows = [
             ("startup: `torchlint --version`", timed([sys.executable, "-m", "torchlint", "--version"], root, args.runs)),
             ("train.py alone, warm cache", timed([*check, rel], root, args.runs)),
@@ -133,6 +159,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             (f"whole tree ({args.files} files), warm cache", timed([*check, "."], root, args.runs)),
             (f"whole tree ({args.files} files), --no-cache", timed([*check, "--no-cache", "."], root, max(3, args.runs // 2))),
         ]
+        if CHECKOUT[0] == HERE:
+            rows += in_process(root, train, args.runs * 4)
     width = max(len(name) for name, _ in rows)
     print(f"| {'case'.ljust(width)} | median ms | fastest ms |")
     print(f"|{'-' * (width + 2)}|-----------|------------|")

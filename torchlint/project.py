@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
@@ -69,28 +70,33 @@ def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Pat
     """The file of ``root`` that ``import module`` (``level`` dots) in ``importer`` loads, or None. Absolute
     imports are looked for beside the importer (a script's folder is first on ``sys.path``), at the root
     and in ``root/src``; a relative one from the importer's package."""
+    found = _resolved(module, level, os.path.dirname(str(importer)), str(root))
+    return Path(found) if found is not None else None
+
+
+@lru_cache(maxsize=8192)
+def _resolved(module: str, level: int, folder: str, root: str) -> Optional[str]:
+    """``resolve`` on strings, remembered for the run: every file of a tree asks for torch, numpy, its
+    siblings, and most answers are "not in the project"."""
     parts = [part for part in module.split(".") if part]
     if level:
-        base = importer.parent
+        base = folder
         for _ in range(level - 1):
-            base = base.parent
+            base = os.path.dirname(base)
         bases = [base]
     else:
-        bases = [importer.parent, root, root / "src"]
+        bases = [folder, root, os.path.join(root, "src")]
     for base in dict.fromkeys(bases):
-        target = base.joinpath(*parts)
-        for candidate in ((target.parent / (target.name + ".py")) if parts else None, target / "__init__.py"):
-            if candidate is not None and candidate.is_file() and _inside(candidate, root):
+        target = os.path.join(base, *parts)
+        for candidate in ((target + ".py") if parts else None, os.path.join(target, "__init__.py")):
+            if candidate is not None and os.path.isfile(candidate) and _inside(candidate, root):
                 return candidate
     return None
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        Path(os.path.realpath(path)).relative_to(root)
-    except ValueError:
-        return False
-    return True
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 class ProjectModel:
@@ -168,7 +174,7 @@ class ProjectModel:
 
 # Summaries made in this process, by file and its size and time: a tree run without a cache summarizes an
 # imported file once, not once per importer.
-_made: Dict[Tuple[Path, int, int], dict] = {}
+_made: Dict[Tuple[Path, int, int, int], dict] = {}
 
 
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
@@ -177,12 +183,13 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
     from torchlint.fileio import SourceError, decode_source, read_regular
 
     try:
-        data, status = read_regular(path, min(max_size, _SOURCE_LIMIT))
+        status = os.stat(path)
+        memo = (path, status.st_size, status.st_mtime_ns, status.st_ino)
+        if memo in _made:
+            return _made[memo]
+        data, _ = read_regular(path, min(max_size, _SOURCE_LIMIT))
     except (SourceError, OSError):
         return {}
-    memo = (path, status.st_size, status.st_mtime_ns)
-    if memo in _made:
-        return _made[memo]
     key = cache.data_key(data, "summary") if cache is not None else None
     summary = cache.get_data(key) if cache is not None and key is not None else None
     if not isinstance(summary, dict):
