@@ -132,3 +132,13 @@ def test_imports_read_off_the_bytes():
     text = b"import os, pkg.data as d\nfrom . import data, model\nfrom ..utils.io import (\n    load,\n    save as s,\n)\n"
     assert imported_modules(text) == [("os", 0), ("pkg", 0), ("pkg.data", 0), ("data", 1), ("model", 1),
                                       ("utils.io", 2), ("utils.io.load", 2), ("utils.io.save", 2)]
+
+
+def test_a_file_that_trains_nowhere_reads_no_other_file(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=""), "use.py": "from data import build_loader\n"})
+    job = runner.Job(_settings(tmp_path))
+    assert runner.project_of(tmp_path / "use.py", b"from data import build_loader\n", job, None).summaries == {}
+    trains = b"from data import build_loader\nloss.backward()\n"
+    assert list(runner.project_of(tmp_path / "use.py", trains, job, None).summaries) == [tmp_path / "data.py"]
+    no_loader_rules = runner.Job(Settings(select=("TL101",), root=tmp_path, project_root=tmp_path))
+    assert runner.project_of(tmp_path / "use.py", trains, no_loader_rules, None).summaries == {}

@@ -32,6 +32,11 @@ IMPORTS = re.compile(
 # The rules that follow a project file's loaders: their text gates are opened by a file that imports a
 # project factory (`train.py` need not say `DataLoader`).
 FOLLOWING_RULES = frozenset({"TL401", "TL402", "TL403"})
+# ...and TL103, which reads the settings of the loaders a loop iterates (it leaves unpinned ones to TL402)
+READING_RULES = FOLLOWING_RULES | {"TL103"}
+# Every loop those rules follow trains (TL103's too, once it matters: an unpinned loader's loop is TL402's)
+# in this file: a file without these words gets no project model (the torch tree's modules, helpers).
+_TRAINING_WORDS = (b"backward", b"step")
 MAX_HOPS = 3  # re-exports followed (`pkg/__init__.py`: `from .build import build_loader`)
 _SOURCE_LIMIT = 2 * 1024 * 1024  # a larger imported file is not summarized
 
@@ -109,29 +114,38 @@ class ProjectModel:
         self.has_factories = any(summary.get("factories") for summary in summaries.values())
 
     @classmethod
+    def may_use(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold."""
+        return (not READING_RULES.isdisjoint(codes) and b"import" in data
+                and any(word in data for word in _TRAINING_WORDS))
+
+    @classmethod
+    def empty(cls, path: Path) -> "ProjectModel":
+        return cls(Path(os.path.abspath(path)), Path(os.path.abspath(path)).parent, {}, {})
+
+    @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
                  max_size: int = _SOURCE_LIMIT) -> "ProjectModel":
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
-        if b"import" in data:
-            for module in imported_modules(data):
-                found = resolve(*module, importer, root)
-                if found is not None and found != importer:
-                    imports[module] = found
-            pending = list(dict.fromkeys(imports.values()))
-            for _ in range(MAX_HOPS + 1):  # each file's summary, then the files it re-exports from
-                following = []
-                for file in pending:
-                    if file in summaries:
-                        continue
-                    summaries[file] = summary_of(file, cache, max_size)
-                    for module, level, _name in summaries[file].get("reexports", {}).values():
-                        found = resolve(module, level, file, root)
-                        if found is not None and found not in summaries:
-                            following.append(found)
-                pending = following
+        for module in imported_modules(data):
+            found = resolve(*module, importer, root)
+            if found is not None and found != importer:
+                imports[module] = found
+        pending = list(dict.fromkeys(imports.values()))
+        for _ in range(MAX_HOPS + 1):  # each file's summary, then the files it re-exports from
+            following = []
+            for file in pending:
+                if file in summaries:
+                    continue
+                summaries[file] = summary_of(file, cache, max_size)
+                for module, level, _name in summaries[file].get("reexports", {}).values():
+                    found = resolve(module, level, file, root)
+                    if found is not None and found not in summaries:
+                        following.append(found)
+            pending = following
         return cls(importer, root, summaries, imports)
 
     def opens_gate(self, code: str) -> bool:

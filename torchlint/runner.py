@@ -262,8 +262,10 @@ def _interrupts_deferred() -> Iterator[None]:
 
 def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> ProjectModel:
     """The summaries of the project files ``path`` imports, read from disk (the project: its settings'
-    project root, else their root)."""
+    project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
     settings = job.settings
+    if not ProjectModel.may_use(data, {rule.code for rule in rules_for(settings, path)}):
+        return ProjectModel.empty(path)
     return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size)
 
 
