@@ -209,7 +209,7 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
     if not isinstance(summary, dict):
         try:
             summary = summarize(decode_source(data).text)
-        except SourceError:
+        except (SourceError, RecursionError, MemoryError, ValueError):  # a file too odd to summarize: nothing
             summary = {}
         if cache is not None and key is not None:
             cache.put_data(key, summary)
