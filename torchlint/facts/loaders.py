@@ -344,8 +344,10 @@ class LoaderFacts:
                                           imported=factory["sites"][0])]
         return found
 
-    def _loader_sites(self, expr: ast.expr) -> List[LoaderSite]:
-        """The loaders ``expr`` holds: a ``DataLoader(...)`` call, a factory's call, a name bound to one."""
+    def _loader_sites(self, expr: ast.expr, depth: int = 0) -> List[LoaderSite]:
+        """The loaders ``expr`` holds: a ``DataLoader(...)`` call, a factory's call, a name bound to one, or
+        a parameter that the file's calls of its function pass one to (``loader = cycle(loader)`` in
+        ``def train(loader)``)."""
         site = self._direct.get(expr)
         if site is not None:
             return [site]
@@ -356,7 +358,11 @@ class LoaderFacts:
             if type(expr.func) is ast.Name and expr.func.id in self._factories:  # type: ignore[attr-defined]
                 return list(self._factories[expr.func.id].get(None, ()))  # type: ignore[attr-defined]
             return []
-        return self._bound_to(self._names, expr)  # type: ignore[return-value]
+        found: List[LoaderSite] = self._bound_to(self._names, expr)  # type: ignore[assignment]
+        if not found and type(expr) is ast.Name and depth < 3:
+            for _, argument in self._arguments_for_parameter(self.index.scope_of(expr), expr):
+                found += [site for site in self._loader_sites(argument, depth + 1) if site not in found]
+        return found
 
     def _bind_iterators(self) -> None:
         """Names that hold an iterator over a loader: ``it = iter(loader)``, ``batches = cycle(loader)``
