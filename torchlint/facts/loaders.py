@@ -273,16 +273,14 @@ class LoaderFacts:
             else:
                 yield call, {site.position: [site] for site in found if site is not None}
 
-    def _entry(self, sites: List[LoaderSite]) -> dict:
-        """A summary's entry for the loader(s) a factory returns (settings that differ between them:
-        ``UNKNOWN``)."""
-        entry: dict = {"line": sites[0].call.lineno}
+    def _entry(self, site: LoaderSite) -> dict:
+        """A summary's entry for the loader a factory returns."""
+        entry: dict = {"line": site.call.lineno}
         for name in SETTINGS:
-            values = {self.setting(site, name) for site in sites}
-            entry[name] = values.pop() if len(values) == 1 else UNKNOWN
-        entry["in_memory"] = all(self.is_in_memory_dataset(site) for site in sites)
+            entry[name] = self.setting(site, name)
+        entry["in_memory"] = self.is_in_memory_dataset(site)
         entry["on_cuda"] = self.dataset_on_cuda()
-        entry["default_collate"] = all(loader_argument(site.call, "collate_fn") is None for site in sites)
+        entry["default_collate"] = loader_argument(site.call, "collate_fn") is None
         return entry
 
     def _factory_returns(self, direct: Dict[ast.AST, LoaderSite]) -> Dict[str, Dict[Optional[int], List[LoaderSite]]]:
@@ -293,7 +291,9 @@ class LoaderFacts:
         for function in index.functions:
             if index.parent(function) is not index.tree:
                 continue
-            returned = self._returned_sites(function, direct)
+            # one loader per returned place: which of `if train: return DataLoader(a, ...)` / `return
+            # DataLoader(b)` a call gets depends on its arguments, which the facts do not evaluate
+            returned = {at: sites for at, sites in self._returned_sites(function, direct).items() if len(sites) == 1}
             if returned:
                 factories[function.name] = returned
         return factories
@@ -706,10 +706,10 @@ def loader_summary(index: AstIndex) -> dict:
     factories = {}
     for name, returned in facts._factories.items():
         if set(returned) == {None}:
-            factories[name] = {"tuple": False, "sites": [facts._entry(returned[None])]}
+            factories[name] = {"tuple": False, "sites": [facts._entry(returned[None][0])]}
         elif None not in returned:
             size = max(returned) + 1  # type: ignore[type-var]
-            factories[name] = {"tuple": True, "sites": [facts._entry(returned[at]) if at in returned else None
+            factories[name] = {"tuple": True, "sites": [facts._entry(returned[at][0]) if at in returned else None
                                                         for at in range(size)]}
     reexports = {}
     for node in index.tree.body:
