@@ -34,8 +34,9 @@ IMPORTS = re.compile(
 FOLLOWING_RULES = frozenset({"TL401", "TL402", "TL403"})
 # ...and TL103, which reads the settings of the loaders a loop iterates (it leaves unpinned ones to TL402)
 READING_RULES = FOLLOWING_RULES | {"TL103"}
-# Every loop those rules follow trains (TL103's too, once it matters: an unpinned loader's loop is TL402's)
-# in this file: a file without these words gets no project model (the torch tree's modules, helpers).
+# TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
+# without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
+# loops as it does without one.
 _TRAINING_WORDS = (b"backward", b"step")
 MAX_HOPS = 3  # re-exports followed (`pkg/__init__.py`: `from .build import build_loader`)
 _SOURCE_LIMIT = 2 * 1024 * 1024  # a larger imported file is not summarized
