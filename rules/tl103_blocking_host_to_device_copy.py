@@ -44,6 +44,13 @@ class BlockingHostToDeviceCopy(Rule):
     device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
     placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`).
 
+    Silent too where every loader the loop iterates is provably not pinned (`pin_memory` not passed, or
+    `False`): a non-blocking copy from pageable memory is staged by the driver and gains next to nothing, so
+    TL402 reports the loader instead (its fix, `pin_memory=True`, comes first; `fix --unsafe-fixes` then
+    adds `non_blocking=True` in its next pass). A loader counts as iterated as in TL401: through aliases,
+    `next()` on `iter(loader)` or on a generator of the file, factories of the file, and factories of
+    other files of the checked project.
+
     ## Why is this slow?
     A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU
     before it can queue the forward pass, so the GPU idles during every copy and the CPU idles while it
@@ -113,7 +120,7 @@ class BlockingHostToDeviceCopy(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        facts = loader_facts(index)
+        facts = loader_facts(index, ctx.project)
         built_here = {loop.node for site in facts.sites for loop in site.loops}
         placed = _device_placed_loaders(index)
         seen: Set[ast.Call] = set()
@@ -123,6 +130,8 @@ class BlockingHostToDeviceCopy(Rule):
             from_dataloader = loop.node in built_here
             if not from_dataloader and not _named_like_a_loader(facts, loop):
                 continue
+            if from_dataloader and facts.unpinned(loop):
+                continue  # non_blocking gains nothing from pageable memory: TL402 reports the loader
             if placed and _iterates_placed_loader(index, facts, loop, placed):
                 continue  # Accelerate / Fabric already put the batch on the device: the copy is a no-op
             for call in facts.batch_moves(loop):
@@ -256,7 +265,8 @@ def _default_collated(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
     the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
     sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
-    return bool(sites) and all(keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
+    return bool(sites) and all(site.imported.get("default_collate", False) if site.imported is not None
+                               else keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
                                for site in sites)
 
 
