@@ -6,13 +6,14 @@ import ast
 from typing import List, Optional, Set, Tuple, Union
 
 from torchlint.ast_index import AstCallInfo, AstIndex, call_name, dotted_name, keyword_value
+from torchlint.config import Settings
 from torchlint.facts.clocks import reads_clock
 from torchlint.facts.devices import CPU, to_destination
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.script import calls_step, step_functions
 from torchlint.facts.syncs import is_sync_call
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS
+from torchlint.text_prefilter import TRAINING_WORDS, may_train
 
 # Waits for every kernel on every stream of the device (their docstrings in torch 2.13). A stream's or an
 # event's `synchronize()` waits for less, and is not this rule's.
@@ -115,17 +116,22 @@ class CudaSynchronizeInStep(Rule):
                "queues the next one; remove it (a read of a value waits for what it needs) or run it every N steps")
     summary = "`torch.cuda.synchronize()` in every training step, outside timing code and logging intervals"
     silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
-    required_patterns = (r"synchronize",)
+    # The text stage: a device synchronize (its import spells the name too) and a training step.
     text_gate = (("synchronize",), TRAINING_WORDS)
+
+    @classmethod
+    def may_fire(cls, text: str, settings: Settings) -> bool:
+        return "synchronize" in text and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
         syncs = index.calls_to(*DEVICE_SYNCS)
         if not syncs:
             return
+        steps = step_functions(index)
         stored: dict = {}  # step -> the names it assigns (``_assigned_names``), on first use
         for info in syncs:
-            found = _step_of(index, info)
+            found = _step_of(index, info, steps)
             if found is None:
                 continue
             step, measured = found
@@ -144,17 +150,22 @@ class CudaSynchronizeInStep(Rule):
             ctx.report(info.node, message)
 
 
-def _step_of(index: AstIndex, info: AstCallInfo) -> Optional[Tuple[_Step, Tuple[ast.AST, ...]]]:
-    """What runs ``info`` once per training step: its training loop, or the step function it is in (a
-    def of this file that runs backward or an optimizer step and that a loop calls). With it, the loops
-    that call that function, whose clocks time the step too."""
+def _step_of(index: AstIndex, info: AstCallInfo, steps: Set[str]) -> Optional[Tuple[_Step, Tuple[ast.AST, ...]]]:
+    """What runs ``info`` once per training step: its training loop (one that calls ``backward()``, steps an
+    optimizer or calls a function of this file that does, ``steps``), or the step function it is in, when
+    a loop calls it; with it, the loops that call that function, whose clocks time the step too."""
     loop = index.training_loop_of(info)
     if loop is not None:
         return loop.node, ()
+    loop = info.loop
+    while loop is not None:
+        if any(calls_step(call, steps) for call in loop.direct_calls):
+            return loop.node, ()
+        loop = loop.parent
     function = info.function
     if info.loop is not None or not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return None
-    if function.name not in step_functions(index):
+    if function.name not in steps:
         return None
     callers = tuple(loop.node for loop in index.loops
                     if any(calls_step(call, {function.name}) for call in loop.direct_calls))

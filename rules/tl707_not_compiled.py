@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex
+from torchlint.ast_index import AstIndex, AstLoopInfo, keyword_value
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
-from torchlint.facts.script import first_training_loop, loop_header
+from torchlint.facts.script import loop_header
 from torchlint.rule import IndexContext, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, may_train, may_use_cuda
 
@@ -25,19 +25,24 @@ _COMPILE_KEYWORDS = ("compile", "torch_compile")
 
 class NotCompiled(Rule):
     """## What it does
-    Flags a CUDA training script (a file with a training loop, a loop that calls `backward()` or steps an
-    optimizer, that puts work on a CUDA device) in which nothing is compiled with `torch.compile`. It
-    reports once per file, on the first training loop's header.
+    Flags a CUDA training script (a file that puts work on a CUDA device and has a training loop that steps
+    an optimizer) in which nothing is compiled with `torch.compile`. It reports once per file, on the header
+    of the first such loop.
 
     Anything compiled counts, in any spelling: `model = torch.compile(model)`, `model.compile()`, `@torch.compile`
     on the model's class, its `forward` or the step function, `torch.compile(train_step)`, `from torch import
     compile`, and the older compilers `torch._dynamo.optimize(...)`, `torch.jit.script` and `torch.jit.trace`.
-    So does a choice made elsewhere: a `.compile` setting read (`if args.compile:`), a `compile=` or
+    So does a choice made elsewhere: a `.compile` setting read (`if args.compile:`, `cfg.get("compile")`,
+    `getattr(args, "compile")`), a `compile=` or
     `torch_compile=` argument passed to a framework, `torch._inductor` / `torch._dynamo` / `torch.compiler`
     used, or `accelerate` imported (its launch configuration can compile the model).
 
-    Silent in files without a training loop (model definitions), without a sign of CUDA, in tests, and for a
-    configured `torch-version` before 2.0.
+    Silent in files without a training loop that steps an optimizer (model definitions, a profiler that
+    times `backward()` of layers, a loop whose step is left to a helper such as a loss scaler), without a
+    sign of CUDA, in tests, and for a configured `torch-version` before 2.0. Silent too where the file
+    differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)`, `backward(create_graph=True)`:
+    gradient penalties, second-order methods): `torch.compile`'s AOTAutograd raises "does not currently
+    support double backward" there (torch 2.13 too).
 
     This rule is **off by default** (opt in with `--extend-select TL707` or `select = ["ALL"]`): compiling costs
     seconds to minutes at start-up and again on every recompilation (new shapes, a changed Python value), some
@@ -111,10 +116,27 @@ class NotCompiled(Rule):
         index = ctx.index
         if ctx.torch_version < COMPILE_SINCE:
             return
-        loop = first_training_loop(index)
+        loop = _first_optimizer_loop(index)
         if loop is None or cuda_evidence(index) is None or compile_evidence(index) is not None:
             return
+        if any(_builds_double_backward(call.node) for call in index.calls):
+            return  # torch.compile's AOTAutograd raises on a double backward (2.13 still does)
         ctx.report(loop_header(loop))
+
+
+def _builds_double_backward(call: ast.Call) -> bool:
+    """``torch.autograd.grad(..., create_graph=True)``, ``loss.backward(create_graph=True)``: a gradient
+    penalty or a second-order method differentiates the backward pass."""
+    value = keyword_value(call, "create_graph")
+    return value is not None and not (isinstance(value, ast.Constant) and not value.value)
+
+
+def _first_optimizer_loop(index: AstIndex) -> Optional[AstLoopInfo]:
+    """The first training loop that steps an optimizer itself: a loop that only calls `backward()` times
+    or checks gradients (a profiler of layers), and a step left to a helper, say nothing about a model
+    trained here."""
+    return next((loop for loop in index.loops if loop.is_training
+                 and any(index.is_optimizer_step(call, loop.function) for call in loop.direct_calls)), None)
 
 
 def compile_evidence(index: AstIndex) -> Optional[ast.AST]:
@@ -134,6 +156,9 @@ def compile_evidence(index: AstIndex) -> Optional[ast.AST]:
         if index.qualified_name(call.func) in _COMPILERS:
             return call
         if any(keyword.arg in _COMPILE_KEYWORDS for keyword in call.keywords):
+            return call
+        # a setting read by its key: `cfg.get("compile", False)`, `getattr(args, "compile")`
+        if any(isinstance(arg, ast.Constant) and arg.value in _COMPILE_KEYWORDS for arg in call.args):
             return call
     # `torch._inductor.config.x = ...`, `@torch.jit.script` (an attribute, not a call)
     for name in ("_dynamo", "_inductor", "compiler", "script", "trace"):
