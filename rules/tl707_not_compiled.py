@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, keyword_value
+from torchlint.ast_index import AstIndex, AstLoopInfo, dotted_name, keyword_value
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import loop_header
@@ -39,7 +39,11 @@ class NotCompiled(Rule):
 
     Silent in files without a training loop that steps an optimizer (model definitions, a profiler that
     times `backward()` of layers, a loop whose step is left to a helper such as a loss scaler), without a
-    sign of CUDA, in tests, and for a configured `torch-version` before 2.0. Silent too where the file
+    sign of CUDA, in tests, and for a configured `torch-version` before 2.0. Silent where the model is built
+    elsewhere, so that the choice is made there: the loop runs a model its function receives
+    (`def train_one_epoch(model, loader, ...)`) and nothing in the file calls that function, or the model
+    is rebound to what a function of another project returns for it (`model = parallelize_model(model,
+    mesh, args)`, which may compile it). Silent too where the file
     differentiates a backward pass (`torch.autograd.grad(..., create_graph=True)`, `backward(create_graph=True)`:
     gradient penalties, second-order methods): `torch.compile`'s AOTAutograd raises "does not currently
     support double backward" there (torch 2.13 too).
@@ -121,6 +125,8 @@ class NotCompiled(Rule):
             return
         if any(_builds_double_backward(call.node) for call in index.calls):
             return  # torch.compile's AOTAutograd raises on a double backward (2.13 still does)
+        if _model_from_another_file(index, loop) or _model_through_a_helper(index):
+            return
         ctx.report(loop_header(loop))
 
 
@@ -129,6 +135,34 @@ def _builds_double_backward(call: ast.Call) -> bool:
     penalty or a second-order method differentiates the backward pass."""
     value = keyword_value(call, "create_graph")
     return value is not None and not (isinstance(value, ast.Constant) and not value.value)
+
+
+def _model_from_another_file(index: AstIndex, loop: AstLoopInfo) -> bool:
+    """The loop runs a model its function receives (``def train_one_epoch(model, loader, ...)``) and nothing
+    in this file calls that function: the model is built, and compiled or not, in the file that does."""
+    function = loop.function
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or index.calls_by_name.get(function.name):
+        return False
+    arguments = function.args
+    parameters = {arg.arg for arg in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+    return any(isinstance(call.func, ast.Name) and call.func.id in parameters for call in loop.direct_calls)
+
+
+def _model_through_a_helper(index: AstIndex) -> bool:
+    """A model rebound to what a function of another project returns for it (``model =
+    parallelize_model(model, mesh, args)``): that function may compile it. The model is what the file calls
+    ``.parameters()`` on; torch's own wrappers (``DistributedDataParallel``) compile nothing."""
+    models = {dotted_name(call.func.value) for call in (info.node for info in index.calls_by_name.get("parameters", ()))
+              if isinstance(call.func, ast.Attribute)}
+    models.discard(None)
+    for call, target in index.assigned_to.items():
+        name = dotted_name(target)
+        if name not in models or not any(dotted_name(arg) == name for arg in call.args):
+            continue
+        qualified = index.qualified_name(call.func)
+        if qualified is not None and qualified.split(".")[0] != "torch":
+            return True
+    return False
 
 
 def _first_optimizer_loop(index: AstIndex) -> Optional[AstLoopInfo]:
