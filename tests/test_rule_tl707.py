@@ -67,3 +67,28 @@ def test_silent_before_torch_2():
 def test_silent_without_an_optimizer_step_in_the_loop():
     source = "import torch\nlayer = L().cuda()\nfor _ in range(10):\n    layer(x).sum().backward()\n"
     assert lint(source, "TL707") == []
+
+
+EPOCH = """
+import torch
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        model(x.cuda(), y.cuda()).backward()
+        optimizer.step()
+"""
+
+
+def test_a_model_received_from_a_caller_in_another_file_is_not_this_file_s_choice():
+    assert lint(EPOCH, "TL707") == []
+    called_here = EPOCH + "model = Net().cuda()\ntrain_one_epoch(model, loader, torch.optim.SGD(model.parameters(), 0.1))\n"
+    assert len(lint(called_here, "TL707")) == 1
+
+
+@pytest.mark.parametrize("head, found", [
+    ("from mylib import wrap\nmodel = wrap(Net(), mesh)\nmodel = wrap(model, mesh)\n", 0),  # may compile it
+    ("from torch.nn.parallel import DistributedDataParallel as DDP\nmodel = DDP(Net().cuda())\nmodel = DDP(model)\n", 1),
+    ("from mylib import report\nsummary = report(model)\n", 1),  # not the model rebound
+])
+def test_a_model_rebound_through_another_project_s_function(head, found):
+    source = "import torch\n" + head + SCRIPT.split("import torch\n{head}\n", 1)[1].replace("model = Net().cuda()\n", "")
+    assert len(lint(source, "TL707")) == found
