@@ -29,6 +29,9 @@ _RUN_CONSTANT_BUILTINS = {"isinstance", "hasattr"}
 # Streams the step runs its own work on: a full synchronize may be what orders them with the host.
 _STREAM_CALLS = {"torch.cuda.stream", "torch.cuda.Stream", "torch.Stream", "torch.cuda.StreamContext"}
 
+# Parts of the code that run on some passes only, or not in the step itself.
+_CONDITIONAL_PARTS = (ast.BoolOp, ast.ExceptHandler, ast.match_case, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)
+
 _Step = Union[ast.For, ast.AsyncFor, ast.While, ast.FunctionDef, ast.AsyncFunctionDef]
 
 
@@ -106,7 +109,7 @@ class CudaSynchronizeInStep(Rule):
     ## PyTorch versions
     `torch.cuda.synchronize()` exists in every version, its `device` argument since 0.4.
     `torch.accelerator.synchronize()` exists since 2.6. `torch.cuda.Event(enable_timing=True)` and
-    `elapsed_time` exist since 0.4; the device-generic `torch.Event` since 2.4.
+    `elapsed_time` exist since 0.4; the device-generic `torch.Event(enable_timing=True)` in recent 2.x releases.
     """
 
     code = "TL105"
@@ -145,7 +148,7 @@ class CudaSynchronizeInStep(Rule):
             message = self.message.replace("`torch.cuda.synchronize()`", f"`{code}`", 1)
             read = _item_read_after(index, statement)
             if read is not None:
-                message += (f"; the `{index.code_for_node(read, _statement_of(index, read))}` right after it "
+                message += (f"; the `{index.code_for_node(*read)}` right after it "
                             "finds its value ready: the wait is paid here, and removing that read alone gains nothing")
             ctx.report(info.node, message)
 
@@ -184,13 +187,13 @@ def _runs_every_step(index: AstIndex, node: ast.AST, step: _Step, stored: dict) 
         if kind is ast.If or kind is ast.IfExp:
             if child is ancestor.test:
                 return False
-            in_body = child is ancestor.body or any(s is child for s in ancestor.body)  # IfExp: an expression
+            in_body = child is ancestor.body if kind is ast.IfExp else any(s is child for s in ancestor.body)
             if is_logging_guard(ancestor.test):
                 if in_body:
                     return False  # every N steps
             elif _varies_per_step(index, ancestor.test, step, stored):
                 return False
-        elif kind in (ast.BoolOp, ast.ExceptHandler, ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef):
+        elif kind in _CONDITIONAL_PARTS:
             return False
         elif kind in (ast.For, ast.AsyncFor, ast.While, ast.Try) and any(s is child for s in ancestor.orelse):
             return False
@@ -261,10 +264,10 @@ def _statement_of(index: AstIndex, node: ast.AST) -> ast.stmt:
     return next(a for a in index.ancestors(node) if isinstance(a, ast.stmt))
 
 
-def _item_read_after(index: AstIndex, statement: ast.stmt) -> Optional[ast.Call]:
-    """The first ``x.item()`` of the simple statement right after ``statement``, if any."""
+def _item_read_after(index: AstIndex, statement: ast.stmt) -> Optional[Tuple[ast.Call, ast.stmt]]:
+    """The first ``x.item()`` of the simple statement right after ``statement``, with that statement."""
     following = index.simple_statement_next_to(statement, 1)
     if following is None:
         return None
-    return next((info.node for info in index.calls_in(following)
+    return next(((info.node, following) for info in index.calls_in(following)
                  if is_sync_call(info.node) and call_name(info.node) == "item"), None)

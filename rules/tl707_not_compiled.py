@@ -96,9 +96,9 @@ class NotCompiled(Rule):
     recompilation, take seconds. Verify the loss curve and the checkpoints after turning it on.
 
     ## PyTorch versions
-    `torch.compile` exists since 2.0 (`nn.Module.compile()` since 2.2); before that,
-    `torch._dynamo.optimize` was a preview. CUDA graphs are applied with `mode="reduce-overhead"`. The rule is
-    silent for a configured `torch-version` before 2.0.
+    `torch.compile` exists since 2.0; `nn.Module.compile()`, which compiles in place, came in a later 2.x
+    release (torch 2.13 has it). Before 2.0, `torch._dynamo.optimize` was a preview. `mode="reduce-overhead"`
+    adds CUDA graphs. The rule is silent for a configured `torch-version` before 2.0.
     """
 
     code = "TL707"

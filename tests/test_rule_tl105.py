@@ -92,3 +92,13 @@ def test_an_item_right_after_names_the_synchronize_as_the_cost():
                                     "here, and removing that read alone gains nothing")
     (plain,) = _found("torch.cuda.synchronize()\nvalue = loss.detach()\n")
     assert "right after" not in plain.message
+
+
+@pytest.mark.parametrize("body, found", [
+    ("torch.cuda.synchronize() if torch.cuda.is_available() else None\n", 1),
+    ("None if torch.cuda.is_available() else torch.cuda.synchronize()\n", 1),
+    ("torch.cuda.synchronize() if step == 0 else None\n", 0),
+    ("match mode:\n    case 'sync':\n        torch.cuda.synchronize()\n", 0),
+])
+def test_conditional_expressions_and_match(body, found):
+    assert len(_found(body)) == found
