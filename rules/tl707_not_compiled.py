@@ -26,7 +26,7 @@ _COMPILE_KEYWORDS = ("compile", "torch_compile")
 class NotCompiled(Rule):
     """## What it does
     Flags a CUDA training script (a file that puts work on a CUDA device and has a training loop that steps
-    an optimizer) in which nothing is compiled with `torch.compile`. It reports once per file, on the header
+    an optimizer and runs `backward()` in its body) in which nothing is compiled with `torch.compile`. It reports once per file, on the header
     of the first such loop.
 
     Anything compiled counts, in any spelling: `model = torch.compile(model)`, `model.compile()`, `@torch.compile`
@@ -37,8 +37,9 @@ class NotCompiled(Rule):
     `torch_compile=` argument passed to a framework, `torch._inductor` / `torch._dynamo` / `torch.compiler`
     used, or `accelerate` imported (its launch configuration can compile the model).
 
-    Silent in files without a training loop that steps an optimizer (model definitions, a profiler that
-    times `backward()` of layers, a loop whose step is left to a helper such as a loss scaler), without a
+    Silent in files without a training loop that steps an optimizer and runs a backward pass (model
+    definitions, a profiler that times `backward()` of layers, a loop whose step is left to a helper such as
+    a loss scaler, a library that steps optimizers in a backward hook), without a
     sign of CUDA, in tests, and for a configured `torch-version` before 2.0. Silent where the model is built
     elsewhere, so that the choice is made there: the loop runs a model its function receives
     (`def train_one_epoch(model, loader, ...)`) and nothing in the file calls that function, or the model
@@ -166,13 +167,16 @@ def _model_through_a_helper(index: AstIndex) -> bool:
 
 
 def _first_optimizer_loop(index: AstIndex) -> Optional[AstLoopInfo]:
-    """The first training loop that steps an optimizer itself: a loop that only calls `backward()` times
-    or checks gradients (a profiler of layers), and a step left to a helper, say nothing about a model
-    trained here."""
-    return next((loop for loop in index.loops if loop.is_training
-                 and any(index.is_optimizer_step(call, loop.function) for call in loop.direct_calls)), None)
-
-
+    """The first training loop that steps an optimizer itself and runs a backward pass in its body: a loop
+    that only calls `backward()` (a profiler of layers), a step left to a helper such as a loss scaler, and
+    a loop over optimizers alone (a library stepping optimizers in a backward hook) say nothing about a
+    model trained here."""
+    for loop in index.loops:
+        if not loop.is_training or not any(index.is_optimizer_step(call, loop.function) for call in loop.direct_calls):
+            continue
+        if any(index.is_backward_call(info.node) for info in index.calls_in(loop.node)):
+            return loop
+    return None
 def compile_evidence(index: AstIndex) -> Optional[ast.AST]:
     """The first sign that the file compiles something or leaves compiling to a setting or a framework
     (the module for an import), or None."""

@@ -92,3 +92,9 @@ def test_a_model_received_from_a_caller_in_another_file_is_not_this_file_s_choic
 def test_a_model_rebound_through_another_project_s_function(head, found):
     source = "import torch\n" + head + SCRIPT.split("import torch\n{head}\n", 1)[1].replace("model = Net().cuda()\n", "")
     assert len(lint(source, "TL707")) == found
+
+
+def test_a_loop_over_optimizers_alone_trains_nothing_here():
+    source = ("import torch\nx = torch.ones(1, device='cuda')\n"
+              "def hook(param):\n    for optim in param._optimizers:\n        optim.step()\n")
+    assert lint(source, "TL707") == []
