@@ -61,6 +61,11 @@ class CudaSynchronizeInStep(Rule):
       `buffer.copy_(x, non_blocking=True)`) or runs work on its own CUDA streams (`torch.cuda.stream(s)`):
       the host may need the synchronize before it reads the copy or reuses a buffer.
 
+    A stream's or an event's `synchronize()` (`torch.cuda.current_stream().synchronize()`) waits for that
+    stream or event only, not for the whole device, and is not reported. Nor is a synchronize in a loop whose
+    backward pass and optimizer step run inside a helper of another file (`loss_scaler(loss, optimizer)`):
+    the file does not show that loop trains.
+
     Where the statement right after the synchronize reads a value with `.item()`, the finding says so: that
     read finds its value ready, so the wait is paid at the synchronize, and removing the `.item()` alone
     gains nothing.

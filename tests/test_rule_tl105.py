@@ -102,3 +102,50 @@ def test_an_item_right_after_names_the_synchronize_as_the_cost():
 ])
 def test_conditional_expressions_and_match(body, found):
     assert len(_found(body)) == found
+
+
+@pytest.mark.parametrize("body", [
+    "torch.cuda.current_stream().synchronize()\n",
+    "torch.cuda.default_stream(0).synchronize()\n",
+    "torch.cuda.current_stream(torch.device('cuda')).synchronize()\n",
+    "stream = torch.cuda.current_stream()\nstream.synchronize()\n",
+    "done = torch.cuda.Event()\ndone.record()\ndone.synchronize()\n",  # not a timing event: no clock read
+    "torch.cuda.Event.synchronize(done)\n",
+    "torch.cuda.Stream.synchronize(stream)\n",
+])
+def test_a_stream_or_event_synchronize_is_not_the_device(body):
+    assert _found(body) == []
+
+
+def test_the_same_loop_with_a_device_synchronize_is_reported():
+    """The near miss above differs only in what it waits for: the device's synchronize is found there."""
+    assert len(_found("done = torch.cuda.Event()\ndone.record()\ntorch.cuda.synchronize()\n")) == 1
+
+
+IMPORTED_STEP = """
+import torch
+from engine_utils import scaled_backward_and_step
+
+for x, y in loader:
+    loss = criterion(model(x.cuda()), y.cuda())
+    optimizer.zero_grad()
+    scaled_backward_and_step(loss, optimizer, parameters=model.parameters())
+    torch.cuda.synchronize()
+"""
+
+
+def test_a_step_run_by_another_files_helper_is_not_known_to_train():
+    assert lint(textwrap.dedent(IMPORTED_STEP), "TL105") == []
+    scaler = IMPORTED_STEP.replace("from engine_utils import scaled_backward_and_step",
+                                   "from engine_utils import GradScaler\nloss_scaler = GradScaler()") \
+                          .replace("scaled_backward_and_step(", "loss_scaler(")
+    assert lint(textwrap.dedent(scaler), "TL105") == []
+
+
+def test_the_same_helper_defined_in_the_file_is_a_step():
+    local = IMPORTED_STEP.replace(
+        "from engine_utils import scaled_backward_and_step",
+        "def scaled_backward_and_step(loss, optimizer, parameters):\n    loss.backward()\n    optimizer.step()\n")
+    assert [d.line for d in lint(textwrap.dedent(local), "TL105")] == [12]
+    shown = IMPORTED_STEP.replace("scaled_backward_and_step(loss,", "loss.backward()\n    scaled_backward_and_step(loss,")
+    assert [d.line for d in lint(textwrap.dedent(shown), "TL105")] == [10]
