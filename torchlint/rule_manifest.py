@@ -236,6 +236,17 @@ RULES = (
         'text_gate': (('range',), ('shape', 'len', 'size'), ('backward', 'step', 'def')),
     },
     {
+        'code': 'TL705',
+        'module': 'tl705_attention_not_fused',
+        'cls': 'AttentionNotFused',
+        'name': 'attention-not-fused',
+        'summary': 'Attention written by hand, or SDPA given a causal mask, instead of the fused kernel',
+        'default_enabled': True,
+        'silent_in_test_files': True,
+        'fix_availability': 'sometimes',
+        'text_gate': (('softmax', 'Softmax', 'scaled_dot_product_attention'),),
+    },
+    {
         'code': 'TL900',
         'module': 'tl900_unused_noqa',
         'cls': 'UnusedNoqa',
