@@ -172,8 +172,8 @@ class AttentionNotFused(Rule):
         message = ("this `attn_mask` is causal: `is_causal=True` masks the same positions from the indices "
                    "and lets SDPA pick its fastest kernel (FlashAttention takes no mask)")
         why = None
-        if causal is not None:
-            why = "`is_causal=False` is passed: set it to True and drop the mask by hand"
+        if causal is not None and keyword_value(call, "is_causal") is None:
+            why = "`is_causal` is passed by position"
         elif not sliced:
             why = "the mask is the whole buffer: is_causal=True is the same only where every sequence is that long"
         elif not _same_length(index, call, positional[0], positional[1], size):
@@ -689,7 +689,13 @@ def _root(index: AstIndex, expr: ast.expr, function: ast.AST, assignments: List[
         if found is None:
             parameters = {a.arg for a in function.args.args + function.args.kwonlyargs}  # type: ignore[attr-defined]
             return expr.id if expr.id in parameters and expr.id != "self" else None  # type: ignore[attr-defined]
-        return _root(index, found[0].value, function, assignments, depth + 1)
+        assign, place = found
+        value = assign.value
+        if place is not None and type(value) is ast.Tuple:  # q, k, v = split(q), split(k), split(v)
+            if len(value.elts) != len(assign.targets[0].elts):  # type: ignore[attr-defined]
+                return None
+            value = value.elts[place]
+        return _root(index, value, function, assignments, depth + 1)
     if kind is ast.Subscript and _int(expr.slice) is not None:  # qkv[0]: a part, as long as the whole
         return _root(index, expr.value, function, assignments, depth + 1)  # type: ignore[attr-defined]
     if kind is not ast.Call:
@@ -735,6 +741,16 @@ def _is_causal(call: cst.Call, analysis: "FileAnalysis") -> Union[Fix, str]:
     causal = cst.Arg(value=cst.Name("True"), keyword=cst.Name("is_causal"),
                      equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                                            whitespace_after=cst.SimpleWhitespace("")))
+    given = next((i for i, arg in enumerate(args) if arg.keyword is not None and arg.keyword.value == "is_causal"), None)
+    if given is not None:  # `is_causal=False` becomes True, and the mask goes
+        args[given] = args[given].with_changes(value=cst.Name("True"))
+        if at is None:
+            args[positional[3]] = args[positional[3]].with_changes(value=cst.Name("None"))
+        else:
+            if at == len(args) - 1:
+                args[at - 1] = args[at - 1].with_changes(comma=args[at].comma)
+            del args[at]
+        return _fix(call, call.with_changes(args=args))
     if at is None:
         at = positional[3]
         if len(positional) > 4:  # dropout_p follows by position

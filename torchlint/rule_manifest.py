@@ -247,6 +247,17 @@ RULES = (
         'text_gate': (('softmax', 'Softmax', 'scaled_dot_product_attention'),),
     },
     {
+        'code': 'TL706',
+        'module': 'tl706_convnet_not_channels_last',
+        'cls': 'ConvnetNotChannelsLast',
+        'name': 'convnet-not-channels-last',
+        'summary': 'Convolutional mixed-precision CUDA training without channels_last',
+        'default_enabled': False,
+        'silent_in_test_files': True,
+        'fix_availability': 'none',
+        'text_gate': (('Conv',), ('autocast', 'GradScaler', 'half', 'bfloat16', 'float16'), ('backward', 'step')),
+    },
+    {
         'code': 'TL900',
         'module': 'tl900_unused_noqa',
         'cls': 'UnusedNoqa',
