@@ -225,21 +225,25 @@ def _einsum(index: AstIndex, product: ast.AST) -> Optional[Tuple[str, str, str]]
 
 
 def _einsum_is(equation: Tuple[str, str, str], scores: bool) -> bool:
-    """``...id,...jd->...ij`` (the scores: both last dimensions contracted) or ``...ij,...jd->...id``
-    (the weights times the values), with the same leading dimensions on all three."""
+    """The scores, ``...id,...jd->...ij`` (each input's feature letter contracted, in either order:
+    ``...di,...dj->...ij`` too), or the weights times the values, ``...ij,...jd->...id`` (the weights'
+    last letter, the one the softmax ran over, contracted with the values'), with the same leading
+    letters on all three."""
     first, second, output = equation
     if len(first) < 2 or len(second) < 2 or len(output) < 2:
         return False
     lead = first[:-2]
-    if second[:-2] != lead or output[:-2] != lead:
+    if second[:-2] != lead or output[:-2] != lead or set(lead) & set(first[-2:] + second[-2:] + output[-2:]):
         return False
-    a, b = first[-2:]
-    c, d = second[-2:]
-    e, f = output[-2:]
-    letters = {a, b, c, d, e, f}
+    a, b, c = set(first[-2:]), set(second[-2:]), set(output[-2:])
+    if len(a) != 2 or len(b) != 2 or len(c) != 2:
+        return False
     if scores:
-        return b == d and (e, f) == (a, c) and len(letters) == 3
-    return b == c and (e, f) == (a, d) and len(letters) == 3
+        shared = a & b
+        return len(shared) == 1 and (output[-2] in a - shared) and (output[-1] in b - shared) \
+            and not shared & c
+    query, key = first[-2:]
+    return key in b and query not in b and query in c and len(b | c) == 3 and key not in c
 
 
 def _hand_attention(index: AstIndex, product: ast.AST) -> Optional[_Attention]:
@@ -474,7 +478,10 @@ def _hand_message(index: AstIndex, product: ast.AST, found: _Attention) -> str:
                       "`masked_fill`'s mask (a causal mask is `is_causal=True`)")
     if found.added:
         checks.append("a float `attn_mask` is added to the scores")
-    return ("attention written by hand (softmax of a `q @ k^T` product, then `@ v`): "
+    statement = next(a for a in index.ancestors(found.scores) if isinstance(a, ast.stmt))
+    scores = index.code_for_node(found.scores, statement)
+    scores = f"`{scores}`" if len(scores) <= 60 and "\n" not in scores else "a `q @ k^T` product"
+    return (f"attention written by hand (softmax of {scores}, applied to the values): "
             "`F.scaled_dot_product_attention` computes it in one fused kernel without storing the weights; "
             "check before switching: " + "; ".join(checks))
 
