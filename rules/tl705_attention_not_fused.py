@@ -63,8 +63,9 @@ class AttentionNotFused(Rule):
     Silent where the function also calls `scaled_dot_product_attention` (the hand-written form is its
     fallback), where the attention weights are used for anything but `@ v` (returned, stored, averaged,
     appended: SDPA does not return them), where anything else happens between the softmax and `@ v`
-    (a head mask, a re-normalisation), for a softmax over another dimension, in test files, and for a
-    `torch-version` before 2.0.
+    (a head mask, a re-normalisation), where the scores are the sum of two products (the absorbed form of
+    multi-head latent attention, which keeps the keys compressed on purpose), for a softmax over another
+    dimension, in test files, and for a `torch-version` before 2.0.
 
     ## Why is this slow?
     The hand-written form runs four to six kernels and materialises the `(B, heads, L, S)` score and
@@ -387,8 +388,19 @@ def _scores(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, fo
                 op is ast.Mult and _scores(index, value.right, value, function, found, depth + 1))  # type: ignore[attr-defined]
         if op in (ast.Add, ast.Sub):
             found.added = True
-            return _scores(index, value.left, value, function, found, depth + 1) or (  # type: ignore[attr-defined]
-                op is ast.Add and _scores(index, value.right, value, function, found, depth + 1))  # type: ignore[attr-defined]
+            left = _scores(index, value.left, value, function, found, depth + 1)  # type: ignore[attr-defined]
+            if op is not ast.Add:
+                return left
+            scratch = _Attention(scores=value, names=set(), bound=set())
+            right = _scores(index, value.right, value, function, scratch, depth + 1)  # type: ignore[attr-defined]
+            if left and right:
+                return False  # two score products summed (MLA's absorbed form): no one q and k for SDPA
+            if right:
+                found.names |= scratch.names
+                found.bound |= scratch.bound
+                found.masked |= scratch.masked
+                found.scores = scratch.scores
+            return left or right
         return False
     if kind is not ast.Call:
         return False

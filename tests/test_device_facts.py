@@ -102,3 +102,5 @@ def test_reduced_precision_calls_are_every_sign_less_the_disabled_autocasts():
     assert [ast.unparse(call) for call in reduced_precision_calls(index(source))] == [
         "torch.cuda.amp.GradScaler(enabled=args.amp)", "net.half()"]
     assert reduced_precision_calls(index("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n")) == []
+    fp8 = "import transformer_engine.pytorch as te\nwith te.autocast(enabled=True):\n    pass\n"
+    assert reduced_precision_calls(index(fp8)) == [] and reduced_precision_evidence(index(fp8)) is not None

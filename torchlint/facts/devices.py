@@ -154,9 +154,19 @@ def reduced_precision_evidence(index: AstIndex) -> Optional[ast.Call]:
 
 def reduced_precision_calls(index: AstIndex) -> List[ast.Call]:
     """Every place ``reduced_precision_evidence`` would count, in source order, less the autocasts and
-    GradScalers given `enabled=False` (a region kept in fp32): for a rule that asks where they run."""
-    return [info.node for info in index.calls if _computes_in_reduced_precision(index, info.node)
-            and not is_literal(keyword_value(info.node, "enabled"), False)]
+    GradScalers given `enabled=False` (a region kept in fp32) and those of an imported library other than
+    torch (TransformerEngine's `te.autocast` is fp8 for its own layers): for a rule that asks where they run."""
+    found = []
+    for info in index.calls:
+        call = info.node
+        if not _computes_in_reduced_precision(index, call) or is_literal(keyword_value(call, "enabled"), False):
+            continue
+        qualified = index.qualified_name(call.func)
+        if call_name(call) in {"autocast", "GradScaler"} and qualified is not None \
+                and qualified not in AUTOCAST_NAMES:
+            continue
+        found.append(call)
+    return found
 
 
 def _computes_in_reduced_precision(index: AstIndex, call: ast.Call) -> bool:
