@@ -60,12 +60,14 @@ class AttentionNotFused(Rule):
        `nn.Transformer.generate_square_subsequent_mask(T)`, built in the same function or registered as a
        buffer in `__init__` and sliced `[:, :, :T, :T]`.
 
-    Silent where the function also calls `scaled_dot_product_attention` (the hand-written form is its
-    fallback), where the attention weights are used for anything but `@ v` (returned, stored, averaged,
-    appended: SDPA does not return them), where anything else happens between the softmax and `@ v`
-    (a head mask, a re-normalisation), where the scores are the sum of two products (the absorbed form of
-    multi-head latent attention, which keeps the keys compressed on purpose), for a softmax over another
-    dimension, in test files, and for a `torch-version` before 2.0.
+    Silent where the file names `scaled_dot_product_attention` anywhere in its code (a call, an import,
+    `torch.ops.aten.scaled_dot_product_attention`: the hand-written form is then a fallback, a reference
+    or a pattern for a compiler to replace, by the author's choice), where the attention weights are used
+    for anything but `@ v` (returned, stored, averaged, appended: SDPA does not return them), where
+    anything else happens between the softmax and `@ v` (a head mask, a re-normalisation), where the
+    scores are the sum of two products (the absorbed form of multi-head latent attention, which keeps the
+    keys compressed on purpose), for a softmax over another dimension, in test files, and for a
+    `torch-version` before 2.0.
 
     ## Why is this slow?
     The hand-written form runs four to six kernels and materialises the `(B, heads, L, S)` score and
@@ -147,7 +149,11 @@ class AttentionNotFused(Rule):
         index = ctx.index
         if ctx.torch_version < SDPA_SINCE:
             return
-        for product in _products(index):
+        # The file names SDPA (a call, `aten.scaled_dot_product_attention`, an import): its hand-written
+        # attention is a fallback, a reference or a pattern for a compiler to replace, by the author's choice.
+        knows_sdpa = bool(index.attributes_named("scaled_dot_product_attention")) or any(
+            target.endswith(".scaled_dot_product_attention") for target in index.imports.values())
+        for product in () if knows_sdpa else _products(index):
             found = _hand_attention(index, product)
             if found is not None:
                 ctx.report(product, _hand_message(index, product, found))
@@ -262,8 +268,6 @@ def _hand_attention(index: AstIndex, product: ast.AST) -> Optional[_Attention]:
     found = _Attention(scores=product, names=set(), bound=set())
     if not _weights(index, operands[0], product, function, found, 0):
         return None
-    if any(index.contains(function, info.node) for info in index.calls_to(SDPA)):
-        return None  # the hand-written form is the fallback of an SDPA path
     if _weights_read_elsewhere(function, found):
         return None
     return found
