@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -175,13 +174,13 @@ class AttentionNotFused(Rule):
         found = _causal_mask(index, mask, call)
         if found is None:
             return
-        size, sliced = found
+        size, sized = found
         message = ("this `attn_mask` is causal: `is_causal=True` masks the same positions from the indices "
                    "and lets SDPA pick its fastest kernel (FlashAttention takes no mask)")
         why = None
         if causal is not None and keyword_value(call, "is_causal") is None:
             why = "`is_causal` is passed by position"
-        elif not sliced:
+        elif not sized:
             why = "the mask is the whole buffer: is_causal=True is the same only where every sequence is that long"
         elif not _same_length(index, call, positional[0], positional[1], size):
             why = ("the rule cannot tie the mask's size to the length of both q and k; with a KV cache or "
