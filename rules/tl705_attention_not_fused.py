@@ -26,6 +26,9 @@ _MATMUL = {"torch.matmul", "torch.bmm"}
 _EINSUM = "torch.einsum"
 # A method that keeps a tensor's values (a dtype round trip around the softmax: `.float()`, `.type_as(q)`).
 _CASTS = {"float", "type_as", "to", "half", "bfloat16"}
+# What reading a tensor's metadata asks (`weight.type(weight.dtype)`): not a read of the weights' values.
+_METADATA = {"dtype", "shape", "device", "ndim"}
+_METADATA_METHODS = {"size", "dim"}
 _BOOL_COMPARE = (ast.Eq, ast.NotEq, ast.Gt)  # `tril(ones) == 1`, `!= 0`, `> 0`: True on and below the diagonal
 _MAX_DEPTH = 12
 
@@ -50,7 +53,8 @@ class AttentionNotFused(Rule):
        spellings (`torch.matmul`, `torch.bmm`, `einsum("...id,...jd->...ij")`, `.transpose(-1, -2)`,
        `.mT`, a scale applied by `*` or `/` on either side, `F.softmax`, `torch.softmax`, `.softmax(-1)`
        or an `nn.Softmax(dim=-1)` module, a `masked_fill` or an added mask before the softmax, dropout
-       (`nn.Dropout` or `F.dropout`) after it, a float32 round trip around it), also split over several
+       (`nn.Dropout` or `F.dropout`) after it, a float32 round trip around it (`.float()`, `.to(...)`,
+       `.type(scores.dtype)`)), also split over several
        statements of one function (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`). Report
        only.
     2. `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` where `mask` is certainly causal:
@@ -62,7 +66,8 @@ class AttentionNotFused(Rule):
     Silent where the file names `scaled_dot_product_attention` anywhere in its code (a call, an import,
     `torch.ops.aten.scaled_dot_product_attention`: the hand-written form is then a fallback, a reference
     or a pattern for a compiler to replace, by the author's choice), where the attention weights are used
-    for anything but `@ v` (returned, stored, averaged, appended: SDPA does not return them), where
+    for anything but `@ v` (returned, stored, averaged, appended: SDPA does not return them; reading
+    their `dtype`, `shape` or `size()` is no such use), where
     anything else happens between the softmax and `@ v` (a head mask, a re-normalisation), where the
     scores are the sum of two products (the absorbed form of multi-head latent attention, which keeps the
     keys compressed on purpose), for a softmax over another dimension, in test files, and for a
@@ -319,10 +324,19 @@ def _weights(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, f
         found.dropout = True
         inner = _first_argument(call)
         return inner is not None and _weights(index, inner, call, function, found, depth + 1)
-    if qualified is None and type(call.func) is ast.Attribute and method in _CASTS:
-        return _weights(index, call.func.value, call, function, found, depth + 1)
+    if qualified is None and _is_cast(call):
+        return _weights(index, call.func.value, call, function, found, depth + 1)  # type: ignore[attr-defined]
     softmaxed = _softmax_input(index, call)
     return softmaxed is not None and _scores(index, softmaxed, call, function, found, depth + 1)
+
+
+def _is_cast(call: ast.Call) -> bool:
+    """A method that keeps the values: ``.float()``, ``.to(torch.float32)``, ``.type(x.dtype)`` (``.type()``
+    without an argument answers a string)."""
+    if type(call.func) is not ast.Attribute:
+        return False
+    method = call.func.attr
+    return method in _CASTS or (method == "type" and len(call.args) + len(call.keywords) == 1)
 
 
 def _softmax_input(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
@@ -418,7 +432,7 @@ def _scores(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, fo
         if method in ("masked_fill", "masked_fill_") and len(call.args) == 2:
             found.masked = True
             return _scores(index, call.func.value, call, function, found, depth + 1)
-        if method in _CASTS or method in ("mul", "div"):
+        if _is_cast(call) or method in ("mul", "div"):
             return _scores(index, call.func.value, call, function, found, depth + 1)
     return False
 
@@ -471,7 +485,8 @@ def _int(node: ast.expr) -> Optional[int]:
 
 def _weights_read_elsewhere(function: ast.AST, found: _Attention) -> bool:
     """A name the chain went through read anywhere else in the function (returned, stored, logged...);
-    ``att.masked_fill_(...)`` as a statement of its own is part of the chain."""
+    ``att.masked_fill_(...)`` as a statement of its own is part of the chain, and reading its metadata
+    (``w.dtype``, ``w.shape``, ``w.size(-1)``) reads no values SDPA would not give."""
     for node in ast.walk(function):
         if type(node) is ast.Expr and type(node.value) is ast.Call:  # type: ignore[attr-defined]
             func = node.value.func  # type: ignore[attr-defined]
@@ -479,8 +494,18 @@ def _weights_read_elsewhere(function: ast.AST, found: _Attention) -> bool:
                     and func.value.id in found.bound:
                 found.names.add(func.value)
                 found.masked = True
+    metadata = {id(read) for read in map(_metadata_of, ast.walk(function)) if read is not None}
     return any(type(node) is ast.Name and node.id in found.bound and type(node.ctx) is ast.Load  # type: ignore[attr-defined]
-               and node not in found.names for node in ast.walk(function))
+               and node not in found.names and id(node) not in metadata for node in ast.walk(function))
+
+
+def _metadata_of(node: ast.AST) -> Optional[ast.expr]:
+    """The tensor whose metadata ``node`` reads (``x.dtype``, ``x.shape``, ``x.size(-1)``), or None."""
+    if type(node) is ast.Attribute and node.attr in _METADATA:  # type: ignore[attr-defined]
+        return node.value  # type: ignore[attr-defined]
+    if type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _METADATA_METHODS:  # type: ignore[attr-defined]
+        return node.func.value  # type: ignore[attr-defined]
+    return None
 
 
 def _hand_message(index: AstIndex, product: ast.AST, found: _Attention) -> str:
