@@ -15,6 +15,14 @@ from torchlint.rule import IndexContext, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 _CONV2D = re.compile(r"^(Lazy)?Conv(Transpose)?2d$")
+# torchvision's constructors of 2-D convolutional classification and segmentation networks (its
+# detection and video models are left out: variable image sizes and 3-D convolutions).
+_TORCHVISION_CONVNET = re.compile(
+    r"^torchvision\.models\.(?:(?:resnet|vgg|densenet|efficientnet|mobilenetv2|mobilenetv3|regnet|convnext"
+    r"|shufflenetv2|squeezenet|mnasnet|googlenet|inception|alexnet|segmentation)\.)?"
+    r"(?:resnet\d+|resnext\d+_\w+|wide_resnet\d+_\d+|vgg\d+(?:_bn)?|densenet\d+|efficientnet_\w+"
+    r"|mobilenet_v[23]\w*|regnet_[xy]_\w+|convnext_\w+|shufflenet_v2_\w+|squeezenet1_[01]|mnasnet\d_\d+"
+    r"|googlenet|inception_v3|alexnet|(?:deeplabv3|fcn|lraspp)_\w+)$")
 # Every text reduced_precision_evidence can answer for holds one of these words.
 _REDUCED_WORDS = ("autocast", "GradScaler", "half", "bfloat16", "float16")
 
@@ -22,7 +30,9 @@ _REDUCED_WORDS = ("autocast", "GradScaler", "half", "bfloat16", "float16")
 class ConvnetNotChannelsLast(Rule):
     """## What it does
     Flags a training script that trains a 2-D convolutional model (`nn.Conv2d`, `nn.ConvTranspose2d` or
-    their lazy forms, built in the file) in reduced precision (autocast, a GradScaler, a `.half()` or
+    their lazy forms built in the file, or a torchvision classification or segmentation convnet such as
+    `torchvision.models.resnet50()`; not its transformers, detectors or video networks, nor a model
+    picked by name with `get_model`) in reduced precision (autocast, a GradScaler, a `.half()` or
     bfloat16 model) on a CUDA device, and never uses `torch.channels_last` or passes a `memory_format=`
     anywhere. It reports once per file, on the line that builds the model: the first call of a class of the
     file that holds the convolutions, or the statement that builds them in the training loop's function.
@@ -92,11 +102,11 @@ class ConvnetNotChannelsLast(Rule):
     summary = "Convolutional mixed-precision CUDA training without channels_last"
     silent_in_test_files = True  # the engine leaves test files out (Rule.silent_in_test_files)
     default_enabled = False
-    text_gate = (("Conv",), _REDUCED_WORDS, TRAINING_WORDS)
+    text_gate = (("Conv", "torchvision"), _REDUCED_WORDS, TRAINING_WORDS)
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return "Conv" in text and any_of(text, *_REDUCED_WORDS) and may_train(text) and may_use_cuda(text)
+        return ("Conv" in text or "torchvision" in text) and any_of(text, *_REDUCED_WORDS) and may_train(text) and may_use_cuda(text)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
@@ -121,14 +131,20 @@ def _decides_layout(index: AstIndex) -> bool:
     return any(keyword.arg == "memory_format" for info in index.calls for keyword in info.node.keywords)
 
 
+def _builds_conv2d(index: AstIndex, call: ast.Call) -> bool:
+    """``nn.Conv2d(...)`` (and its transposed and lazy forms), or a torchvision convnet (``resnet50()``)."""
+    qualified = index.qualified_name(call.func) or ""
+    if qualified.startswith("torch.nn."):
+        return bool(_CONV2D.match(call_name(call) or ""))
+    return bool(_TORCHVISION_CONVNET.match(qualified))
+
+
 def _conv_model(index: AstIndex, loop: AstLoopInfo) -> Optional[ast.AST]:
     """Where the file builds the 2-D convolutional model it trains: the first call, outside a class, of a
     class of the file that builds convolutions; else the statement of a convolution built in the function
     of the training loop (``nn.Sequential(nn.Conv2d(...), ...)`` in ``main``); None otherwise (a helper
     that swaps a layer builds no model)."""
-    layers = [info.node for info in index.calls
-              if (index.qualified_name(info.node.func) or "").startswith("torch.nn.")
-              and _CONV2D.match(call_name(info.node) or "")]
+    layers = [info.node for info in index.calls if _builds_conv2d(index, info.node)]
     if not layers:
         return None
     classes = classes_building(index, layers)

@@ -255,7 +255,7 @@ RULES = (
         'default_enabled': False,
         'silent_in_test_files': True,
         'fix_availability': 'none',
-        'text_gate': (('Conv',), ('autocast', 'GradScaler', 'half', 'bfloat16', 'float16'), ('backward', 'step')),
+        'text_gate': (('Conv', 'torchvision'), ('autocast', 'GradScaler', 'half', 'bfloat16', 'float16'), ('backward', 'step')),
     },
     {
         'code': 'TL900',
