@@ -61,7 +61,8 @@ class AttentionNotFused(Rule):
        `torch.tril(torch.ones(T, T, dtype=torch.bool))` (or a float one turned boolean with `.bool()` or
        `== 1`), `torch.triu(torch.full((T, T), float("-inf")), diagonal=1)` or
        `nn.Transformer.generate_square_subsequent_mask(T)`, built in the same function or registered as a
-       buffer in `__init__` and sliced `[:, :, :T, :T]`.
+       buffer in `__init__` and sliced `[:, :, :T, :T]` (a float buffer of ones compared after the slice,
+       `self.bias[:, :, :T, :T] == 1` or `> 0`, too; `== 0` is its inverse and stays silent).
 
     Silent where the file names `scaled_dot_product_attention` anywhere in its code (a call, an import,
     `torch.ops.aten.scaled_dot_product_attention`: the hand-written form is then a fallback, a reference
@@ -533,6 +534,9 @@ def _causal_mask(index: AstIndex, mask: ast.expr, call: ast.Call) -> Optional[Tu
     function = index.function_of(call)
     scratch = _Attention(scores=call, names=set(), bound=set())
     value = _resolve(index, mask, call, function, scratch) if function is not None else mask
+    compared = _compared_to_true(value)
+    if compared is not None:  # `self.bias[:, :, :T, :T] == 1`: the float buffer read as a boolean one
+        value = compared
     sliced: Optional[str] = None
     if type(value) is ast.Subscript:
         sliced = _square_slice(index, value, call)
@@ -544,15 +548,30 @@ def _causal_mask(index: AstIndex, mask: ast.expr, call: ast.Call) -> Optional[Tu
         value = _buffer_value(index, call, attr)
         if value is None:
             return None
+        causal = _causal(index, value, call, compared is not None)
         if sliced is None:
-            return (None, False) if _causal(index, value, call) is not None else None
-        return (sliced, True) if _causal(index, value, call) is not None else None
-    size = _causal(index, value, call)
+            return (None, False) if causal is not None else None
+        return (sliced, True) if causal is not None else None
+    if compared is not None and sliced is None:
+        return None  # `other.mask == 1`: not a buffer of this class, nor a mask built here
+    size = _causal(index, value, call, compared is not None)
     if size is None:
         return None
     if sliced is not None:
         return sliced, True
     return size, True
+
+
+def _compared_to_true(value: ast.expr) -> Optional[ast.expr]:
+    """``buffer[...] == 1``, ``!= 0``, ``> 0`` (or of ``self.buffer`` itself): the compared tensor; None for
+    anything else (``== 0`` is True above the diagonal: the inverse of a causal mask)."""
+    if type(value) is not ast.Compare or len(value.ops) != 1 or type(value.ops[0]) not in _BOOL_COMPARE:  # type: ignore[attr-defined]
+        return None
+    left = value.left  # type: ignore[attr-defined]
+    if type(left) not in (ast.Subscript, ast.Attribute):
+        return None
+    expected = 0 if type(value.ops[0]) in (ast.NotEq, ast.Gt) else 1  # type: ignore[attr-defined]
+    return left if is_literal(value.comparators[0], expected) else None  # type: ignore[attr-defined]
 
 
 def _square_slice(index: AstIndex, subscript: ast.Subscript, call: ast.Call) -> Optional[str]:
@@ -590,9 +609,10 @@ def _buffer_value(index: AstIndex, call: ast.Call, attr: str) -> Optional[ast.ex
     return values[0] if len(values) == 1 else None
 
 
-def _causal(index: AstIndex, value: ast.expr, call: ast.Call) -> Optional[str]:
+def _causal(index: AstIndex, value: ast.expr, call: ast.Call, compared: bool = False) -> Optional[str]:
     """The size text ``T`` of a causal ``(T, T)`` mask SDPA reads as one: boolean and True on and below the
-    diagonal, or float and -inf above it (through ``.view(1, 1, T, T)``); None for anything else."""
+    diagonal, or float and -inf above it (through ``.view(1, 1, T, T)``); None for anything else. With
+    ``compared`` the caller read ``value == 1``: a tril of ones of any dtype is then causal."""
     statement = next(a for a in index.ancestors(call) if isinstance(a, ast.stmt))
     for _ in range(_MAX_DEPTH):  # `mask = torch.tril(...)` then `register_buffer("mask", mask.view(...))`
         inner = value
@@ -620,6 +640,8 @@ def _causal(index: AstIndex, value: ast.expr, call: ast.Call) -> Optional[str]:
     if type(value) is ast.Call and call_name(value) == "bool" and not value.args \
             and type(value.func) is ast.Attribute:  # type: ignore[attr-defined]
         return _tril_of_ones(index, value.func.value, statement, boolean=False)  # type: ignore[attr-defined]
+    if compared:
+        return _tril_of_ones(index, value, statement, boolean=False)
     return _tril_of_ones(index, value, statement, boolean=True) or _causal_float(index, value, statement)
 
 
