@@ -55,8 +55,8 @@ class AttentionNotFused(Rule):
        or an `nn.Softmax(dim=-1)` module, a `masked_fill` or an added mask before the softmax, dropout
        (`nn.Dropout` or `F.dropout`) after it, a float32 round trip around it (`.float()`, `.to(...)`,
        `.type(scores.dtype)`)), also split over several
-       statements of one function (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`). Report
-       only.
+       statements of one function (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`, annotated
+       assignments too). Report only.
     2. `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` where `mask` is certainly causal:
        `torch.tril(torch.ones(T, T, dtype=torch.bool))` (or a float one turned boolean with `.bool()` or
        `== 1`), `torch.triu(torch.full((T, T), float("-inf")), diagonal=1)` or
@@ -291,7 +291,7 @@ def _resolve(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, f
     value = before[-1]
     statement = index.parent(value)
     block = index.parent(statement) if statement is not None else None
-    if type(statement) is not ast.Assign or block is None:
+    if type(statement) not in (ast.Assign, ast.AnnAssign) or block is None:
         return expr
     if not (block is function or index.contains(block, use)) and not _updates_itself(index, value, expr.id, function):  # type: ignore[attr-defined]
         return expr
