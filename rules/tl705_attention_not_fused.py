@@ -54,9 +54,8 @@ class AttentionNotFused(Rule):
        `.mT`, a scale applied by `*` or `/` on either side, `F.softmax`, `torch.softmax`, `.softmax(-1)`
        or an `nn.Softmax(dim=-1)` module, a `masked_fill` or an added mask before the softmax, dropout
        (`nn.Dropout` or `F.dropout`) after it, a float32 round trip around it (`.float()`, `.to(...)`,
-       `.type(scores.dtype)`)), also split over several
-       statements of one function (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`, annotated
-       assignments too). Report only.
+       `.type(scores.dtype)`)), also split over several statements of one function
+       (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`, annotated assignments too). Report only.
     2. `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` where `mask` is certainly causal:
        `torch.tril(torch.ones(T, T, dtype=torch.bool))` (or a float one turned boolean with `.bool()` or
        `== 1`), `torch.triu(torch.full((T, T), float("-inf")), diagonal=1)` or
@@ -68,8 +67,8 @@ class AttentionNotFused(Rule):
     `torch.ops.aten.scaled_dot_product_attention`: the hand-written form is then a fallback, a reference
     or a pattern for a compiler to replace, by the author's choice), where the attention weights are used
     for anything but `@ v` (returned, stored, averaged, appended: SDPA does not return them; reading
-    their `dtype`, `shape` or `size()` is no such use), where
-    anything else happens between the softmax and `@ v` (a head mask, a re-normalisation), where the
+    their `dtype`, `shape` or `size()` is no such use), where anything else happens between the softmax
+    and `@ v` (a head mask, a re-normalisation), where the
     scores are the sum of two products (the absorbed form of multi-head latent attention, which keeps the
     keys compressed on purpose), for a softmax over another dimension, in test files, and for a
     `torch-version` before 2.0.
@@ -627,7 +626,7 @@ def _causal(index: AstIndex, value: ast.expr, call: ast.Call, compared: bool = F
     while (type(value) is ast.Call and type(value.func) is ast.Attribute  # type: ignore[attr-defined]
            and value.func.attr in ("view", "reshape", "to", "unsqueeze")  # type: ignore[attr-defined]
            and index.qualified_name(value.func) is None):  # type: ignore[attr-defined]
-        if value.func.attr == "to":  # type: ignore[attr-defined]
+        if value.func.attr == "to" and not compared:  # compared to 1, the dtype `.to()` gives does not matter
             if not any(index.qualified_name(a) == "torch.bool" for a in value.args):  # type: ignore[attr-defined]
                 return _causal_float(index, value, statement)
             return _tril_of_ones(index, value.func.value, statement, boolean=False)  # type: ignore[attr-defined]

@@ -106,7 +106,8 @@ class ConvnetNotChannelsLast(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
-        return ("Conv" in text or "torchvision" in text) and any_of(text, *_REDUCED_WORDS) and may_train(text) and may_use_cuda(text)
+        return (any_of(text, "Conv", "torchvision") and any_of(text, *_REDUCED_WORDS) and may_train(text)
+                and may_use_cuda(text))
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
