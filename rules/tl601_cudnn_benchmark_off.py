@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import List, Optional, Set
+from typing import List, Optional
 
 from torchlint.ast_index import AstIndex, call_name
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
+from torchlint.facts.modules import classes_building
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
@@ -152,7 +153,7 @@ def _conv_model_anchor(index: AstIndex) -> Optional[ast.AST]:
             (conv_layers if index.in_class(call) else builds).append(call)  # inside a class: the class is the model
     if not builds and not conv_layers:
         return None
-    conv_classes = _classes_holding(index, conv_layers)
+    conv_classes = classes_building(index, conv_layers)
     build_ids = {id(call) for call in builds}
     for info in index.calls:
         call = info.node
@@ -164,19 +165,3 @@ def _conv_model_anchor(index: AstIndex) -> Optional[ast.AST]:
         statement = index.enclosing_statement(conv_layers[0])
         return statement if statement is not None else index.tree
     return index.tree
-
-
-def _classes_holding(index: AstIndex, conv_layers: List[ast.Call]) -> Set[str]:
-    """Names of the classes of this file that build convolutions, directly or through other such classes."""
-    def class_of(node: ast.AST) -> Optional[str]:
-        return next((a.name for a in index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
-
-    names = {name for name in map(class_of, conv_layers) if name is not None}
-    for _ in range(3):  # Net uses Block, Block holds the Conv2d
-        users = {class_of(info.node) for name in names for info in index.calls_by_name.get(name, ())
-                 if isinstance(info.node.func, ast.Name)}
-        users = {u for u in users if u is not None} - names
-        if not users:
-            break
-        names |= users
-    return names

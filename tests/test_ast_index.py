@@ -402,6 +402,15 @@ def test_attributes_named_are_every_attribute_of_that_name_in_source_order():
     assert index.attributes_named("weight") == []
 
 
+def test_binary_operations_are_every_operation_of_that_operator_in_source_order():
+    source = "y = (a @ b) @ c\nclass C:\n    def f(self):\n        return self.w @ (x + 1) * 2\n"
+    index = AstIndex(ast.parse(source), source)
+    assert [ast.unparse(node) for node in index.binary_operations(ast.MatMult)] == [
+        "a @ b @ c", "a @ b", "self.w @ (x + 1)"]
+    assert [ast.unparse(node) for node in index.binary_operations(ast.Add)] == ["x + 1"]
+    assert index.binary_operations(ast.Div) == []
+
+
 def test_the_simple_statement_next_to_another_is_on_a_line_of_simple_statements():
     source = "a = 1; b = 2\nc = 3\nif x: d = 4; e = 5\nfor y in z:\n    pass\nf = 6\n"
     index = AstIndex(ast.parse(source), source)

@@ -5,8 +5,8 @@ import ast
 import pytest
 
 from torchlint.ast_index import AstIndex
-from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_evidence,
-                                     to_destination)
+from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_calls,
+                                     reduced_precision_evidence, to_destination)
 
 
 def index(source: str) -> AstIndex:
@@ -94,3 +94,13 @@ def test_reduced_precision_evidence_needs_the_file_itself_to_compute_in_fp16_or_
     assert (reduced_precision_evidence(index(source)) is not None) is expected
     if expected:
         assert mixed_precision_evidence(index(source)) is not None  # the stricter fact implies the broader one
+
+
+def test_reduced_precision_calls_are_every_sign_less_the_disabled_autocasts():
+    source = ("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n"
+              "scaler = torch.cuda.amp.GradScaler(enabled=args.amp)\nnet = net.half()\n")
+    assert [ast.unparse(call) for call in reduced_precision_calls(index(source))] == [
+        "torch.cuda.amp.GradScaler(enabled=args.amp)", "net.half()"]
+    assert reduced_precision_calls(index("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n")) == []
+    fp8 = "import transformer_engine.pytorch as te\nwith te.autocast(enabled=True):\n    pass\n"
+    assert reduced_precision_calls(index(fp8)) == [] and reduced_precision_evidence(index(fp8)) is not None

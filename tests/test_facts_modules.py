@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from torchlint.ast_index import AstIndex
-from torchlint.facts.modules import applied_next, applied_to_output_of, class_attributes, module_before
+from torchlint.facts.modules import applied_next, applied_to_output_of, class_attributes, classes_building, module_before
 
 HEAD = "import collections\nimport torch.nn as nn\n"
 
@@ -90,3 +90,23 @@ def test_class_attributes_are_read_once_per_class():
     assert sorted(facts.assigned) == ["bn", "conv", "other"]
     assert [len(facts.calls[name]) for name in ("bn", "conv", "other")] == [2, 1, 1]
     assert facts.attributes_read == {"conv": {"weight"}} and facts.other_uses == {"conv": 1}
+
+
+def test_the_classes_building_layers_include_the_classes_that_use_them():
+    source = textwrap.dedent("""
+        import torch.nn as nn
+        class Block(nn.Module):
+            def __init__(self):
+                self.conv = nn.Conv2d(3, 3, 3)
+        class Net(nn.Module):
+            def __init__(self):
+                self.blocks = nn.Sequential(Block(), Block())
+        class Head(nn.Module):
+            def __init__(self):
+                self.fc = nn.Linear(3, 3)
+        model = Net()
+    """)
+    index = AstIndex(ast.parse(source), source)
+    convs = [info.node for info in index.calls_by_name["Conv2d"]]
+    assert classes_building(index, convs) == {"Block", "Net"}
+    assert classes_building(index, []) == set()

@@ -36,6 +36,11 @@ def marked(index: AstIndex) -> ast.Call:
         ("def helper():\n    mark()\n\nif flag:\n    helper()\n", False),
         ("def helper():\n    mark()\n\ndef main():\n    helper()\n\nif __name__ == '__main__':\n    main()\n", True),
         ("def loop():\n    mark()\n    loop()\n", False),  # only calls itself
+        ("import torch.multiprocessing as mp\ndef worker(rank):\n    mark()\n\nmp.spawn(worker, nprocs=2)\n", True),
+        ("import torch\ndef worker(rank):\n    mark()\n\ntorch.multiprocessing.spawn(fn=worker)\n", True),
+        ("import torch.multiprocessing as mp\ndef worker(rank):\n    mark()\n\nif flag:\n    mp.spawn(worker)\n", False),
+        ("import mp\ndef worker(rank):\n    mark()\n\nmp.spawn(worker)\n", False),  # not torch's
+        ("import torch.multiprocessing as mp\ndef worker(rank):\n    mark()\n\nmp.spawn(other)\n", False),
     ],
 )
 def test_runs_on_every_run(source, expected):

@@ -778,6 +778,19 @@ class AstIndex:
                 found.sort(key=source_order)
         return by_name.get(name, [])
 
+    def binary_operations(self, operator: type) -> List[ast.BinOp]:
+        """Every ``a <op> b`` of this operator type (``ast.MatMult`` for ``a @ b``) in the file, in source
+        order; the first question walks the tree once for every operator."""
+        by_operator = self.__dict__.get("_binary_operations")
+        if by_operator is None:
+            by_operator = self.__dict__["_binary_operations"] = {}
+            for node in walk(self.tree):
+                if type(node) is ast.BinOp:
+                    by_operator.setdefault(type(node.op), []).append(node)  # type: ignore[attr-defined]
+            for found in by_operator.values():
+                found.sort(key=source_order)
+        return by_operator.get(operator, [])
+
     # --- calls by what they call -------------------------------------------------------------------
     def calls_to(self, *qualified: str) -> List[AstCallInfo]:
         """Calls of these qualified names, however the file spells them (``import torch as t``,

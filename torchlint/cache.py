@@ -36,14 +36,15 @@ _TAG = (
 
 @lru_cache(maxsize=None)
 def code_fingerprint() -> str:
-    """torchlint's version plus a hash of its engine and rule sources: editing a rule invalidates the cache."""
+    """torchlint's version plus a hash of its engine and rule sources, subpackages included (the facts a rule
+    reads live in ``torchlint/facts/``): editing a rule or a fact invalidates the cache."""
     import torchlint
     import torchlint.rules
 
     digest = hashlib.blake2b(__version__.encode(), digest_size=16)
     for package in (torchlint, torchlint.rules):
         for folder in package.__path__:
-            for source in sorted(Path(folder).glob("*.py")):
+            for source in sorted(Path(folder).rglob("*.py")):
                 try:
                     digest.update(source.read_bytes())
                 except OSError:

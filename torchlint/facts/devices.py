@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
+from typing import List, Optional
 
-from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, keyword_value
+from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value
 from torchlint.facts.script import is_main_guard
 
 CUDA = "cuda"
@@ -182,6 +182,23 @@ def reduced_precision_evidence(index: AstIndex) -> Optional[ast.Call]:
     ``mixed_precision_evidence`` it does not count a framework import or a `precision=` argument, which may
     as well mean fp32: use it where a rule needs reduced precision to be true, not merely possible."""
     return next((info.node for info in index.calls if _computes_in_reduced_precision(index, info.node)), None)
+
+
+def reduced_precision_calls(index: AstIndex) -> List[ast.Call]:
+    """Every place ``reduced_precision_evidence`` would count, in source order, less the autocasts and
+    GradScalers given `enabled=False` (a region kept in fp32) and those of an imported library other than
+    torch (TransformerEngine's `te.autocast` is fp8 for its own layers): for a rule that asks where they run."""
+    found = []
+    for info in index.calls:
+        call = info.node
+        if not _computes_in_reduced_precision(index, call) or is_literal(keyword_value(call, "enabled"), False):
+            continue
+        qualified = index.qualified_name(call.func)
+        if call_name(call) in {"autocast", "GradScaler"} and qualified is not None \
+                and qualified not in AUTOCAST_NAMES:
+            continue
+        found.append(call)
+    return found
 
 
 def _computes_in_reduced_precision(index: AstIndex, call: ast.Call) -> bool:

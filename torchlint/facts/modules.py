@@ -422,3 +422,20 @@ def applied_next(index: AstIndex, use: ast.Call) -> List[ast.Call]:
         return []
     return [info.node for info in index.calls_in(following)
             if self_attribute(info.node.func) is not None and applied_to_output_of(index, info.node) is not None]
+
+
+def classes_building(index: AstIndex, layers: List[ast.Call]) -> Set[str]:
+    """Names of the file's classes that build one of ``layers`` (calls such as ``nn.Conv2d(...)``), directly
+    or through other such classes (``Net`` uses ``Block``, ``Block`` holds the ``Conv2d``)."""
+    def class_of(node: ast.AST) -> Optional[str]:
+        return next((a.name for a in index.ancestors(node) if isinstance(a, ast.ClassDef)), None)
+
+    names = {name for name in map(class_of, layers) if name is not None}
+    for _ in range(3):
+        users = {class_of(info.node) for name in names for info in index.calls_by_name.get(name, ())
+                 if isinstance(info.node.func, ast.Name)}
+        users = {u for u in users if u is not None} - names
+        if not users:
+            break
+        names |= users
+    return names

@@ -15,6 +15,8 @@ from typing import Optional
 from torchlint.ast_index import AstIndex, AstLoopInfo
 
 _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
+# Calls that run the function given them in each process they start.
+_SPAWNS = ("torch.multiprocessing.spawn", "torch.multiprocessing.start_processes")
 _STOPS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
 
 
@@ -71,7 +73,8 @@ _TRY_STAR = (ast.TryStar,) if hasattr(ast, "TryStar") else ()
 def runs_on_every_run(index: AstIndex, node: ast.AST, depth: int = 0) -> bool:
     """True where ``node`` runs whenever the script runs: at module level or in ``main()``, not under a
     condition, and, inside a function, only if some call of that function in this file does too. A function
-    the file never calls (a helper for other files) is not known to run: False."""
+    the file never calls (a helper for other files) is not known to run: False. A function the file hands
+    to ``torch.multiprocessing.spawn`` (a DDP worker) runs where that call runs."""
     if condition_around(index, node) is not None:
         return False
     function = index.function_of(node)
@@ -83,5 +86,13 @@ def runs_on_every_run(index: AstIndex, node: ast.AST, depth: int = 0) -> bool:
         if index.contains(function, call.node):
             continue  # recursion
         if runs_on_every_run(index, call.node, depth + 1):
+            return True
+    if index.in_class(function):
+        return False
+    for info in index.calls_to(*_SPAWNS):  # `mp.spawn(main_worker, ...)` runs it in every process
+        target = info.node.args[0] if info.node.args else next(
+            (k.value for k in info.node.keywords if k.arg == "fn"), None)
+        if (type(target) is ast.Name and target.id == function.name and not index.contains(function, info.node)
+                and runs_on_every_run(index, info.node, depth + 1)):
             return True
     return False
