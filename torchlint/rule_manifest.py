@@ -104,6 +104,17 @@ RULES = (
         'text_gate': (('DataParallel', 'data_parallel'), ('backward', 'step')),
     },
     {
+        'code': 'TL303',
+        'module': 'tl303_ddp_accumulation_without_no_sync',
+        'cls': 'DdpAccumulationWithoutNoSync',
+        'name': 'ddp-accumulation-without-no-sync',
+        'summary': 'Gradient accumulation under DistributedDataParallel that all-reduces on every micro-batch',
+        'default_enabled': True,
+        'silent_in_test_files': True,
+        'fix_availability': 'none',
+        'text_gate': (('DistributedDataParallel',), ('backward',)),
+    },
+    {
         'code': 'TL401',
         'module': 'tl401_dataloader_single_process',
         'cls': 'DataloaderSingleProcess',
