@@ -116,16 +116,20 @@ class DdpAccumulationWithoutNoSync(Rule):
         forward = next((c for c in loop.direct_calls if calls_module(c, models)), None)
         if not backwards or forward is None:
             return
+        scope = loop.function if loop.function is not None else index.tree
+        if handles_sync(index, scope):
+            return
         model = _model_name(forward, models)
         steps = [c for c in loop.direct_calls if index.is_optimizer_step(c, loop.function)]
         if steps:
             conditions = [_step_condition(index, step, loop) for step in steps]
             if any(condition is None for condition in conditions):
                 return  # a step on every iteration: no accumulation in this loop
-            test, skips = conditions[0]  # type: ignore[misc]
-            when = f"when `{_code(index, test)}`" + (" is false" if skips else "")
-            context = (f"`with ({model}.no_sync() if {_code(index, test)} else contextlib.nullcontext()):`" if skips
-                       else f"`with (contextlib.nullcontext() if {_code(index, test)} else {model}.no_sync()):`")
+            branch, skips = conditions[0]  # type: ignore[misc]
+            test = _code(index, branch.test, branch)
+            when = f"when `{test}`" + (" is false" if skips else "")
+            context = (f"`with ({model}.no_sync() if {test} else contextlib.nullcontext()):`" if skips
+                       else f"`with (contextlib.nullcontext() if {test} else {model}.no_sync()):`")
             shape = f"{context} around both"
         else:
             if not _steps_after(index, loop):
@@ -133,9 +137,6 @@ class DdpAccumulationWithoutNoSync(Rule):
             when = "after this loop of micro-batches"
             shape = (f"all but the last (`{model}.require_backward_grad_sync = <last micro-batch>` before the forward, "
                      "as nanoGPT does, is the same)")
-        scope = loop.function if loop.function is not None else index.tree
-        if handles_sync(index, scope):
-            return
         for backward in backwards:
             ctx.report(backward, _ACCUMULATING.format(when=when, model=model, shape=shape))
 
@@ -158,8 +159,8 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not before:
             return
         forward = before[-1]
-        ctx.report(call, _BACKWARD_ONLY.format(forward=_code(index, forward),
-                                              context=_code(index, call)))
+        ctx.report(call, _BACKWARD_ONLY.format(forward=_code(index, forward, _statement(index, forward)),
+                                              context=_code(index, call, statement)))
 
 
 def _steps_after(index: AstIndex, loop: AstLoopInfo) -> bool:
@@ -183,20 +184,20 @@ def _ifs_between(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> List[ast.
     return found
 
 
-def _step_condition(index: AstIndex, step: ast.Call, loop: AstLoopInfo) -> Optional[Tuple[ast.expr, bool]]:
-    """The condition on the iteration under which ``step`` runs: (test, False) for ``if <test>: step()``,
-    (test, True) for ``if <test>: continue`` before it in the loop's body. None when it runs every iteration."""
+def _step_condition(index: AstIndex, step: ast.Call, loop: AstLoopInfo) -> Optional[Tuple[ast.If, bool]]:
+    """The ``if`` on the iteration under which ``step`` runs: (it, False) for ``if <test>: step()``,
+    (it, True) for ``if <test>: continue`` before it in the loop's body. None when it runs every iteration."""
     scope = loop.function if loop.function is not None else index.tree
     for branch in _ifs_between(index, step, loop):
         if _on_iteration(index, branch.test, scope):
-            return branch.test, False
+            return branch, False
     statement = next((s for s in loop.node.body if index.contains(s, step)), None)
     for earlier in loop.node.body:
         if earlier is statement:
             break
         if (isinstance(earlier, ast.If) and len(earlier.body) == 1 and isinstance(earlier.body[0], ast.Continue)
                 and _on_iteration(index, earlier.test, scope)):
-            return earlier.test, True
+            return earlier, True
     return None
 
 
@@ -223,8 +224,12 @@ def _model_name(forward: ast.Call, models: Set[str]) -> str:
     return "model"
 
 
-def _code(index: AstIndex, node: ast.AST) -> str:
-    statement = next(n for n in index.ancestors(node) if isinstance(n, ast.stmt))
+def _statement(index: AstIndex, node: ast.AST) -> ast.stmt:
+    return next(n for n in index.ancestors(node) if isinstance(n, ast.stmt))  # type: ignore[return-value]
+
+
+def _code(index: AstIndex, node: ast.AST, statement: ast.stmt) -> str:
+    """``node``'s text on one line (``statement`` holds it)."""
     return " ".join(index.code_for_node(node, statement).split())
 
 
