@@ -247,6 +247,17 @@ RULES = (
         'text_gate': (('range',), ('shape', 'len', 'size'), ('backward', 'step', 'def')),
     },
     {
+        'code': 'TL708',
+        'module': 'tl708_graph_break_in_compiled_code',
+        'cls': 'GraphBreakInCompiledCode',
+        'name': 'graph-break-in-compiled-code',
+        'summary': 'A graph break (.item(), print, a branch on a tensor, file I/O) or a recompile in compiled code',
+        'default_enabled': True,
+        'silent_in_test_files': True,
+        'fix_availability': 'none',
+        'text_gate': (('compile',),),
+    },
+    {
         'code': 'TL900',
         'module': 'tl900_unused_noqa',
         'cls': 'UnusedNoqa',
