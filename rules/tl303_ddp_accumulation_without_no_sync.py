@@ -117,7 +117,7 @@ class DdpAccumulationWithoutNoSync(Rule):
         if not backwards or forward is None:
             return
         scope = loop.function if loop.function is not None else index.tree
-        if handles_sync(index, scope):
+        if handles_sync(index, scope, models):
             return
         model = _model_name(forward, models)
         steps = [c for c in loop.direct_calls if index.is_optimizer_step(c, loop.function)]

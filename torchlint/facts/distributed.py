@@ -52,6 +52,8 @@ def _bound_to(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
             node = parent
         elif isinstance(parent, ast.Assign) and len(parent.targets) == 1:
             return parent.targets[0]
+        elif isinstance(parent, ast.AnnAssign):  # `model: LlamaForCausalLM = DDP(model, ...)`
+            return parent.target
         else:
             return None
 
@@ -74,12 +76,17 @@ def no_sync_context(item: ast.withitem) -> Optional[ast.Call]:
     return None
 
 
-def handles_sync(index: AstIndex, scope: AstScope) -> bool:
-    """``scope`` (a def, or the module for top-level code) turns DDP's sync off somewhere, in any form: a
-    ``no_sync``/``accumulate`` context (also chosen ahead, ``ctx = model.no_sync if ... else nullcontext``)
-    or an assignment of ``require_backward_grad_sync`` (nanoGPT). Where it does, the author manages the
-    sync; what it covers is not followed further."""
+def handles_sync(index: AstIndex, scope: AstScope, models: Set[str]) -> bool:
+    """``scope`` (a def, or the module for top-level code) may turn DDP's sync off: a ``no_sync`` or
+    ``accumulate`` context in any form (also chosen ahead, ``ctx = model.no_sync if ... else nullcontext``),
+    an assignment of ``require_backward_grad_sync`` (nanoGPT), or a ``with`` whose context takes the model
+    (``with misc.ddp_sync(ddp, last_round):``, EDM's helper, which this file does not show). Where it
+    does, the author manages the sync; what it covers is not followed further."""
     for node in walk(scope):
         if isinstance(node, ast.Attribute) and (node.attr == SYNC_FLAG or node.attr in NO_SYNC_CONTEXTS):
+            return True
+        if isinstance(node, (ast.With, ast.AsyncWith)) and any(
+                isinstance(item.context_expr, ast.Call) and calls_module(item.context_expr, models)
+                for item in node.items):
             return True
     return False
