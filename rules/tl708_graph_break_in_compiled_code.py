@@ -6,7 +6,7 @@ import ast
 from typing import Optional, Set
 
 from torchlint.ast_index import AstIndex, call_name, dotted_name, keyword_value, walk
-from torchlint.facts.compiled import COMPILE, Def, compile_calls, compiled_functions
+from torchlint.facts.compiled import COMPILE, Def, compiled_functions, dynamo_setting
 from torchlint.rule import IndexContext, Rule
 
 _BREAK = "{what} in code that `torch.compile` compiles ({site}) is a graph break: {why}; {instead}"
@@ -129,17 +129,21 @@ class GraphBreakInCompiledCode(Rule):
 
     def _breaks(self, ctx: IndexContext, function: Def, where: str) -> None:
         index = ctx.index
+        # Set in the file, these options make Dynamo trace the scalar reads, or reorder the prints.
+        scalars_traced = dynamo_setting(index, "capture_scalar_outputs")
+        prints_reordered = dynamo_setting(index, "reorderable_logging_functions")
         for info in index.calls_in(function):
             call = info.node
             if info.function is not function or _guarded(index, call, function):
                 continue
             func = call.func
             name = call_name(call)
-            if isinstance(func, ast.Attribute) and name in ("item", "tolist") and not call.args and not call.keywords:
+            if isinstance(func, ast.Attribute) and name in ("item", "tolist") and not call.args and not call.keywords \
+                    and not scalars_traced:
                 instead = _ITEM if name == "item" else _TOLIST
                 ctx.report(call, _BREAK.format(what=f"`.{name}()`", site=where, why=_SCALAR, instead=instead))
             elif isinstance(func, ast.Name) and name in ("print", "open") and func.id not in index.imports \
-                    and not _conditional(index, call, function):
+                    and not _conditional(index, call, function) and not (name == "print" and prints_reordered):
                 why, instead = _PRINT if name == "print" else _IO
                 ctx.report(call, _BREAK.format(what=f"`{name}(...)`", site=where, why=why, instead=instead))
             elif index.qualified_name(func) in _FILE_IO and not _conditional(index, call, function):

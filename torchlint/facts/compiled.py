@@ -165,3 +165,12 @@ def _disabled(index: AstIndex, function: Def) -> bool:
         if index.qualified_name(target) in _DISABLE:
             return True
     return False
+
+
+def dynamo_setting(index: AstIndex, name: str) -> bool:
+    """The file sets Dynamo's ``name`` option: ``torch._dynamo.config.<name> = ...`` (or any other use of
+    the attribute) or ``<name>=...`` passed to a call (``torch._dynamo.config.patch(<name>=True)``). Which
+    value it sets is not read: where the file configures it, the author decided."""
+    if index.attributes_named(name):
+        return True
+    return any(k.arg == name for info in index.calls for k in info.node.keywords)

@@ -26,16 +26,27 @@ def ddp_models(index: AstIndex) -> Dict[str, List[ast.Call]]:
     """The names (``model``, ``self.model``) the file binds to a ``DistributedDataParallel(...)``, with the
     wrapping calls: ``model = DDP(model, device_ids=[rank])``, ``model = DDP(m) if ddp else m``,
     ``model = torch.compile(DDP(m))``. Keyed by the dotted name, file-wide: the wrapped model is usually
-    passed on under the same name (``train(model, loader)``)."""
+    passed on under the same name (``train(model, loader)``). A local helper that returns the wrap
+    (``def wrap_model(m): return DDP(m, ...)``) counts at each ``model = wrap_model(model)``."""
     known = index.shared.get("distributed.ddp_models")
     if known is None:
         known = index.shared["distributed.ddp_models"] = {}
-        for info in index.calls_to(*DDP):
+        wraps = index.calls_to(*DDP)
+        helpers = {function.name for function in (_returned_by(index, info.node) for info in wraps) if function}
+        wraps = wraps + [info for name in helpers for info in index.calls_by_name.get(name, ())
+                         if isinstance(info.node.func, ast.Name)]
+        for info in wraps:
             target = _bound_to(index, info.node)
             name = dotted_name(target) if target is not None else None
             if name is not None:
                 known.setdefault(name, []).append(info.node)  # type: ignore[union-attr]
     return known  # type: ignore[return-value]
+
+
+def _returned_by(index: AstIndex, call: ast.Call) -> Optional[ast.AST]:
+    """The def that returns ``call`` itself (``return DDP(model, ...)``), else None."""
+    parent = index.parent(call)
+    return index.function_of(parent) if isinstance(parent, ast.Return) else None
 
 
 def _bound_to(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
