@@ -92,7 +92,8 @@ class DdpAccumulationWithoutNoSync(Rule):
 
     code = "TL303"
     name = "ddp-accumulation-without-no-sync"
-    message = _ACCUMULATING
+    message = ("gradient accumulation under `DistributedDataParallel` all-reduces on every micro-batch: run the "
+               "forward and backward of the micro-batches that do not step under `model.no_sync()`")
     summary = "Gradient accumulation under DistributedDataParallel that all-reduces on every micro-batch"
     silent_in_test_files = True
     required_patterns = (r"DistributedDataParallel", r"backward")  # the DDP wrap, and the backward reported
@@ -135,8 +136,8 @@ class DdpAccumulationWithoutNoSync(Rule):
             if not _steps_after(index, loop):
                 return
             when = "after this loop of micro-batches"
-            shape = (f"all but the last (`{model}.require_backward_grad_sync = <last micro-batch>` before the forward, "
-                     "as nanoGPT does, is the same)")
+            shape = (f"that is all but the last; or set `{model}.require_backward_grad_sync = <last micro-batch>` before "
+                     "the forward, as nanoGPT does")
         for backward in backwards:
             ctx.report(backward, _ACCUMULATING.format(when=when, model=model, shape=shape))
 

@@ -109,7 +109,8 @@ class GraphBreakInCompiledCode(Rule):
 
     code = "TL708"
     name = "graph-break-in-compiled-code"
-    message = _BREAK
+    message = ("code that `torch.compile` compiles does what Dynamo cannot trace: a graph break (or a recompile); "
+               "move it out of the compiled code")
     summary = "A graph break (.item(), print, a branch on a tensor, file I/O) or a recompile in compiled code"
     silent_in_test_files = True
     required_patterns = (r"compile",)  # every finding is in code a `torch.compile` or `.compile()` compiles
