@@ -113,7 +113,9 @@ class GraphBreakInCompiledCode(Rule):
                "move it out of the compiled code")
     summary = "A graph break (.item(), print, a branch on a tensor, file I/O) or a recompile in compiled code"
     silent_in_test_files = True
-    required_patterns = (r"compile",)  # every finding is in code a `torch.compile` or `.compile()` compiles
+    # Every finding is in code that `torch.compile` or `.compile()` compiles: the word is spelled (`compiled`,
+    # `_compile` are other words).
+    required_patterns = (r"\bcompile\b",)
     text_gate = (("compile",),)
 
     def detect(self, ctx: IndexContext) -> None:
