@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import re
-from functools import partial
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
@@ -313,8 +312,7 @@ class _Detector:
             message = (f"`{name}()` evaluates `{model}(...)` with autograd on; "
                        f"decorate it with `@{torch_name}.no_grad()`")
             if not _GENERATOR_TEXT.search(text) or self.ctx.torch_version >= (2, 0):
-                place = next(i for i, f in enumerate(index.functions) if f is node)
-                rewrite = Rewrite(partial(_decorate, place=place, name=name), message + " ({reason})")
+                rewrite = Rewrite(_decorate, message + " ({reason})", block=node)
             else:
                 message += " (no fix for a generator before PyTorch 2.0)"
         self.ctx.report(index.definition_name(node), message=message, rewrite=rewrite)
@@ -355,8 +353,7 @@ class _Detector:
                    f"wrap it in `with {torch_name}.no_grad():`")
         rewrite = None
         if not _GENERATOR_TEXT.search(text) and not _AWAIT_TEXT.search(text):
-            place = next(i for i, info in enumerate(index.loops) if info.node is loop)
-            rewrite = Rewrite(partial(_wrap_loop, place=place, count=len(index.loops)), message + " ({reason})")
+            rewrite = Rewrite(_wrap_loop, message + " ({reason})", block=loop)
         self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
 
@@ -593,23 +590,15 @@ class _Detector:
 
 
 # --- the fixes, made on LibCST's tree -------------------------------------------------------------
-def _decorate(module: cst.Module, a: FileAnalysis, place: int, name: str) -> Union[Fix, str]:
-    """``@torch.no_grad()`` as the innermost decorator of the file's ``place``-th def (the index and LibCST
-    list the defs alike, in source order), ``name``."""
-    if place >= len(a.functions) or a.functions[place].name != name:
-        return "the two parsers disagree on the file's functions"  # never seen
-    node = a.functions[place].node
+def _decorate(node: cst.FunctionDef, a: FileAnalysis) -> Union[Fix, str]:
+    """``@torch.no_grad()`` as the def's innermost decorator."""
     decorator = cst.Decorator(decorator=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))
     new = node.with_changes(decorators=[*node.decorators, decorator])
     return Fix.replace(node, new, Applicability.SAFE, _imports(a))
 
 
-def _wrap_loop(module: cst.Module, a: FileAnalysis, place: int, count: int) -> Union[Fix, str]:
-    """The file's ``place``-th loop of ``count`` (the index and LibCST list the loops alike, in source order)
-    inside ``with torch.no_grad():``, its leading comments kept above."""
-    loop = a.loops[place].node if len(a.loops) == count else None
-    if not isinstance(loop, cst.For):
-        return "the two parsers disagree on the file's loops"  # never seen
+def _wrap_loop(loop: cst.For, a: FileAnalysis) -> Union[Fix, str]:
+    """The loop inside ``with torch.no_grad():``, its leading comments kept above."""
     with_node = cst.With(
         items=[cst.WithItem(item=cst.parse_expression(f"{a.module_alias('torch') or 'torch'}.no_grad()"))],
         body=cst.IndentedBlock(body=[loop.with_changes(leading_lines=[])]),

@@ -209,13 +209,13 @@ class PerParameterOptimizerLoop(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        for number, loop in enumerate(index.loops):
+        for loop in index.loops:
             if type(loop.node) is ast.For:  # not `async for`
-                self._check_loop(ctx, loop, number)
+                self._check_loop(ctx, loop)
         self._check_foreach_false(ctx)
 
     # --- for p in params: p.add_(...) ------------------------------------------------------------------
-    def _check_loop(self, ctx: IndexContext, loop: AstLoopInfo, number: int) -> None:
+    def _check_loop(self, ctx: IndexContext, loop: AstLoopInfo) -> None:
         index = ctx.index
         node = loop.node
         scope = loop.function or index.tree
@@ -256,9 +256,12 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        lift = partial(_lift_loop, number=number, loops=len(index.loops), span=index.span(node.iter),
-                       torch_version=ctx.torch_version)
-        ctx.report(node.iter, message=message, rewrite=Rewrite(lift, message + "; no automatic fix: {reason}"))
+        # the lift reads the loop's function (the module's names come from the index); a loop outside
+        # every def reads the whole module, what follows it included
+        reads = tuple(index.tree.body) if loop.function is None else ()
+        lift = partial(_lift_loop, torch_version=ctx.torch_version, index=index)
+        ctx.report(node.iter, message=message,
+                   rewrite=Rewrite(lift, message + "; no automatic fix: {reason}", block=node, statements=reads))
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
     def _check_foreach_false(self, ctx: IndexContext) -> None:
@@ -297,15 +300,13 @@ class PerParameterOptimizerLoop(Rule):
 # --- the rewrites, made on LibCST's tree where a fix is shown or applied ---------------------------------
 
 
-def _lift_loop(module: "cst.Module", analysis: FileAnalysis, number: int, loops: int,
-               span: Tuple[int, int, int, int], torch_version: Tuple[int, int]) -> Union[Fix, str]:
-    """The unsafe fix lifting the loop (the ``number``-th of the file's ``loops``, its iterable at ``span``)
-    into `torch._foreach_*` calls, or the reason there is none."""
+def _lift_loop(node: "cst.For", analysis: FileAnalysis, torch_version: Tuple[int, int],
+               index: AstIndex) -> Union[Fix, str]:
+    """The unsafe fix lifting the loop into `torch._foreach_*` calls, or the reason there is none."""
     # Imported here: the rewriter builds tables of LibCST classes at import, and most runs never get here.
     from ._foreach import NoFix, loop_context, rewrite_loop
 
-    node = _libcst_loop(analysis, number, loops, span)
-    where = loop_context(analysis, node, torch_version)
+    where = loop_context(analysis, node, torch_version, index)
     if where is None:
         return "the file does not import torch"
     try:
@@ -316,19 +317,6 @@ def _lift_loop(module: "cst.Module", analysis: FileAnalysis, number: int, loops:
     if loses_comment(replacements):
         return "it would drop a comment"  # one inside a lifted statement's brackets
     return Fix(replacements, Applicability.UNSAFE)
-
-
-def _libcst_loop(analysis: FileAnalysis, number: int, loops: int, span: Tuple[int, int, int, int]) -> "cst.For":
-    """The LibCST twin of the index's ``number``-th loop: both parsers list the file's ``for`` and ``while``
-    statements in source order; where the counts differ (never seen), the ``for`` whose iterable is at
-    ``span``."""
-    if len(analysis.loops) == loops:
-        return analysis.loops[number].node  # type: ignore[return-value]
-    from torchlint.positions import node_spans
-
-    iterables = [info.node.iter for info in analysis.loops if isinstance(info.node, cst.For)]
-    spans = node_spans(analysis.module, iterables, analysis.parents, analysis.source)
-    return next(analysis.parent(it) for it in iterables if spans[it] == span)  # type: ignore[return-value]
 
 
 def _drop_foreach(call: "cst.Call", analysis: FileAnalysis) -> Union[Fix, str]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from typing import Tuple
 
 import libcst as cst
 
 from torchlint.analysis import FileAnalysis, walk
+from torchlint.ast_index import AstIndex
 from torchlint.rules._foreach import loop_context
 from torchlint.rules._foreach.classify import LoopBody
 from torchlint.rules._foreach.context import LoopContext
@@ -19,7 +21,7 @@ def loop_in(source: str, torch_version=(2, 13)) -> Tuple[cst.For, LoopContext]:
     """The first ``for`` loop of ``source`` and where it stands."""
     analysis = FileAnalysis(cst.parse_module(source), source)
     loop = next(node for node in walk(analysis.module) if isinstance(node, cst.For))
-    ctx = loop_context(analysis, loop, torch_version)
+    ctx = loop_context(analysis, loop, torch_version, AstIndex(ast.parse(source), source))
     assert ctx is not None
     return loop, ctx
 

@@ -1,4 +1,4 @@
-"""The shared per-file analysis: imports, training loops."""
+"""LibCST's tree as the rewrites see it (torchlint.analysis): imports, the walk, spans."""
 
 from __future__ import annotations
 
@@ -35,52 +35,6 @@ def test_import_aliases_resolve_to_qualified_names():
     assert names == ["torch.nn.Conv2d", "torch.nn.Linear", "torch.nn.BatchNorm2d", "torch.nn.functional.relu", "numpy.zeros"]
     assert a.imports["os"] == "os" and "sibling" not in a.imports
     assert a.module_alias("torch") == "t" and a.module_alias("numpy") == "np"
-
-
-def test_training_loops_are_the_ones_that_step():
-    a = analyse(
-        """
-        def fit(model, optimizer, scheduler, train_loader, epochs):
-            for epoch in range(epochs):
-                for x, y in train_loader:
-                    loss = model(x).sum()
-                    loss.backward()
-                    optimizer.step()
-                    seen = loss.item()
-                scheduler.step()
-                last = loss.item()
-
-        def evaluate(model, val_loader):
-            for x, y in val_loader:
-                out = model(x).item()
-
-        while True:
-            scaler.step(opt)
-            v = value.item()
-        """
-    )
-    outer, inner, val, loop = a.loops
-    assert (outer.is_training, inner.is_training, val.is_training, loop.is_training) == (False, True, False, True)
-    seen, last, out, v = a.calls_by_name["item"]
-    assert a.training_loop_of(seen) is inner
-    assert a.training_loop_of(last) is None  # once per epoch: not a per-step sync
-    assert a.training_loop_of(out) is None
-    assert a.training_loop_of(v) is loop
-
-
-def test_scheduler_step_is_not_an_optimizer_step():
-    a = analyse(
-        """
-        for batch in data:
-            lr_scheduler.step()
-            sched.step()
-        opt = torch.optim.SGD(params, lr=1)
-        for batch in data:
-            opt.step()
-        """
-    )
-    first, second = a.loops
-    assert not first.is_training and second.is_training
 
 
 def test_spans_and_calls_in():

@@ -1,4 +1,5 @@
-"""The ast stage's index means what FileAnalysis means: same imports, calls, loops, training loops, bindings."""
+"""The index and LibCST's tree list the same imports, calls, loops and defs, in the same order (the rewrites find
+a node's LibCST twin by its place), and the index's own facts: training loops, what runs per step."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from fixture_support import FIXTURES
 from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex, index_of
+from torchlint.ast_index import AstIndex, call_name, index_of
 
 SAMPLES = sorted(FIXTURES.rglob("*.py"))
 
@@ -48,20 +49,23 @@ TRICKY = textwrap.dedent(
 
 
 def _facts_cst(source: str):
+    """What the rewrites take from LibCST's tree: the import table, and the calls, loops and defs in
+    source order (the twins of the index's are found by place)."""
+    from torchlint.analysis import call_name
+
     a = FileAnalysis(cst.parse_module(source), source)
-    loops = sorted((type(l.node).__name__, len(l.direct_calls), l.is_training) for l in a.loops)
-    calls = {name: len(calls) for name, calls in a.calls_by_name.items()}
-    functions = sorted((f.name, f.class_name is not None) for f in a.functions)
+    loops = [type(l.node).__name__ for l in a.loops]
+    calls = [call_name(c) for c in a.calls]
+    functions = [(f.name, f.class_name is not None) for f in a.functions]
     return a.imports, loops, calls, functions
 
 
 def _facts_ast(source: str):
     index = index_of(ast.parse(source))
     kinds = {"AsyncFor": "For"}
-    loops = sorted((kinds.get(type(l.node).__name__, type(l.node).__name__), len(l.direct_calls), l.is_training)
-                   for l in index.loops)
-    calls = {name: len(calls) for name, calls in index.calls_by_name.items()}
-    functions = sorted((f.name, index.class_of[f] is not None) for f in index.functions)
+    loops = [kinds.get(type(l.node).__name__, type(l.node).__name__) for l in index.loops]
+    calls = [call_name(info.node) for info in index.calls]
+    functions = [(f.name, index.class_of[f] is not None) for f in index.functions]
     return index.imports, loops, calls, functions
 
 
@@ -423,3 +427,54 @@ def test_source_segment_across_line_ends_and_wide_characters():
     index = index_of(ast.parse(source), source)
     for info in index.calls:
         assert index.source_segment(info.node) == ast.get_source_segment(source, info.node)
+
+
+def _index(source: str) -> AstIndex:
+    source = textwrap.dedent(source)
+    return index_of(ast.parse(source), source)
+
+
+def test_training_loops_are_the_ones_that_step():
+    index = _index(
+        """
+        def fit(model, optimizer, scheduler, train_loader, epochs):
+            for epoch in range(epochs):
+                for x, y in train_loader:
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    seen = loss.item()
+                scheduler.step()
+                last = loss.item()
+
+        def evaluate(model, val_loader):
+            for x, y in val_loader:
+                out = model(x).item()
+
+        while True:
+            scaler.step(opt)
+            v = value.item()
+        """
+    )
+    outer, inner, val, loop = index.loops
+    assert (outer.is_training, inner.is_training, val.is_training, loop.is_training) == (False, True, False, True)
+    seen, last, out, v = index.calls_by_name["item"]
+    assert index.training_loop_of(seen) is inner
+    assert index.training_loop_of(last) is None  # once per epoch: not a per-step sync
+    assert index.training_loop_of(out) is None
+    assert index.training_loop_of(v) is loop
+
+
+def test_scheduler_step_is_not_an_optimizer_step():
+    index = _index(
+        """
+        for batch in data:
+            lr_scheduler.step()
+            sched.step()
+        opt = torch.optim.SGD(params, lr=1)
+        for batch in data:
+            opt.step()
+        """
+    )
+    first, second = index.loops
+    assert not first.is_training and second.is_training

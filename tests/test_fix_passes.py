@@ -69,9 +69,9 @@ def test_fixes_put_in_place_equal_the_whole_module_rendered(code, path):
     applier = FixApplier(module, analysis, path.name)
     chosen = applier._non_overlapping(reports)
     for group in [chosen, *([r] for r in reports)]:
-        text, whole = applier.fixed_text(group, source)
+        text, regions = applier.fixed_text(group, source)
         assert text == applier.render(group)
-        assert whole == any(r.fix.imports for r in group)  # only added imports need the whole module here
+        assert (regions is None) == any(r.fix.imports for r in group)  # only added imports need the whole module here
 
 
 def test_fixes_in_nested_statements_are_put_in_place_together():
@@ -98,8 +98,8 @@ def test_fixes_in_nested_statements_are_put_in_place_together():
     analysis, reports, _ = _run_rules(module, source, "m.py", [Both()], Settings(select=("TL998",)))
     assert len(reports) == 3
     applier = FixApplier(module, analysis, "m.py")
-    text, whole = applier.fixed_text(reports, source)
-    assert not whole and text == applier.render(reports)
+    text, regions = applier.fixed_text(reports, source)
+    assert regions is not None and text == applier.render(reports)
     assert text.count("zero_grad()") == 2 and "for p in params:" in text
 
 

@@ -233,7 +233,7 @@ LAYOUTS = {
 def _whole_module_fix(source: str, monkeypatch: pytest.MonkeyPatch):
     """`fix` the way it was: every pass renders the whole module, and the result is carried back."""
     with monkeypatch.context() as patch:
-        patch.setattr(FixApplier, "fixed_text", lambda self, reports, text: (self.render(reports), True))
+        patch.setattr(FixApplier, "fixed_text", lambda self, reports, text: (self.render(reports), None))
         return fix_source(source, "m.py", RULES, SETTINGS, unsafe=True)
 
 

@@ -106,6 +106,74 @@ def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
     assert answers == _answers(source, with_edits=True, rules=only)
 
 
+def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
+    """TL202's decorator and `with` block are made on LibCST's tree of the def's or loop's top-level
+    statement (with the imports), the twin found by its place among that tree's defs or loops."""
+    from torchlint import rewrites
+
+    seen = []
+    real = rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "trusted_parse", lambda text: seen.append(text) or real(text))
+    source = textwrap.dedent(
+        """\
+        import torch
+
+        def unrelated(model):
+            for batch in range(3):
+                model.train()
+
+        class Runner:
+            def validate(self, model, val_loader):
+                model.eval()
+                for x, y in val_loader:
+                    out = model(x)
+        """
+    )
+    only = [rule for rule in RULES if rule.code == "TL202"]
+    answers = _answers(source, with_edits=False, rules=only)
+    assert [a[0] for a in answers] == ["TL202"] and answers[0][6] is not None
+    assert seen == ["import torch\n\nclass Runner:\n" + source.split("class Runner:\n")[1]]
+    assert answers == _answers(source, with_edits=True, rules=only)
+    fixed = fix_source(source, "sample.py", only, Settings(), unsafe=False).source
+    assert "    @torch.no_grad()\n    def validate" in fixed and fixed.count("no_grad") == 1
+
+
+def test_a_file_whose_first_indent_differs_from_the_statements_is_fixed_on_the_whole_file():
+    """LibCST writes a new block (TL202's `with`) with the module's default indent, which it takes from
+    the first indented block: the file's (two spaces here), not the loop's own (four)."""
+    import ast
+
+    from torchlint import rewrites
+    from torchlint.ast_index import index_of
+
+    source = ("import torch\n\ndef unrelated(model):\n  return model\n\n"
+              "model.eval()\nfor x, y in val_loader:\n    out = model(x)\n")
+    assert rewrites._layout(index_of(ast.parse(source), source)) == ("  ", "\n")
+    only = [rule for rule in RULES if rule.code == "TL202"]
+    fixed = fix_source(source, "sample.py", only, Settings(), unsafe=False).source
+    assert fixed.endswith("model.eval()\nwith torch.no_grad():\n  for x, y in val_loader:\n      out = model(x)\n")
+
+
+def test_block_twins_are_by_place_and_none_where_the_lists_differ():
+    import ast
+
+    import libcst as cst
+
+    from torchlint.analysis import FileAnalysis
+    from torchlint.ast_index import AstIndex
+    from torchlint.rewrites import _block_twins, _loops
+
+    source = "def f():\n    while x:\n        pass\nasync def g():\n    for p in params:\n        p.add_(1)\n"
+    analysis = FileAnalysis(cst.parse_module(source), source)
+    index = AstIndex(ast.parse(source), source)
+    twins = _block_twins(index.functions, _loops(index), analysis)
+    assert [twins[id(node)] for node in index.functions] == [info.node for info in analysis.functions]
+    assert [twins[id(node)] for node in _loops(index)] == [info.node for info in analysis.loops]
+    assert isinstance(twins[id(_loops(index)[1])], cst.For)
+    shorter = _block_twins(index.functions, _loops(index)[:1], analysis)
+    assert shorter[id(_loops(index)[0])] is None
+
+
 # --- files LibCST reads otherwise than CPython ---------------------------------------------------------
 from torchlint.engine import fix_source  # noqa: E402
 

@@ -224,11 +224,22 @@ def test_detects_on_the_index_and_fixes_the_def_and_the_loop_it_reports():
     assert "async  def \\\n  evaluate" in fixed
 
 
-def test_a_file_libcst_refuses_keeps_its_finding_and_says_why_there_is_no_fix():
-    """Valid Python that LibCST's parser gives up on (5,000 adjacent string literals) no longer hides the
-    finding behind a TL000: the finding stands, its fix refused with LibCST's reason."""
+def test_a_file_libcst_refuses_keeps_its_finding_and_its_fix_on_the_defs_statements():
+    """Valid Python that LibCST's parser gives up on (5,000 adjacent string literals) hides no finding: the
+    def's fix is made on LibCST's tree of the def alone, in `check` and `fix`; the JSON edits, which parse
+    the whole file, refuse it with LibCST's reason."""
+    from torchlint.config import Settings
+    from torchlint.engine import lint_source
+    from torchlint.registry import rules_by_code
+
     source = _src("import torch\n" + "S = (" + " ".join(['"a"'] * 5000) + ")\n" + EVALUATE)
     [diagnostic] = lint(source, "TL202")
-    assert diagnostic.code == "TL202" and diagnostic.fix is None
+    assert diagnostic.code == "TL202" and diagnostic.fix is not None
     assert diagnostic.message.startswith("`evaluate()` evaluates `model(...)` with autograd on; decorate it with")
-    assert "(LibCST, which writes the fixes, cannot parse this file" in diagnostic.message
+    fixed = fix(source, "TL202")
+    assert fixed == source.replace("def evaluate", "@torch.no_grad()\ndef evaluate")
+    [edited] = lint_source(source, "fixture.py", [rules_by_code()["TL202"]()], Settings(select=("TL202",)),
+                           with_edits=True).diagnostics
+    assert edited.fix is None and "(LibCST, which writes the fixes, cannot parse this file" in edited.message
+
+

@@ -285,25 +285,6 @@ def test_a_params_key_written_as_two_strings_is_a_params_list():
     assert line == 4
 
 
-def test_the_loop_rewritten_is_the_reported_one_where_the_loop_lists_differ():
-    """The rewrite takes the loop at the same place in LibCST's list of loops, or else the one whose iterable
-    is at the finding's span."""
-    import ast
-
-    import libcst as cst
-
-    from torchlint.analysis import FileAnalysis
-    from torchlint.ast_index import AstIndex
-    from torchlint.rules.tl501_per_parameter_optimizer_loop import _libcst_loop
-
-    source = "while x:\n    pass\nfor a in b:\n    pass\nfor p in (\n        params):\n    p.add_(1)\n"
-    analysis = FileAnalysis(cst.parse_module(source), source)
-    index = AstIndex(ast.parse(source), source)
-    span = index.span(index.loops[2].node.iter)
-    assert _libcst_loop(analysis, 2, len(index.loops), span) is analysis.loops[2].node
-    assert _libcst_loop(analysis, 0, len(index.loops) + 1, span) is analysis.loops[2].node
-
-
 def test_a_step_key_written_as_two_strings_is_a_step_count():
     """`state["st" "ep"] += 1` bumps the step counter as `state["step"] += 1` does: no update of its own."""
     source = HEADER + (

@@ -1,9 +1,10 @@
-"""The shared per-file analysis that every rule reads.
+"""LibCST's tree of a file (or of some of its statements), as the fixes see it.
 
-One walk over the tree indexes the module: parents and pre-order numbers of all nodes, imports, calls,
-loops, functions and simple name bindings. Everything derived from that index (training loops) is computed
-lazily, on first use, so a file pays only for what its rules ask. There is no
-LibCST scope analysis: the module's import table answers the questions the rules ask.
+Rules detect on the stdlib ``ast`` index (``torchlint.ast_index``); a fix is made on LibCST's tree, and
+``FileAnalysis`` is what the rewrite side navigates there: one walk records the parent and pre-order number
+of every node, the import table, the calls, defs and loops in source order (the twins of the index's, found
+by place: ``torchlint.rewrites``). There is no LibCST scope analysis: the import table answers the
+questions the rewrites ask.
 """
 
 from __future__ import annotations
@@ -12,13 +13,10 @@ import bisect
 import dataclasses
 import typing
 from dataclasses import dataclass, field
-from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from functools import lru_cache
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple, Union
 
 import libcst as cst
-
-from torchlint.ast_index import OPTIMIZER_NAME as _OPTIMIZER_NAME
-from torchlint.ast_index import SCHEDULER_NAME as _SCHEDULER_NAME
 
 # Nothing here touches libcst at import time: the command line defers loading it until a file reaches the
 # LibCST stage (most runs of `torchlint check one_file.py` never do; see docs/architecture.md).
@@ -44,9 +42,6 @@ class LoopInfo:
     node: LoopNode = field(repr=False)
     function: Optional[FunctionInfo] = field(repr=False)
     parent: Optional["LoopInfo"] = field(repr=False)  # the enclosing loop in the same function, if any
-    # Calls in the loop that are not inside a nested loop, function or class: what runs once per iteration.
-    direct_calls: List[cst.Call] = field(default_factory=list, repr=False)
-    is_training: bool = False
 
 
 def dotted_name(node: cst.CSTNode) -> Optional[str]:
@@ -71,21 +66,11 @@ def call_name(call: cst.Call) -> Optional[str]:
     return None
 
 
-def receiver(call: cst.Call) -> Optional[cst.BaseExpression]:
-    """``x`` in ``x.method(...)``."""
-    return call.func.value if isinstance(call.func, cst.Attribute) else None
-
-
 def keyword_arg(call: cst.Call, name: str) -> Optional[cst.Arg]:
     for arg in call.args:
         if arg.keyword is not None and arg.keyword.value == name:
             return arg
     return None
-
-
-def is_literal(node: cst.CSTNode, value: str) -> bool:
-    """True for the literal names True/False/None written as ``value``."""
-    return isinstance(node, cst.Name) and node.value == value
 
 
 # Fields that hold only punctuation and whitespace: no rule asks about them, and skipping them makes the
@@ -171,7 +156,7 @@ class _Indexer:
         self.functions: List[FunctionInfo] = []
         self.loops: List[LoopInfo] = []
         self.class_names: List[str] = []
-        # what "runs in" the current loop body: reset when entering a function or class
+        # the loop whose body holds the walk: reset when entering a function or class
         self.loop_stack: List[Optional[LoopInfo]] = [None]
 
     def walk(self, module: cst.Module) -> None:
@@ -227,12 +212,6 @@ class _Indexer:
     def visit_call(self, node: cst.Call) -> None:
         a = self.a
         a.calls.append(node)
-        name = call_name(node)
-        if name is not None:
-            a.calls_by_name.setdefault(name, []).append(node)
-        loop = self.loop_stack[-1]
-        if loop is not None:
-            loop.direct_calls.append(node)
 
     def visit_function(self, node: Union[cst.FunctionDef, cst.Lambda]) -> None:
         parent = self.functions[-1] if self.functions else None
@@ -248,10 +227,6 @@ class _Indexer:
         self.a.function_info[node] = info
         self.functions.append(info)
         self.loop_stack.append(None)
-        if isinstance(node, cst.FunctionDef):
-            self._bind_name(node.name.value, None, outer=True)
-            for param in _all_params(node.params):
-                self._bind_name(param.name.value, None)
 
     def leave_function(self, node: cst.CSTNode) -> None:
         self.functions.pop()
@@ -268,12 +243,9 @@ class _Indexer:
     def visit_loop(self, node: LoopNode) -> None:
         function = self.functions[-1] if self.functions else None
         info = LoopInfo(node, function, self.loop_stack[-1])
-        self.a._loops.append(info)
+        self.a.loops.append(info)
         self.a.loop_info[node] = info
         self.loop_stack.append(info)
-        if isinstance(node, cst.For):
-            for target in _target_names(node.target):
-                self._bind_name(target, None)
 
     def leave_loop(self, node: LoopNode) -> None:
         self.loop_stack.pop()
@@ -300,44 +272,6 @@ class _Indexer:
             local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
             self.a.imports[local] = f"{module}.{name}"
 
-    def visit_assign(self, node: cst.Assign) -> None:
-        for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self._bind_name(target.target.value, node.value)
-            else:
-                for name in _target_names(target.target):
-                    self._bind_name(name, None)
-
-    def visit_ann_assign(self, node: cst.AnnAssign) -> None:
-        if isinstance(node.target, cst.Name) and node.value is not None:
-            self._bind_name(node.target.value, node.value)
-
-    def visit_aug_assign(self, node: cst.AugAssign) -> None:
-        if isinstance(node.target, cst.Name):
-            self._bind_name(node.target.value, None)
-
-    def visit_with(self, node: cst.With) -> None:
-        for item in node.items:
-            if item.asname is not None:
-                for name in _target_names(item.asname.name):
-                    self._bind_name(name, None)
-
-    def _bind_name(self, name: str, value: Optional[cst.BaseExpression], outer: bool = False) -> None:
-        scopes = self.functions[:-1] if outer else self.functions
-        scope = scopes[-1].node if scopes else self.a.module
-        self.a.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
-
-
-def _all_params(params: cst.Parameters) -> Iterator[cst.Param]:
-    yield from params.posonly_params
-    yield from params.params
-    yield from params.kwonly_params
-    if isinstance(params.star_arg, cst.Param):
-        yield params.star_arg
-    if params.star_kwarg is not None:
-        yield params.star_kwarg
-
-
 def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """``node`` and everything below it that matters to rules, in source order."""
     stack = [node]
@@ -345,26 +279,6 @@ def walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = stack.pop()
         yield current
         stack.extend(reversed(iter_children(current)))
-
-
-def names_in(node: cst.CSTNode, name: str) -> List[cst.Name]:
-    """Every ``Name`` spelled ``name`` inside ``node`` (attribute and keyword names included)."""
-    return [n for n in walk(node) if isinstance(n, cst.Name) and n.value == name]
-
-
-def target_names(target: cst.CSTNode) -> Iterator[str]:
-    """The names an assignment or loop target binds: ``a``, ``a, (b, *c)``..."""
-    return _target_names(target)
-
-
-def _target_names(target: cst.CSTNode) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _target_names(element.value)
-    elif isinstance(target, cst.StarredElement):
-        yield from _target_names(target.value)
 
 
 @lru_cache(maxsize=None)
@@ -383,10 +297,6 @@ def _visit_handlers():
         cst.While: _Indexer.visit_loop,
         cst.Import: _Indexer.visit_import,
         cst.ImportFrom: _Indexer.visit_import_from,
-        cst.Assign: _Indexer.visit_assign,
-        cst.AnnAssign: _Indexer.visit_ann_assign,
-        cst.AugAssign: _Indexer.visit_aug_assign,
-        cst.With: _Indexer.visit_with,
     }
 
 
@@ -435,16 +345,13 @@ class FileAnalysis:
         self.spans = _Spans(self)  # node -> (first, end) pre-order numbers of its subtree
         self.imports: Dict[str, str] = {}  # local name -> qualified name
         self.calls: List[cst.Call] = []  # in source order
-        self.calls_by_name: Dict[str, List[cst.Call]] = {}
         self.functions: List[FunctionInfo] = []  # FunctionDefs only, in source order
         self.function_info: Dict[cst.CSTNode, FunctionInfo] = {}
-        self._loops: List[LoopInfo] = []  # read through .loops, which classifies them first
+        self.loops: List[LoopInfo] = []  # for and while, in source order
         self.loop_info: Dict[cst.CSTNode, LoopInfo] = {}
-        # scope -> name -> assigned values (None where the value is unknown: loop targets, +=, params...)
-        self.bindings: Dict[cst.CSTNode, Dict[str, List[Optional[cst.BaseExpression]]]] = {}
-        # Facts that rules compute once per file and share (``loaders.loader_facts``). They may refer back to
-        # this analysis: ``release`` drops them when the rules are done, so that no reference cycle keeps the
-        # file's tree alive (the runner pauses the cyclic collector while it checks a file).
+        # Facts the rewrites compute once per file and share (TL900's comments). They may refer back to
+        # this analysis: ``release`` drops them when the rewrites are done, so that no reference cycle keeps
+        # the file's tree alive (the runner pauses the cyclic collector while it checks a file).
         self.shared: Dict[str, object] = {}
         _Indexer(self).walk(module)
         self._call_starts = [self.order[c] for c in self.calls]
@@ -525,79 +432,9 @@ class FileAnalysis:
             return None
         return f"{target}.{rest}" if rest else target
 
-    def is_qualified(self, node: cst.CSTNode, *names: str) -> bool:
-        return self.qualified_name(node) in names
-
     def module_alias(self, module: str) -> Optional[str]:
         """The local name that refers to ``module`` (e.g. "t" for ``import torch as t``), if any."""
         for local, target in self.imports.items():
             if target == module:
                 return local
-        return None
-
-    def values_of(self, name: str, scope: ScopeNode) -> Sequence[Optional[cst.BaseExpression]]:
-        """Every value ``name`` is bound to in ``scope`` (None where the value is unknown)."""
-        return self.bindings.get(scope, {}).get(name, ())
-
-    def single_value(self, name: str, scope: ScopeNode) -> Optional[cst.BaseExpression]:
-        """The value of a name bound exactly once in ``scope`` (or, failing that, once at module level)."""
-        for candidate in (scope, self.module):
-            values = self.values_of(name, candidate)
-            if values:
-                return values[0] if len(values) == 1 else None
-        return None
-
-    # --- training loops --------------------------------------------------------------------------
-    def is_backward_call(self, call: cst.Call) -> bool:
-        if call_name(call) != "backward":
-            return False
-        return isinstance(call.func, cst.Attribute) or self.is_qualified(call.func, "torch.autograd.backward")
-
-    def is_optimizer_step(self, call: cst.Call) -> bool:
-        """``optimizer.step()``, ``self.opt.step()``, ``scaler.step(optimizer)``; not ``scheduler.step()``."""
-        if call_name(call) != "step" or not isinstance(call.func, cst.Attribute):
-            return False
-        owner = dotted_name(call.func.value)
-        if owner is None:
-            return False
-        last = owner.split(".")[-1]
-        if _SCHEDULER_NAME.search(last):
-            return False
-        if _OPTIMIZER_NAME.search(last):
-            return True
-        if "scaler" in last.lower() and call.args:
-            return True
-        return self._bound_to_optimizer(call.func.value)
-
-    def _bound_to_optimizer(self, owner: cst.BaseExpression) -> bool:
-        if not isinstance(owner, cst.Name):
-            return False
-        value = self.single_value(owner.value, self.scope_of(owner))
-        if isinstance(value, cst.Call):
-            qualified = self.qualified_name(value.func) or ""
-            return qualified.startswith("torch.optim.") and ".lr_scheduler" not in qualified
-        return False
-
-    @property
-    def loops(self) -> List[LoopInfo]:
-        """Every for/while loop in source order, with ``is_training`` set."""
-        assert self._loops_classified
-        return self._loops
-
-    @cached_property
-    def _loops_classified(self) -> bool:
-        for loop in self._loops:
-            loop.is_training = any(self.is_backward_call(c) or self.is_optimizer_step(c) for c in loop.direct_calls)
-        return True
-
-    def training_loops(self) -> List[LoopInfo]:
-        assert self._loops_classified
-        return [loop for loop in self.loops if loop.is_training]
-
-    def training_loop_of(self, node: cst.CSTNode) -> Optional[LoopInfo]:
-        """The innermost loop around ``node`` (up to the enclosing def) that runs a training step per iteration."""
-        assert self._loops_classified
-        for loop in self.enclosing_loops(node):
-            if loop.is_training:
-                return loop
         return None

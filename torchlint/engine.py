@@ -302,8 +302,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             if any(r.fix.imports for r in fixable):  # where LibCST adds an import depends on the whole file
                 statements, module = False, None
                 continue
-            result = FixApplier(module, analysis, path).apply(fixable, site.text)
-            carried = site.carried(current, result.code) if result.code != site.text else current
+            result = FixApplier(module, analysis, path).apply(fixable, site.text, next_pass_tree=False)
+            carried = site.carried(current, result.code, result.regions) if result.code != site.text else current
             if carried is None or (carried != current and stdlib_tree(carried) is None):
                 statements, module = False, None  # this pass again, on the whole file
                 continue

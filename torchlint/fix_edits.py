@@ -62,10 +62,11 @@ class FixEdits:
             return ()
         return self._diff(offset, old, new)
 
-    def spliced(self, reports: Sequence[Report]) -> Optional[str]:
-        """The source with the fixes of ``reports`` (which do not overlap) applied: each changed statement
-        rendered in place of its old text (fixes in one statement, or in statements nested in one another,
-        rendered together). None where some fix needs the whole module (see ``_local_edits``)."""
+    def spliced(self, reports: Sequence[Report]) -> Optional[List[Tuple[int, int, str]]]:
+        """The fixes of ``reports`` (which do not overlap) as regions of the source, in order: (start, end,
+        new text) of each changed statement, whole lines, rendered in place of its old text (fixes in one
+        statement, or in statements nested in one another, rendered together); ``spliced_text`` applies
+        them. None where some fix needs the whole module (see ``_local_edits``)."""
         if not self.exact:
             return None
         pending: List[Dict[cst.CSTNode, object]] = []
@@ -96,13 +97,13 @@ class FixEdits:
             if len(merged) == len(regions):
                 break
             pending = [replacements for _, _, _, replacements in merged]
-        text = self.source
-        for start, end, (statement, indents), replacements in reversed(regions):
+        done: List[Tuple[int, int, str]] = []
+        for start, end, (statement, indents), replacements in regions:
             new = self._rendered(statement, indents, replacements)
             if new is None:
                 return None
-            text = text[:start] + new + text[end:]
-        return text
+            done.append((start, end, new))
+        return done
 
     # -- rendering one statement ---------------------------------------------------------------------------
 
@@ -180,6 +181,16 @@ class FixEdits:
         assert column == 1
         return tuple(Edit(e.line + line - 1, e.column, e.end_line + line - 1, e.end_column, e.content)
                      for e in text_edits(old, new))
+
+
+def spliced_text(source: str, regions: Sequence[Tuple[int, int, str]]) -> str:
+    """``source`` with each (start, end, new text) region, in order and apart, put in place."""
+    parts, at = [], 0
+    for start, end, new in regions:
+        parts += [source[at:start], new]
+        at = end
+    parts.append(source[at:])
+    return "".join(parts)
 
 
 def text_edits(before: str, after: str) -> Tuple[Edit, ...]:

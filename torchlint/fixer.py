@@ -20,6 +20,8 @@ class PassResult:
     broken: List[Report] = field(default_factory=list)  # fixes whose output did not parse
     module: Optional[cst.Module] = None  # LibCST's tree of ``code`` where checking it parsed it (the next pass's)
     whole_module: bool = False  # ``code`` is LibCST's rendering of the whole module (not the source spliced)
+    # where the source was spliced: (start, end, new text) of each changed statement (``FixEdits.spliced``)
+    regions: Optional[List[Tuple[int, int, str]]] = None
 
 
 class Replacer(cst.CSTTransformer):
@@ -48,34 +50,39 @@ class FixApplier:
         self.analysis = analysis
         self.path = path
 
-    def apply(self, reports: Sequence[Report], source: str) -> PassResult:
+    def apply(self, reports: Sequence[Report], source: str, next_pass_tree: bool = True) -> PassResult:
         """Apply every fix that does not overlap an earlier one; overlapping ones wait for the next pass.
-        ``source``: the text the module was parsed from."""
+        ``source``: the text the module was parsed from. ``next_pass_tree``: check the output with LibCST's
+        parser and hand its tree to the next pass; without, the output is only compiled (LibCST wrote it;
+        the caller carries a statements' tree back into the file and parses what the next pass needs)."""
+        def check(code: str) -> Tuple[bool, Optional[cst.Module]]:
+            return _checked(code, source, next_pass_tree)
+
         chosen = self._non_overlapping(reports)
-        code, whole = self.fixed_text(chosen, source)
-        module = _checked(code, source)
-        if module is not None:
-            return PassResult(code, applied=list(chosen), module=module, whole_module=whole)
+        code, regions = self.fixed_text(chosen, source)
+        ok, module = check(code)
+        if ok:
+            return PassResult(code, list(chosen), module=module, whole_module=regions is None, regions=regions)
         # Something broke: try each fix alone to name the culprits, then apply the rest together.
-        good = [r for r in chosen if _checked(self.fixed_text([r], source)[0], source) is not None]
+        good = [r for r in chosen if check(self.fixed_text([r], source)[0])[0]]
         broken = [r for r in chosen if r not in good]
         if not good:
             return PassResult(source, broken=broken)
-        code, whole = self.fixed_text(good, source)
-        module = _checked(code, source)
-        if module is None:  # fixes that break only together: apply none
+        code, regions = self.fixed_text(good, source)
+        ok, module = check(code)
+        if not ok:  # fixes that break only together: apply none
             return PassResult(source, broken=list(chosen))
-        return PassResult(code, applied=good, broken=broken, module=module, whole_module=whole)
+        return PassResult(code, good, broken, module, whole_module=regions is None, regions=regions)
 
-    def fixed_text(self, reports: Sequence[Report], source: str) -> Tuple[str, bool]:
-        """``source`` with these (non-overlapping) fixes, and whether the whole module had to be rendered for it:
-        where it can, only the changed statements are rendered and put in place (``FixEdits.spliced``)."""
-        from torchlint.fix_edits import FixEdits  # imports this module
+    def fixed_text(self, reports: Sequence[Report], source: str) -> Tuple[str, Optional[List[Tuple[int, int, str]]]]:
+        """``source`` with these (non-overlapping) fixes, and the regions it changed where only the changed
+        statements were rendered and put in place (``FixEdits.spliced``); None: the whole module was rendered."""
+        from torchlint.fix_edits import FixEdits, spliced_text  # imports this module
 
-        spliced = FixEdits(self.module, self.analysis, self.path, source).spliced(reports)
-        if spliced is not None:
-            return spliced, False
-        return self.render(reports), True
+        regions = FixEdits(self.module, self.analysis, self.path, source).spliced(reports)
+        if regions is not None:
+            return spliced_text(source, regions), regions
+        return self.render(reports), None
 
     def _non_overlapping(self, reports: Sequence[Report]) -> List[Report]:
         """The reports, in order, whose fixes replace no node inside or around one an earlier chosen fix
@@ -172,19 +179,21 @@ def _add_imports(module: cst.Module, requests: Sequence[ImportRequest]) -> cst.M
     return AddImportsVisitor(context).transform_module(module)
 
 
-def _checked(code: str, original: str) -> Optional[cst.Module]:
-    """LibCST's tree of the fixed ``code``, or None where the fix broke it: the output must parse with LibCST
-    and compile (compile is skipped where the ``original`` did not compile either)."""
-    try:
-        module = trusted_parse(code)  # nodes LibCST's parser builds from text are valid by construction
-    except Exception:
-        return None
+def _checked(code: str, original: str, parse: bool = True) -> Tuple[bool, Optional[cst.Module]]:
+    """Whether the fixed ``code`` holds, and LibCST's tree of it (``parse``): it must parse with LibCST
+    (where asked) and compile (compile is skipped where the ``original`` did not compile either)."""
+    module = None
+    if parse:
+        try:
+            module = trusted_parse(code)  # nodes LibCST's parser builds from text are valid by construction
+        except Exception:
+            return False, None
     try:
         compile(code, "<torchlint-fix>", "exec", dont_inherit=True)
     except SyntaxError:
         try:
             compile(original, "<torchlint-input>", "exec", dont_inherit=True)
         except SyntaxError:
-            return module
-        return None
-    return module
+            return True, module
+        return False, None
+    return True, module

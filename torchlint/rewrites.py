@@ -7,13 +7,18 @@ CPython) is parsed whole, so that `check` reports it as `fix` will.
 LibCST parses about six times slower than ``ast`` and most findings sit in one function of a long file, so
 `check` parses a few statements where it used to parse the file. A rewrite sees the same statement, the same
 function, the same class and the same imports either way; ``tests/test_rewrites.py`` holds the two answers
-equal, finding by finding, on every fixture. A module rewrite (``Rewrite.call`` None) names the top-level
-statements it reads (``Rewrite.statements``), or needs the whole file.
+equal, finding by finding, on every fixture. A rewrite of a def or loop (``Rewrite.block``) gets its
+twin by its place among the statements' defs or loops; a rewrite names the other top-level statements it
+reads (``Rewrite.statements``), and a module rewrite without them needs the whole file.
 """
 
 from __future__ import annotations
 
 import ast
+import bisect
+import io
+import re
+import tokenize
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -35,8 +40,13 @@ def make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis
         from torchlint.textmerge import altered_lines
 
         altered = altered_lines(analysis.source, analysis.module.code)
-    calls = index is not None and any(report.rewrite.call is not None for report in reports)  # type: ignore[union-attr]
-    _make(reports, _twins(index, analysis) if calls else {}, analysis, index, altered)  # type: ignore[arg-type]
+    twins: Dict[int, Optional[cst.CSTNode]] = {}
+    if index is not None:
+        if any(report.rewrite.call is not None for report in reports):  # type: ignore[union-attr]
+            twins.update(_twins(index, analysis))
+        if any(report.rewrite.block is not None for report in reports):  # type: ignore[union-attr]
+            twins.update(_block_twins(index.functions, _loops(index), analysis))
+    _make(reports, twins, analysis, index, altered)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -48,12 +58,35 @@ class StatementTree:
     text: str
     file_lines: List[int]
 
-    def carried(self, source: str, fixed: str) -> Optional[str]:
+    def carried(self, source: str, fixed: str,
+                regions: Optional[Sequence[Tuple[int, int, str]]] = None) -> Optional[str]:
         """``source`` (the file) with the changes the fixes made to ``text`` (now ``fixed``) in place, or
-        None where a change spans lines that are not adjacent in the file."""
-        from torchlint.textmerge import carry_fixes
+        None where a change spans lines that are not adjacent in the file. ``regions``: the changed
+        statements of ``text`` (``FixEdits.spliced``: whole lines each), each put in place of its lines in
+        the file; else the changed lines are found by a line diff."""
+        from torchlint.fileio import split_lines
 
-        return carry_fixes(source, self.text, fixed, dict(enumerate(self.file_lines)))
+        if regions is None:
+            from torchlint.textmerge import carry_fixes
+
+            return carry_fixes(source, self.text, fixed, dict(enumerate(self.file_lines)))
+        starts = [0]
+        for line in split_lines(self.text):
+            starts.append(starts[-1] + len(line))
+        lines = split_lines(source)
+        out, at = [], 0  # the file's lines before ``at`` are out
+        for start, end, new in regions:
+            first, last = bisect.bisect_left(starts, start), bisect.bisect_left(starts, end) - 1
+            if starts[first] != start or starts[last + 1] != end:
+                return None  # never seen: a region is whole lines
+            there = self.file_lines[first]
+            if self.file_lines[last] - there != last - first or there < at:
+                return None  # a statement over lines apart in the file
+            out += lines[at:there]
+            out.append(new)
+            at = there + last - first + 1
+        out += lines[at:]
+        return "".join(out)
 
 
 def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
@@ -62,16 +95,19 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
     (and the file's top-level imports): the tree, or None, with nothing made, where that cannot answer as
     the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the
     file). ``exact``: the fixes will be written, so LibCST must write these statements back as they are."""
-    if any(report.rewrite is None or (report.rewrite.call is None and not report.rewrite.statements)
-           for report in reports):
+    if any(report.rewrite is None or (report.rewrite.call is None and report.rewrite.block is None
+                                      and not report.rewrite.statements) for report in reports):
         return None
     if "\f" in index.source or parse_problem(index.source) is not None:
         return None  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
     tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
     for report in reports:
         rewrite = report.rewrite
-        tops.update((id(top), top) for top in (
-            rewrite.statements if rewrite.call is None else (_top_level(index, rewrite.call),)))
+        tops.update((id(top), top) for top in rewrite.statements)
+        target = rewrite.call or rewrite.block
+        if target is not None:
+            top = _top_level(index, target)
+            tops[id(top)] = top
     ranges = _merged(sorted(_line_range(index, node) for node in tops.values()))
     text = "".join(index.lines_text(first, last) for first, last in ranges)
     try:
@@ -80,16 +116,25 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
         return None
     if exact and module.code != text:  # (a lone carriage return at the end)
         return None
+    if (module.default_indent, module.default_newline) != _layout(index):
+        return None  # code a fix writes (a new block) follows the file's first indent and newline, not these
     lines = [line for first, last in ranges for line in range(first, last + 1)]
     held = set(lines)
     inside = [info for info in index.calls if info.node.lineno in held]
     analysis = FileAnalysis(module, text, "")
     if len(inside) != len(analysis.calls):
         return None
+    twins: Dict[int, Optional[cst.CSTNode]] = {id(info.node): twin for info, twin in zip(inside, analysis.calls)}
+    if any(report.rewrite.block is not None for report in reports):  # type: ignore[union-attr]
+        defs = [node for node in index.functions if node.lineno in held]
+        loops = [node for node in _loops(index) if node.lineno in held]
+        if len(defs) != len(analysis.functions) or len(loops) != len(analysis.loops):
+            return None
+        twins.update(_block_twins(defs, loops, analysis))
     # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
     # import inside a function or a `try:` elsewhere names modules here too
     analysis.imports = dict(index.imports)
-    _make(reports, {id(info.node): twin for info, twin in zip(inside, analysis.calls)}, analysis, index, set())
+    _make(reports, twins, analysis, index, set())
     return StatementTree(analysis, text, [line - 1 for line in lines])
 
 
@@ -104,14 +149,16 @@ def _refuse(report: Report, reason: str) -> None:
     report.message = report.rewrite.refused.replace("{reason}", reason)
 
 
-def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analysis: FileAnalysis,
+def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.CSTNode]], analysis: FileAnalysis,
           index: AstIndex, altered: Set[int]) -> None:
-    """``altered``: the lines LibCST's round trip of the file does not keep (``textmerge.altered_lines``);
+    """``twins``: the LibCST twin of each rewrite's call or block, by the ``id`` of the index's node.
+    ``altered``: the lines LibCST's round trip of the file does not keep (``textmerge.altered_lines``);
     a fix to a statement there could not be written back, so it is refused."""
     for report in reports:
         rewrite = report.rewrite
         assert rewrite is not None
-        twin = twins.get(id(rewrite.call)) if rewrite.call is not None else analysis.module
+        target = rewrite.call or rewrite.block
+        twin = twins.get(id(target)) if target is not None else analysis.module
         if twin is None:
             continue  # reported without a fix, as found
         if rewrite.call is not None:
@@ -124,7 +171,7 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.Call]], analy
             _refuse(report, made)
         else:
             report.fix = made
-            if rewrite.call is None:  # a fix elsewhere in the module: its node names it (a fix that broke)
+            if rewrite.call is None:  # a fix of a block or elsewhere in the module: its node names it (a fix that broke)
                 report.node = next(iter(made.replacements))
 
 
@@ -149,6 +196,48 @@ def _twins(index: AstIndex, analysis: FileAnalysis) -> Dict[int, Optional[cst.Ca
     by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
                                                        analysis.source).items()}
     return {id(info.node): by_span.get(index.span(info.node)) for info in index.calls}
+
+
+def _loops(index: AstIndex) -> List[ast.stmt]:
+    return [info.node for info in index.loops]
+
+
+def _block_twins(defs: Sequence[ast.stmt], loops: Sequence[ast.stmt],
+                 analysis: FileAnalysis) -> Dict[int, Optional[cst.CSTNode]]:
+    """The index's defs and loops -> LibCST's: both list them in source order, ``for`` and ``while`` alike
+    (``tests/test_rewrites.py`` holds the twins equal by place on every fixture). None where the counts
+    differ (never seen): the finding keeps no fix."""
+    twins: Dict[int, Optional[cst.CSTNode]] = {}
+    for ours, theirs in ((defs, [info.node for info in analysis.functions]),
+                         (loops, [info.node for info in analysis.loops])):
+        same = len(ours) == len(theirs)
+        twins.update((id(node), twin if same else None) for node, twin in zip(ours, theirs))
+    return twins
+
+
+def _layout(index: AstIndex) -> Tuple[str, str]:
+    """The file's default indent and newline as LibCST reads them: the indentation of the first indented
+    block, else four spaces, and the first line end, else a newline."""
+    layout = index.shared.get("rewrites.layout")
+    if layout is None:
+        newline = _FIRST_NEWLINE.search(index.source)
+        layout = index.shared["rewrites.layout"] = (_first_indent(index.source), newline.group(0) if newline else "\n")
+    return layout  # type: ignore[no-any-return]
+
+
+def _first_indent(source: str) -> str:
+    """The whitespace of the first ``INDENT`` token (it opens at the top level, so it is the whole
+    indentation of its line); tokens are read only up to it."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type == tokenize.INDENT:
+                return token.string
+    except (tokenize.TokenError, SyntaxError):
+        return ""  # matches no parsed module's indent: the caller parses the whole file
+    return "    "
+
+
+_FIRST_NEWLINE = re.compile(r"\r\n?|\n")
 
 
 def _top_level(index: AstIndex, node: ast.AST) -> ast.stmt:

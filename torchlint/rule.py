@@ -83,15 +83,18 @@ class Fix:
 class Rewrite:
     """The fix a finding on the index proposes. It is made on LibCST's tree only where a fix is shown or
     applied (``fix``, ``[*]``, JSON/SARIF/full edits): ``make(node, analysis)`` gets the LibCST twin of
-    ``call`` (the same call, found by its place among the file's calls), or the module where ``call`` is
+    ``call`` (the same call, found by its place among the file's calls), or of ``block`` (a def or a
+    ``for``/``while`` loop, by its place among the file's defs or loops), or the module where both are
     None, and returns the ``Fix``, or why it cannot be made in the user's layout; the finding then reads
     ``refused`` with that answer in place of ``{reason}``."""
 
     make: "Callable[[cst.CSTNode, FileAnalysis], Union[Fix, str]]"
     refused: str
     call: Optional[ast.Call] = None
-    # A module rewrite's reading: the top-level statements its `make` looks at (the file's imports come
-    # with them), so `check` can answer `[*]` on LibCST's tree of just those; empty: the whole file.
+    block: Optional[Union[ast.FunctionDef, ast.AsyncFunctionDef, ast.For, ast.While]] = None
+    # What else `make` reads: the top-level statements beside the one holding `call` or `block` (the file's
+    # imports always come), so `check` and `fix` can work on LibCST's tree of just those; a module rewrite
+    # (neither `call` nor `block`) with none reads the whole file.
     statements: Tuple[ast.stmt, ...] = ()
 
 

@@ -8,8 +8,10 @@ original) to the original itself; a fix that touches a line the round trip alter
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections import Counter
 from difflib import SequenceMatcher
-from typing import Dict, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from torchlint.fileio import split_lines
 
@@ -25,7 +27,7 @@ def altered_lines(original: str, base: str) -> Set[int]:
 def _kept(original_lines: List[str], base_lines: List[str]) -> Dict[int, int]:
     """Base line -> the identical original line, for every line the round trip kept."""
     same: Dict[int, int] = {}
-    for tag, i1, i2, j1, _ in SequenceMatcher(None, base_lines, original_lines, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, _ in _opcodes(base_lines, original_lines):
         if tag == "equal":
             same.update((i1 + k, j1 + k) for k in range(i2 - i1))
     return same
@@ -44,7 +46,7 @@ def carry_fixes(original: str, base: str, fixed: str, same: Optional[Dict[int, i
     if same is None:
         same = _kept(original_lines, base_lines)
     replacements: Dict[int, tuple] = {}  # original line -> (how many original lines it replaces, new lines)
-    for tag, i1, i2, j1, j2 in SequenceMatcher(None, base_lines, fixed_lines, autojunk=False).get_opcodes():
+    for tag, i1, i2, j1, j2 in _opcodes(base_lines, fixed_lines):
         if tag == "equal":
             continue
         if i1 < i2:  # replaced or deleted base lines: all kept by the round trip, and adjacent in the original
@@ -73,3 +75,44 @@ def carry_fixes(original: str, base: str, fixed: str, same: Optional[Dict[int, i
             out.append(original_lines[index])
         index += 1
     return "".join(out)
+
+
+def _opcodes(a: List[str], b: List[str]) -> Iterator[Tuple[str, int, int, int, int]]:
+    """``SequenceMatcher(None, a, b, autojunk=False).get_opcodes()``, matched piece by piece between the
+    lines that occur once in each text, in order (a patience diff's anchors): fixes change a few lines of
+    a long text, and one matcher over the whole is quadratic in its repeated lines (a 144 KB file's fix
+    spent 3.6 s here)."""
+    once_a = {line for line, count in Counter(a).items() if count == 1}
+    once_b = {line: j for j, line in enumerate(b) if line in once_a}
+    common = Counter(b)
+    pairs = [(i, once_b[line]) for i, line in enumerate(a) if line in once_b and common[line] == 1]
+    start_a = start_b = 0
+    for i, j in (*_increasing(pairs), (len(a), len(b))):
+        if i > start_a or j > start_b:
+            matcher = SequenceMatcher(None, a[start_a:i], b[start_b:j], autojunk=False)
+            for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+                yield tag, i1 + start_a, i2 + start_a, j1 + start_b, j2 + start_b
+        if i < len(a):
+            yield "equal", i, i + 1, j, j + 1
+        start_a, start_b = i + 1, j + 1
+
+
+def _increasing(pairs: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """The longest run of ``pairs`` (sorted by their first) whose seconds increase too."""
+    tails: List[int] = []  # tails[k]: the second of the last pair of the best run of length k + 1
+    ends: List[int] = []  # ... and that pair's position in ``pairs``
+    before: List[int] = []
+    for position, (_, j) in enumerate(pairs):
+        k = bisect_left(tails, j)
+        before.append(ends[k - 1] if k else -1)
+        if k == len(tails):
+            tails.append(j)
+            ends.append(position)
+        else:
+            tails[k], ends[k] = j, position
+    run: List[Tuple[int, int]] = []
+    position = ends[-1] if ends else -1
+    while position >= 0:
+        run.append(pairs[position])
+        position = before[position]
+    return run[::-1]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, iter_children, walk
+from torchlint.analysis import FileAnalysis, walk
+from torchlint.ast_index import AstIndex
 
 
 @dataclass
@@ -22,8 +24,10 @@ class LoopContext:
     torch_version: Tuple[int, int] = (2, 13)
 
 
-def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int, int]) -> Optional[LoopContext]:
-    """Where the loop stands: its torch alias, autograd mode and the names around it. None without ``import torch``."""
+def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int, int],
+                 index: AstIndex) -> Optional[LoopContext]:
+    """Where the loop stands: its torch alias, autograd mode and the names around it. None without ``import torch``.
+    ``index``: the file's, for the names its module level uses (``analysis`` may hold only some statements)."""
     torch_name = analysis.module_alias("torch")
     if torch_name is None:
         return None
@@ -32,27 +36,59 @@ def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int
     for node in walk(scope):
         if isinstance(node, cst.Name):
             taken.add(node.value)
-    taken |= _module_level_names(analysis)  # globals the function may read
+    taken |= module_level_names(index)  # globals the function may read
     return LoopContext(analysis, torch_name, _in_no_grad(analysis, loop), taken, _read_after(analysis, loop, scope),
                        torch_version)
 
 
-def _module_level_names(analysis: FileAnalysis) -> Set[str]:
-    """Names written outside every def and lambda (their names, parameters and decorators are inside),
-    computed once per file: every loop of the file asks."""
-    names = getattr(analysis, "_module_level_names", None)
+def module_level_names(index: AstIndex) -> Set[str]:
+    """Every identifier written outside the file's defs and lambdas (their names, parameters and
+    decorators are inside), as LibCST spells them in ``Name`` nodes: names, attributes, keywords, the
+    parts of imported names, class names, ``global`` names, ``except ... as`` names, names in patterns, and
+    ``True``/``False``/``None``. Computed once per file: every loop of the file asks."""
+    names = index.shared.get("foreach.module_level_names")
     if names is None:
-        names = set()
-        stack: List[cst.CSTNode] = [analysis.module]
+        names = index.shared["foreach.module_level_names"] = set()
+        stack: List[ast.AST] = list(index.tree.body)
         while stack:
             node = stack.pop()
-            if isinstance(node, cst.Name):
-                names.add(node.value)
-            elif node in analysis.function_info:
-                continue  # everything below a def or lambda is in that function
-            stack.extend(iter_children(node))
-        analysis._module_level_names = names  # type: ignore[attr-defined]
-    return names
+            kind = type(node)
+            if kind in _DEFS:
+                continue
+            names.update(_identifiers(node))
+            stack.extend(ast.iter_child_nodes(node))
+    return names  # type: ignore[no-any-return]
+
+
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _identifiers(node: ast.AST) -> List[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.keyword):
+        return [node.arg] if node.arg else []
+    if isinstance(node, ast.alias):  # (`from m import *` names nothing)
+        return [*node.name.split("."), *([node.asname] if node.asname else [])] if node.name != "*" else []
+    if isinstance(node, ast.ImportFrom):
+        return node.module.split(".") if node.module else []
+    if isinstance(node, ast.ClassDef):
+        return [node.name]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, ast.ExceptHandler):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.Constant) and (node.value is None or node.value is True or node.value is False):
+        return [repr(node.value)]
+    if isinstance(node, (ast.MatchAs, ast.MatchStar)):
+        return [node.name] if node.name else []
+    if isinstance(node, ast.MatchMapping):
+        return [node.rest] if node.rest else []
+    if isinstance(node, ast.MatchClass):
+        return list(node.kwd_attrs)
+    return []
 
 
 def _read_after(analysis: FileAnalysis, loop: cst.For, scope: cst.CSTNode) -> Set[str]:
