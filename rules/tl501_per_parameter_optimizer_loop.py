@@ -13,6 +13,7 @@ from torchlint.analysis import FileAnalysis, keyword_arg
 from torchlint.ast_index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
 from torchlint.comments import has_comment, loses_comment
 from torchlint.config import Settings
+from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import CALL_GAP, GAP, search_method
 
@@ -259,7 +260,8 @@ class PerParameterOptimizerLoop(Rule):
         # the lift reads the loop's function (the module's names come from the index); a loop outside
         # every def reads the whole module, what follows it included
         reads = tuple(index.tree.body) if loop.function is None else ()
-        lift = partial(_lift_loop, torch_version=ctx.torch_version, index=index)
+        lift = partial(_lift_loop, torch_version=ctx.torch_version, index=index,
+                       in_no_grad=grad_off_in_function(index, node))
         ctx.report(node.iter, message=message,
                    rewrite=Rewrite(lift, message + "; no automatic fix: {reason}", block=node, statements=reads))
 
@@ -300,13 +302,13 @@ class PerParameterOptimizerLoop(Rule):
 # --- the rewrites, made on LibCST's tree where a fix is shown or applied ---------------------------------
 
 
-def _lift_loop(node: "cst.For", analysis: FileAnalysis, torch_version: Tuple[int, int],
-               index: AstIndex) -> Union[Fix, str]:
+def _lift_loop(node: "cst.For", analysis: FileAnalysis, torch_version: Tuple[int, int], index: AstIndex,
+               in_no_grad: bool) -> Union[Fix, str]:
     """The unsafe fix lifting the loop into `torch._foreach_*` calls, or the reason there is none."""
     # Imported here: the rewriter builds tables of LibCST classes at import, and most runs never get here.
     from ._foreach import NoFix, loop_context, rewrite_loop
 
-    where = loop_context(analysis, node, torch_version, index)
+    where = loop_context(analysis, node, torch_version, index, in_no_grad)
     if where is None:
         return "the file does not import torch"
     try:

@@ -10,6 +10,7 @@ import libcst as cst
 
 from torchlint.analysis import FileAnalysis, walk
 from torchlint.ast_index import AstIndex
+from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.rules._foreach import loop_context
 from torchlint.rules._foreach.classify import LoopBody
 from torchlint.rules._foreach.context import LoopContext
@@ -21,7 +22,9 @@ def loop_in(source: str, torch_version=(2, 13)) -> Tuple[cst.For, LoopContext]:
     """The first ``for`` loop of ``source`` and where it stands."""
     analysis = FileAnalysis(cst.parse_module(source), source)
     loop = next(node for node in walk(analysis.module) if isinstance(node, cst.For))
-    ctx = loop_context(analysis, loop, torch_version, AstIndex(ast.parse(source), source))
+    index = AstIndex(ast.parse(source), source)
+    ast_loop = index.loops[0].node  # the first in source order, as LibCST's walk above
+    ctx = loop_context(analysis, loop, torch_version, index, grad_off_in_function(index, ast_loop))
     assert ctx is not None
     return loop, ctx
 

@@ -129,3 +129,21 @@ def test_eval_and_train_receivers(call, eval_of, train_of):
 ])
 def test_is_eval_loader(expr, loader):
     assert is_eval_loader(ast.parse(expr, mode="eval").body) is loader
+
+
+@pytest.mark.parametrize("source,off", [
+    ("@torch.no_grad()\ndef step(ps):\n    for p in ps:\n        pass\n", True),
+    ("@torch.no_grad\ndef step(ps):\n    for p in ps:\n        pass\n", True),  # the bare decorator (torch 2.0+)
+    ("@t.inference_mode()\ndef step(ps):\n    for p in ps:\n        pass\n", True),
+    ("def step(ps):\n    with torch.set_grad_enabled(False):\n        for p in ps:\n            pass\n", True),
+    ("def step(ps):\n    with torch.autograd.no_grad():\n        for p in ps:\n            pass\n", True),
+    ("def step(ps):\n    with torch.set_grad_enabled(is_train):\n        for p in ps:\n            pass\n", False),
+    ("def step(ps):\n    with no_grad_helper():\n        for p in ps:\n            pass\n", False),  # a name decides nothing
+    ("with torch.no_grad():\n    def step(ps):\n        for p in ps:\n            pass\n", False),  # the def runs later
+    ("@functools.cache\ndef step(ps):\n    for p in ps:\n        pass\n", False),
+])
+def test_grad_off_in_function_reads_its_withs_and_its_decorators(source, off):
+    from torchlint.facts.grad_mode import grad_off_in_function
+
+    index = _index("import functools\nimport torch\nimport torch as t\n" + source)
+    assert grad_off_in_function(index, index.loops[0].node) is off

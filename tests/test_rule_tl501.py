@@ -294,3 +294,12 @@ def test_a_step_key_written_as_two_strings_is_a_step_count():
         "        state['st' 'ep'] += 1\n"
     )
     assert _lint(source) == []
+
+
+@pytest.mark.parametrize("head", ["with torch.set_grad_enabled(False):", "with torch.autograd.no_grad():"])
+def test_a_loop_where_autograd_is_off_in_any_spelling_collects_the_parameters_themselves(head):
+    """Without autograd `p.data` and `p` are one tensor: the lift collects `p`, as under `torch.no_grad()`
+    (the index's grad-mode facts decide, in every spelling they know)."""
+    source = f"import torch\n\n\ndef sgd(params, lr):\n    {head}\n        for p in params:\n            p.data.add_(p.grad, alpha=-lr)\n"
+    fixed = fix(source, "TL501")
+    assert "param_list.append(p)\n" in fixed and "torch._foreach_add_(param_list, grads, alpha=-lr)" in fixed

@@ -18,16 +18,17 @@ class LoopContext:
 
     analysis: FileAnalysis
     torch_name: str  # the file's name for the torch module
-    in_no_grad: bool  # under @torch.no_grad() / with torch.no_grad() / inference_mode
+    in_no_grad: bool  # autograd off where the loop runs (facts.grad_mode.grad_off_in_function)
     taken_names: Set[str]  # names already used in the function (and module): new names avoid them
     names_read_after_loop: Set[str]  # names whose next use after the loop (or in an enclosing loop) is a read
     torch_version: Tuple[int, int] = (2, 13)
 
 
-def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int, int],
-                 index: AstIndex) -> Optional[LoopContext]:
-    """Where the loop stands: its torch alias, autograd mode and the names around it. None without ``import torch``.
-    ``index``: the file's, for the names its module level uses (``analysis`` may hold only some statements)."""
+def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int, int], index: AstIndex,
+                 in_no_grad: bool) -> Optional[LoopContext]:
+    """Where the loop stands: its torch alias, autograd mode (``in_no_grad``, the index's answer) and the
+    names around it. None without ``import torch``. ``index``: the file's, for the names its module level
+    uses (``analysis`` may hold only some statements)."""
     torch_name = analysis.module_alias("torch")
     if torch_name is None:
         return None
@@ -37,8 +38,7 @@ def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int
         if isinstance(node, cst.Name):
             taken.add(node.value)
     taken |= module_level_names(index)  # globals the function may read
-    return LoopContext(analysis, torch_name, _in_no_grad(analysis, loop), taken, _read_after(analysis, loop, scope),
-                       torch_version)
+    return LoopContext(analysis, torch_name, in_no_grad, taken, _read_after(analysis, loop, scope), torch_version)
 
 
 def module_level_names(index: AstIndex) -> Set[str]:
@@ -126,18 +126,3 @@ def _is_store(analysis: FileAnalysis, name: cst.Name) -> bool:
     return False
 
 
-def _in_no_grad(analysis: FileAnalysis, node: cst.CSTNode) -> bool:
-    for ancestor in analysis.ancestors(node):
-        if isinstance(ancestor, cst.With):
-            for item in ancestor.items:
-                expr = item.item.func if isinstance(item.item, cst.Call) else item.item
-                if (analysis.qualified_name(expr) or "") in ("torch.no_grad", "torch.inference_mode"):
-                    return True
-        if isinstance(ancestor, cst.FunctionDef):
-            for decorator in ancestor.decorators:
-                expr = decorator.decorator
-                expr = expr.func if isinstance(expr, cst.Call) else expr
-                if (analysis.qualified_name(expr) or "") in ("torch.no_grad", "torch.inference_mode"):
-                    return True
-            return False
-    return False

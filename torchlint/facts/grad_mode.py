@@ -38,3 +38,19 @@ def sets_grad_off(index: AstIndex, call: ast.Call) -> bool:
 def disables_grad(index: AstIndex, statement: Union[ast.With, ast.AsyncWith]) -> bool:
     """A ``with`` statement one of whose items turns autograd off for its block."""
     return any(turns_grad_off(index, item.context_expr) for item in statement.items)
+
+
+def grad_off_in_function(index: AstIndex, node: ast.AST) -> bool:
+    """Autograd is off where ``node`` runs, by its own function: a ``with`` that turns it off holds ``node``
+    inside that function, or the function is decorated with one (``@torch.no_grad()``, ``@torch.no_grad``,
+    ``@torch.set_grad_enabled(False)``)."""
+    for ancestor in index.ancestors(node):
+        kind = type(ancestor)
+        if (kind is ast.With or kind is ast.AsyncWith) and disables_grad(index, ancestor):  # type: ignore[arg-type]
+            return True
+        if kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
+            return any(turns_grad_off(index, d) or index.qualified_name(d) in NO_GRAD_CALLS
+                       for d in ancestor.decorator_list)  # type: ignore[attr-defined]
+        if kind is ast.Lambda or kind is ast.ClassDef:
+            return False
+    return False
