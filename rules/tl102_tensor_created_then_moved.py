@@ -15,7 +15,7 @@ from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import FACTORY_NAMES, may_chain_factory_into_move, may_move_to_device
+from torchlint.text_prefilter import FACTORY_NAMES, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device
 
 if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
@@ -40,7 +40,9 @@ class TensorCreatedThenMoved(Rule):
     Flags a tensor factory whose result is immediately moved to a CUDA device: `torch.zeros(...)`,
     `ones`, `empty`, `full`, `eye`, `arange`, `linspace`, `logspace` and the random `rand`, `randn`,
     `randint`, `randperm`, followed by `.cuda()`, `.to("cuda")`, `.to(device)` or `.to(device=...)`; also
-    the legacy `torch.Tensor(n, m).cuda()` with sizes.
+    the legacy `torch.Tensor(n, m).cuda()` with sizes. View methods between the factory and the move
+    (`unsqueeze`, `squeeze`, `view`, `reshape`, `flatten`, `unflatten`: `torch.arange(n).unsqueeze(0).to(device)`)
+    are looked through: they give the same values on either device.
 
     Silent when the destination is provably the CPU (`"cpu"`, `torch.device("cpu")`, a name bound to one)
     or cannot be read as a device at all (`.to(x)` where `x` may be a dtype or a tensor), when the factory
@@ -55,6 +57,12 @@ class TensorCreatedThenMoved(Rule):
     - `torch.zeros_like(x).cuda()` and the other `*_like` factories: they make the tensor on `x`'s device,
       which may already be the GPU (then the move is a no-op).
     - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
+    - a move that runs once per run, not every step: in no loop, at module level or in the function that
+      runs the training loop itself (`main()`'s set-up before `for epoch in ...`), unless that function
+      also calls `backward()` or steps the optimizer outside its loops (a step that accumulates over
+      micro-batches: it runs every step).
+    - `.expand(...)` or arithmetic between the factory and the move: the moved tensor is a fresh,
+      writable copy, while an expanded view made on the GPU is not writable.
     - a random factory in a function (or script) that forks, saves or restores the RNG state itself
       (`torch.random.fork_rng`, `get_rng_state`/`set_rng_state`): drawing on the CPU is then usually the
       point (the same numbers on every device and replica).
@@ -83,7 +91,8 @@ class TensorCreatedThenMoved(Rule):
 
     ## Fix safety
     The fix moves the destination into the factory as `device=` (replacing a `device=` the factory already
-    had) and drops the `.cuda()`/`.to()`; `torch.Tensor(n, m).cuda()` becomes `torch.empty(n, m,
+    had) and drops the `.cuda()`/`.to()` (view methods in between stay, now on the GPU tensor:
+    `torch.arange(n, device=device).unsqueeze(0)`); `torch.Tensor(n, m).cuda()` becomes `torch.empty(n, m,
     device="cuda")` (both uninitialised, both of the default dtype). `.cuda()` becomes `device="cuda"`,
     the current CUDA device, as `.cuda()` means.
 
@@ -135,9 +144,13 @@ class TensorCreatedThenMoved(Rule):
             for info in index.calls_by_name.get(name, ()):
                 func = info.node.func
                 if type(func) is ast.Attribute and type(func.value) is ast.Call:
-                    self._check(ctx, index, info, func.value)
+                    factory, views = func.value, 0
+                    while _is_view(factory):  # `torch.zeros(n).unsqueeze(0).to(device)`
+                        factory, views = factory.func.value, views + 1  # type: ignore[attr-defined]
+                    if type(factory) is ast.Call:
+                        self._check(ctx, index, info, factory, views)
 
-    def _check(self, ctx: IndexContext, index: AstIndex, info: AstCallInfo, factory: ast.Call) -> None:
+    def _check(self, ctx: IndexContext, index: AstIndex, info: AstCallInfo, factory: ast.Call, views: int) -> None:
         move = info.node
         scope = info.function if info.function is not None else index.tree
         qualified = index.qualified_name(factory.func) or ""
@@ -148,6 +161,8 @@ class TensorCreatedThenMoved(Rule):
             return
         if to_destination(index, move, scope) != CUDA:
             return  # the CPU, or not readable as a device
+        if _runs_once(index, info):
+            return  # set-up before (or after) the training loop: one copy per run is not worth a finding
         own_device = keyword_value(factory, "device")
         if own_device is not None and device_kind(index, own_device, scope) != CPU:
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
@@ -183,8 +198,34 @@ class TensorCreatedThenMoved(Rule):
             message += f" (unsafe fix: `{index.code_for_node(device, statement)}` may not be a device)"
         applicability = Applicability.UNSAFE if "unsafe fix" in message else Applicability.SAFE
         make = partial(_move_into_factory, place=place, rename_to="empty" if kind == "Tensor" else None,
-                       applicability=applicability)
+                       applicability=applicability, views=views)
         ctx.report(move, message=message, rewrite=Rewrite(make, refused, move))
+
+
+def _runs_once(index: AstIndex, info: AstCallInfo) -> bool:
+    """The move runs once per run of the script, not every step: it is in no loop, at module level or in a
+    function that runs the training loop itself (``main()``'s set-up: ``fixed_noise = torch.randn(...).cuda()``
+    before ``for epoch in ...``)."""
+    if next(index.enclosing_loops(info.node), None) is not None:
+        return False
+    function = info.function
+    if function is None:
+        return True
+    if type(function) is ast.Lambda or not any(loop.is_training and loop.function is function for loop in index.loops):
+        return False
+    # one that also steps outside its loops is itself one step (`for micro in batch.split(4): ...backward()`
+    # then `optimizer.step()`): what it makes outside the loop, it makes every step
+    return not any(call.function is function and call.loop is None and (
+        index.is_backward_call(call.node) or index.is_optimizer_step(call.node, function))
+        for call in index.calls_in(function))
+
+
+def _is_view(call: ast.expr) -> bool:
+    """``x.unsqueeze(0)``, ``x.view(1, -1)``...: a view of ``x`` with its values, which the factory's tensor
+    can take on the GPU as well (not ``expand``: a moved copy of an expanded tensor is writable, the view
+    is not)."""
+    return (type(call) is ast.Call and type(call.func) is ast.Attribute  # type: ignore[attr-defined]
+            and call.func.attr in VIEW_METHODS and not has_star(call))  # type: ignore[attr-defined]
 
 
 # Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
@@ -270,12 +311,17 @@ def _integer_arange(index: AstIndex, factory: ast.Call) -> bool:
 
 
 def _move_into_factory(move: cst.Call, a: FileAnalysis, place: Optional[int], rename_to: Optional[str],
-                       applicability: Applicability) -> Union[Fix, str]:
+                       applicability: Applicability, views: int = 0) -> Union[Fix, str]:
     """The factory with ``device=`` the move's argument at ``place`` (``"cuda"`` where None), in place of the
-    move (its parentheses kept)."""
-    factory = move.func.value  # type: ignore[attr-defined]
+    move (its parentheses kept); ``views`` view calls between them stay on the factory's result."""
+    moved = move.func.value  # type: ignore[attr-defined]
+    factory = moved
+    for _ in range(views):
+        factory = factory.func.value  # type: ignore[attr-defined]
     device = move.args[place].value if place is not None else cst.SimpleString('"cuda"')
     new_factory, imports = _with_device(a, factory, device, rename_to)
+    if views:
+        new_factory = moved.deep_replace(factory, new_factory)  # type: ignore[assignment]
     replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
     if loses_comment({move: replacement}):  # one in the move's brackets: `.cuda(  # note\n)`
         return DROPS_COMMENT

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 from torchlint.text_prefilter import CALL_GAP, GAP, call_text, call_with_text, search_method
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
-_ZEROING_FUNCTION = re.compile(r"^_*zero_grad$")
 # Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or
 # `.grad.zero_()`, `.grad.data.zero_()`, or an assignment to a `.grad` in a file that names `zeros_like`,
 # however spaced (see text_prefilter): `p . grad . zero_ ()`, `(p.grad).zero_()`,
@@ -49,9 +48,10 @@ class ZeroGradKeepsZeros(Rule):
     round and does `p.grad += g` at the top of the same function); when another method of the class reads
     or updates gradients without calling `backward()`, or the function and its class write gradients by hand
     and never call `backward()` (the gradients arrive from workers, the zeros are where they are summed); when the zeroing sits between `backward()` and `optimizer.step()` (that masks gradients,
-    it does not reset them); inside an implementation of `zero_grad` itself (a function named `zero_grad`,
-    one with a `set_to_none` parameter, a branch testing `set_to_none`, or a loop that also calls
-    `p.grad.requires_grad_(False)` the way `Optimizer.zero_grad` does); and on `p.grad = torch.zeros_like(p)`
+    it does not reset them); inside an implementation of `zero_grad(set_to_none=...)` itself (a function
+    with a `set_to_none` parameter, a branch testing `set_to_none`, or a loop that also calls
+    `p.grad.requires_grad_(False)` the way `Optimizer.zero_grad` does; a function merely named `zero_grad`
+    is judged by its code like any other); and on `p.grad = torch.zeros_like(p)`
     in a function that never calls `backward()`, which creates gradient buffers for manual accumulation
     (a parameter server's `__init__`) rather than resetting them each step.
 
@@ -96,7 +96,9 @@ class ZeroGradKeepsZeros(Rule):
     - Code that reads `p.grad` later (gradient clipping by hand, logging gradient norms, a custom optimizer)
       may meet `None` where it met a zero tensor, and `p.grad += g` raises `TypeError`. Reads in the same
       function between the reset and the next `backward()` make the rule silent, but reads elsewhere (another
-      function, a hook) cannot be seen.
+      function, a hook) cannot be seen. Where a gradient is read after the last reset (after the training
+      loop, in the same function or, at module level, anywhere later in the script:
+      `print(model.fc.weight.grad)`), the finding is reported without a fix: that read would meet `None`.
     - Gradient memory is freed after the reset and allocated again by `backward()`.
     The fix is only safe when every parameter gets a gradient every step and nothing reads a gradient before the
     next `backward()`; torchlint cannot prove that statically, so no fix is marked safe.
@@ -174,6 +176,10 @@ class ZeroGradKeepsZeros(Rule):
         else:
             message = (f"`{owner}.zero_grad({written})` fills every gradient with zeros each step; "
                        f"drop `{written}` so gradients are freed")
+        read = _read_after_last_reset(index, call, memo)
+        if read is not None:
+            ctx.report(call, message=message + _read_later(index, read))
+            return
         rewrite = Rewrite(partial(_zero_grad_fix, old_torch=old_torch), message + " ({reason})", call)
         ctx.report(call, message=message, rewrite=rewrite)
 
@@ -182,8 +188,8 @@ class ZeroGradKeepsZeros(Rule):
                            param: str, memo: dict) -> None:
         function = index.function_of(loop)
         if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if _ZEROING_FUNCTION.search(function.name) or any(
-                    arg.arg == "set_to_none" for arg in function.args.args + function.args.kwonlyargs):
+            # an implementation of `zero_grad(set_to_none=...)`; the function's name alone decides nothing
+            if any(arg.arg == "set_to_none" for arg in function.args.args + function.args.kwonlyargs):
                 return
         body_calls = [info for statement in loop.body for info in index.calls_in(statement)]
         if any(call_name(info.node) == "requires_grad_" and isinstance(info.node.func, ast.Attribute)
@@ -200,7 +206,11 @@ class ZeroGradKeepsZeros(Rule):
             return
         message = (f"Zeroing `{param}.grad` in place keeps zero-filled gradients; set `{param}.grad = None` "
                    "(or call `zero_grad()`)")
+        read = _read_after_last_reset(index, loop, memo)
         for statement, call in zeroings:
+            if read is not None:
+                ctx.report(statement, message=message + _read_later(index, read))
+                continue
             # The fix rewrites the statement: the LibCST twin of its zeroing call leads to it (``_manual_fix``).
             rewrite = Rewrite(partial(_manual_fix, param=param), message + " ({reason})", call)
             ctx.report(statement, message=message, rewrite=rewrite)
@@ -465,6 +475,23 @@ def _zeros_are_load_bearing(index: AstIndex, zeroing: Union[ast.AST, Extent], me
     return False
 
 
+def _read_after_last_reset(index: AstIndex, zeroing: ast.AST, memo: dict) -> Optional[ast.Attribute]:
+    """The first ``x.grad`` read after the last run of ``zeroing`` (after the outermost loop around it, up to
+    its def; at module level in any later statement), where no ``backward()`` comes before it: it would meet
+    ``None`` after the fix instead of the zeros (``print(model.fc.weight.grad)`` after the training loop)."""
+    function = index.function_of(zeroing)
+    loops = [info.node for info in index.enclosing_loops(zeroing)]
+    last = loops[-1] if loops else zeroing
+    events = _events_in(index, function if function is not None else index.tree, memo)
+    return events.first_read(_end(last))
+
+
+def _read_later(index: AstIndex, read: ast.Attribute) -> str:
+    statement = next(a for a in index.ancestors(read) if isinstance(a, ast.stmt))
+    return (f" (not fixed automatically: `{index.code_for_node(read, statement)}` is read after the last reset, "
+            "where it would be `None`)")
+
+
 class _Events:
     """A region's ``backward()`` calls, optimizer steps and gradient reads (not ``x.grad = ...``, not
     ``autograd.grad(...)``), by position; and where it holds any ``x.grad`` (written ones included)."""
@@ -496,6 +523,7 @@ class _Events:
         events.sort()
         self.positions = [position for position, _, _ in events]
         self.kinds = [kind for _, _, kind in events]
+        self._reads = {_start(g): g for g in reversed(reads)}  # the outermost read at each position
         self.grads = sorted(_start(g) for g in grads)
 
     def first(self, after: Optional[Tuple[int, int]], before: Optional[Tuple[int, int]]) -> Optional[str]:
@@ -503,6 +531,14 @@ class _Events:
         at = 0 if after is None else bisect.bisect_left(self.positions, after)
         if at < len(self.positions) and (before is None or self.positions[at] < before):
             return self.kinds[at]
+        return None
+
+    def first_read(self, after: Tuple[int, int]) -> Optional[ast.Attribute]:
+        """The gradient read that is the first event at or after ``after``; None where a ``backward()`` or a
+        step comes first, or nothing does."""
+        at = bisect.bisect_left(self.positions, after)
+        if at < len(self.positions) and self.kinds[at] == "grad":
+            return self._reads[self.positions[at]]
         return None
 
     def grads_outside(self, start: Tuple[int, int], end: Tuple[int, int]) -> bool:

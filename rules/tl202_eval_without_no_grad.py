@@ -127,8 +127,10 @@ class EvalWithoutNoGrad(Rule):
     (also as a global) to a model-named class or an `nn.Module` subclass of the file, or when a function of
     the file receives it and runs it (`greedy_decode(model, src)`). A method that prepares a module rather than
     running it (`model.convert_to_fp16()`, `load_*`, `set_*`, `init_*`, `fuse_*`, `to_*`...) is not a
-    forward pass. A helper called from the training loop
-    normally stays silent (its output may be differentiated), except one that returns nothing and stores
+    forward pass, nor is a method call that is a statement of its own without arguments
+    (`generator.remove_weight_norm()`) or a method whose definitions in the file's classes call nothing
+    through `self`, `super()` or their parameters (a mask helper returning `torch.triu(...)`). A helper
+    called from the training loop normally stays silent (its output may be differentiated), except one that returns nothing and stores
     nothing outside itself (a `sample_images()` that saves a grid).
 
     ## Why is this slow?
@@ -218,6 +220,7 @@ class _Detector:
         self._wants_grad: Optional[Set[Tuple[str, Optional[str]]]] = None
         self._passed_names: Optional[Set[str]] = None  # names handed to some call as an argument
         self._returned: Dict[ast.AST, Set[str]] = {}  # function -> ``_returned_names``
+        self._methods: Dict[str, List[Def]] = {}  # method name -> its defs in the file's classes
         self._top_level_classes = {s.name for s in self.index.tree.body if isinstance(s, ast.ClassDef)}
         self.model_classes = self._model_classes()
 
@@ -420,6 +423,8 @@ class _Detector:
         owner, _, last = name.rpartition(".")
         if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
             return True
+        if owner and isinstance(func, ast.Attribute) and self._not_a_forward(call, last):
+            return False
         qualified = index.qualified_name(func)
         if qualified is not None and qualified.split(".")[0] in {"torch", "numpy", "torchvision", "math"}:
             return False
@@ -436,6 +441,19 @@ class _Detector:
         if isinstance(func, ast.Name) and self._runs_model_argument(call, func.id, receivers, scope):
             return True
         return looks_like_model(last)
+
+    def _not_a_forward(self, call: ast.Call, method: str) -> bool:
+        """``model.<method>(...)`` the code shows is no forward pass: a statement of its own with no
+        arguments (``generator.remove_weight_norm()``: a change to the module, whose result, if any, is
+        dropped), or a method whose every definition in the file's classes runs no module (no call through
+        ``self``, ``super()`` or one of its parameters: ``def square_mask(self, n): return torch.triu(...)``)."""
+        if not call.args and not call.keywords and isinstance(self.index.parent(call), ast.Expr):
+            return True
+        methods = self._methods.get(method)
+        if methods is None:
+            methods = self._methods[method] = [
+                f for f in self.index.functions if f.name == method and self.index.class_of.get(f) is not None]
+        return bool(methods) and not any(_runs_a_module(self.index, f) for f in methods)
 
     def _runs_model_argument(self, call: ast.Call, name: str, receivers: Set[str],
                              scope: Optional[AstFunction]) -> bool:
@@ -630,6 +648,19 @@ def _called_function_key(call: ast.Call, class_name: Optional[str]) -> Optional[
     if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
         return func.attr, class_name
     return None
+
+
+def _runs_a_module(index: AstIndex, method: Def) -> bool:
+    """The method may run a module: it calls something through ``self`` (``self.encoder(x)``,
+    ``self.encode(x)``), ``super()``, or one of its parameters."""
+    params = {arg.arg for arg in (*method.args.posonlyargs, *method.args.args, *method.args.kwonlyargs)}
+    for info in index.calls_in(method):
+        root = info.node.func
+        while isinstance(root, (ast.Attribute, ast.Subscript, ast.Call)):
+            root = root.func if isinstance(root, ast.Call) else root.value
+        if isinstance(root, ast.Name) and (root.id in params or root.id == "super"):
+            return True
+    return False
 
 
 def _runs(call: ast.Call, param: str) -> bool:

@@ -134,6 +134,10 @@ class BiasBeforeBatchNorm(Rule):
     - on an already trained model the eval-mode outputs change: the BatchNorm's `running_mean` absorbed the
       old bias, so removing it shifts every output channel until the running statistics are re-estimated
       (training from scratch gives the same function as before);
+    - under a fixed seed (`torch.manual_seed(0)`) the random initialisation changes from this layer on: its
+      constructor no longer draws the bias's initial values, so every layer built after it, and every later
+      draw from the same generator (a shuffling `DataLoader`'s seed, for one), gets other random numbers
+      than before: a run is not reproducible against one recorded before the fix;
     - code that reads the layer's `.bias` (an init loop calling `nn.init.zeros_(m.bias)` without an
       `if m.bias is not None` guard, weight-transfer scripts) now gets `None`.
     No fix is offered where the file reads a layer's `.bias` without an `is not None` check (an init loop

@@ -63,7 +63,9 @@ class PerParameterOptimizerLoop(Rule):
     """## What it does
     Flags loops over parameters (`for p in model.parameters()`, `for p in group["params"]`, a list of
     parameters, `zip(ema.parameters(), model.parameters())`, `zip(shadow, params)`,
-    `ema.state_dict().items()` / `.values()`) whose body updates the parameters, their gradients or their
+    `ema.state_dict().items()` / `.values()`, the names of a dict of parameters with another such dict indexed
+    by them: `for name, p in params.items(): ema_params[name].mul_(d)...` after
+    `ema_params = OrderedDict(ema.named_parameters())`) whose body updates the parameters, their gradients or their
     per-parameter state in place (`p.add_(...)`, `p.data.add_(...)`, `p -= lr * p.grad`,
     `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)` or `v *= d; v += (1 - d) * w`),
     in a `torch.optim.Optimizer.step` override or in free-standing training code. The message says about how many
@@ -77,9 +79,13 @@ class PerParameterOptimizerLoop(Rule):
     and in test functions (they run once; test files are not checked at all), in helpers that change the
     weights of the module they are given and return it (`scale_module(m, s)`, used as
     `self.out = scale_module(nn.Conv2d(...), 0.1)`: a model builder, run once; not where the loop reads
-    `.grad`), on loops that collect tensors into lists for later `torch._foreach_*` calls,
-    and on the deliberate per-parameter path of code that also has a foreach or fused one (a `_single_tensor_*`
-    function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
+    `.grad`), on loops that collect tensors into lists for later `torch._foreach_*` calls
+    (also lists kept in a dict by device and dtype; the parameters such a loop still handles one by one,
+    sparse gradients, are the ones the foreach ops do not take), in functions compiled with `torch.compile`
+    (as a decorator, or `step = torch.compile(step)`: the compiler fuses the loop's ops over all parameters
+    itself; a loop written per parameter there is deliberate, to start each gradient's communication
+    early), and on the deliberate per-parameter path of code that also has a foreach or fused one (a
+    `_single_tensor_*` function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
 
     ## Why is this slow?
     Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
@@ -221,6 +227,8 @@ class PerParameterOptimizerLoop(Rule):
         node = loop.node
         scope = loop.function or index.tree
         params = _param_targets(index, node.iter, node.target, scope)
+        by_name = _param_dicts_by_name(index, node, scope)
+        params |= by_name
         if not params:
             return
         for function in index.functions:  # the defs around the loop
@@ -230,6 +238,8 @@ class PerParameterOptimizerLoop(Rule):
                 # initialisation and tests run once; a `_single_tensor_*` function is the deliberate
                 # per-parameter path beside a foreach/fused one (as torch.optim ships)
                 return
+            if index.contains(function, node) and _compiled(index, function):
+                return  # `@torch.compile`: the compiler fuses the loop's ops over the parameters itself
         body = _LoopBody(params, {local for local, target in index.imports.items() if target == "torch"})
         body.read(node.body)
         if not body.updates:
@@ -241,7 +251,8 @@ class PerParameterOptimizerLoop(Rule):
         launches = max(body.launches, body.updates)
         ops = list(dict.fromkeys(body.inplace_ops))
         twins = _foreach_msg(ops)
-        averaging = _is_zip_of_params(index, node.iter, scope) or "state_dict" in index.code_for_node(node.iter, node)
+        averaging = (_is_zip_of_params(index, node.iter, scope) or len(by_name) > 1
+                     or "state_dict" in index.code_for_node(node.iter, node))
         if "lerp_" in ops or (averaging and ({"mul_", "add_"} <= set(ops) or "copy_" in ops)):
             hint = "for an EMA: `torch._foreach_lerp_(ema_params, params, 1 - decay)`"
         elif ops and set(ops) <= {"clamp_", "clamp_min_", "clamp_max_"} and _reads_grad(node.body):
@@ -387,19 +398,46 @@ def _beside_foreach_branch(index: AstIndex, loop: ast.For) -> bool:
     return False
 
 
+def _compiled(index: AstIndex, function: ast.AST) -> bool:
+    """``@torch.compile`` / ``@torch.compile(...)`` on the def, however torch is imported, or the def handed
+    to ``torch.compile`` by its name (``step = torch.compile(step)``, ``opt.step = torch.compile(opt.step)``)."""
+    if any(index.qualified_name(d.func if type(d) is ast.Call else d) == "torch.compile"
+           for d in getattr(function, "decorator_list", ())):
+        return True
+    name = getattr(function, "name", None)
+    for info in index.calls_by_name.get("compile", ()):
+        call = info.node
+        if index.qualified_name(call.func) == "torch.compile" and call.args:
+            compiled = call.args[0]
+            if (type(compiled) is ast.Name and compiled.id == name) or (
+                    type(compiled) is ast.Attribute and compiled.attr == name):
+                return True
+    return False
+
+
 def _collects_for_foreach(index: AstIndex, loop: ast.For, scope: AstScope) -> bool:
     """The loop appends to lists that a later ``torch._foreach_*`` call takes: it is the collecting pass of a
-    foreach implementation (whatever host bookkeeping it also does, like ``state["step"] += 1``)."""
-    appended = {
-        info.node.func.value.id
-        for statement in loop.body
-        for info in index.calls_in(statement)
-        if call_name(info.node) == "append" and type(info.node.func) is ast.Attribute
-        and type(info.node.func.value) is ast.Name
-    }
+    foreach implementation (whatever host bookkeeping it also does, like ``state["step"] += 1``). The lists
+    may sit in a dict by device and dtype (``grads[p.device][p.dtype].append(p.grad)``), taken later by a
+    loop over it (``for per_dtype in grads.values(): for g in per_dtype.values(): torch._foreach_mul_(g, c)``)."""
+    appended = set()
+    for statement in loop.body:
+        for info in index.calls_in(statement):
+            func = info.node.func
+            if call_name(info.node) == "append" and type(func) is ast.Attribute:
+                receiver = func.value
+                while type(receiver) is ast.Subscript:
+                    receiver = receiver.value
+                if type(receiver) is ast.Name:
+                    appended.add(receiver.id)
     if not appended:
         return False
     end = (loop.end_lineno, loop.end_col_offset)
+    for later in index.loops:  # names a later loop binds from the collected lists take them on
+        header = later.node
+        if (type(header) is ast.For and (header.lineno, header.col_offset) >= end
+                and (later.function or index.tree) is scope and appended & set(_names_in(header.iter))):
+            appended |= {n.id for n in ast.walk(header.target) if type(n) is ast.Name}
     for info in index.calls if scope is index.tree else index.calls_in(scope):
         call = info.node
         if (call.lineno, call.col_offset) < end:
@@ -443,6 +481,42 @@ def _param_targets(index: AstIndex, iterable: ast.expr, target: ast.expr, scope:
     if type(target) is ast.Name and _is_params_expr(index, iterable, scope, 0):
         return {target.id}
     return set()
+
+
+def _param_dicts_by_name(index: AstIndex, loop: ast.For, scope: AstScope) -> Set[str]:
+    """A loop over the names of a dict of parameters (``for name in params``, ``.keys()``, ``.items()`` of
+    ``params = dict(model.named_parameters())``): the value target of ``.items()`` and every such dict the
+    body indexes (``ema_params[name]``), which hold one parameter per name (an EMA paired by name)."""
+    iterable = loop.iter
+    over = iterable.func.value if (type(iterable) is ast.Call and type(iterable.func) is ast.Attribute
+                                   and iterable.func.attr in ("keys", "items") and not iterable.args) else iterable
+    if not _is_param_dict(index, over, scope):
+        return set()
+    found = set()
+    target = loop.target
+    if over is not iterable and iterable.func.attr == "items":  # type: ignore[attr-defined]
+        if type(target) is ast.Tuple and len(target.elts) == 2 and type(target.elts[1]) is ast.Name:
+            found.add(target.elts[1].id)
+    for statement in loop.body:
+        for node in walk(statement):
+            if type(node) is ast.Subscript and type(node.value) is ast.Name and _is_param_dict(index, node.value, scope):
+                found.add(node.value.id)
+    return found
+
+
+def _is_param_dict(index: AstIndex, expr: ast.expr, scope: AstScope) -> bool:
+    """``dict(m.named_parameters())``, ``OrderedDict(...)`` of them, or a name bound to one."""
+    if type(expr) is ast.Name:
+        value, bound_in = index.single_value_and_scope(expr.id, scope)
+        if value is None or type(value) is ast.Name:
+            return False
+        return _is_param_dict(index, value, bound_in)
+    if not (type(expr) is ast.Call and len(expr.args) == 1 and not expr.keywords and (
+            (type(expr.func) is ast.Name and expr.func.id == "dict" and "dict" not in index.imports)
+            or index.qualified_name(expr.func) == "collections.OrderedDict")):
+        return False
+    inner = expr.args[0]
+    return type(inner) is ast.Call and call_name(inner) == "named_parameters" and type(inner.func) is ast.Attribute
 
 
 def _element(node: ast.expr) -> ast.expr:

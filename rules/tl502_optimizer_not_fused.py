@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.ast_index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, walk
 from torchlint.comments import has_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import cuda_evidence
+from torchlint.facts.devices import cuda_evidence, framework_placement
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
@@ -60,7 +60,9 @@ _OTHER_DEVICE_TEXT = re.compile(r"(?<![A-Za-z])(xla|tpu|xpu|hpu|npu|mtia|private
 class OptimizerNotFused(Rule):
     """## What it does
     Flags `torch.optim.Adam`, `AdamW` and `SGD` built without `fused=` in a file that trains on a CUDA
-    device (it has a training loop and moves the model or its batches to CUDA), for the optimizers that
+    device (it has a training loop and moves the model or its batches to CUDA, or hands the model to
+    Accelerate's `accelerator.prepare(...)` or Lightning Fabric's `fabric.setup(...)`, which put it on
+    CUDA where the machine has a GPU), for the optimizers that
     have a fused implementation in the configured `torch-version`: Adam since 1.13, AdamW since 2.0, SGD
     since 2.3.
 
@@ -102,7 +104,8 @@ class OptimizerNotFused(Rule):
       falls back to another device (`"cuda" if torch.cuda.is_available() else "cpu"`) would raise there,
       so the fix is offered only from those versions (2.4 for Adam/AdamW, 2.5 for SGD); before them the
       rule reports without a fix. Files that mention XLA (or TPU), XPU, HPU, NPU or MTIA devices, in any
-      case (`DistributedType.XLA`), get no fix either.
+      case (`DistributedType.XLA`), get no fix either, nor do files that hand the model to Accelerate or
+      Fabric (the device is the one the run is launched on, which may be a TPU).
     - `fused=True` cannot be combined with `foreach=True` or `differentiable=True` (no finding then).
     - Resuming from a checkpoint: `optimizer.load_state_dict(...)` restores each parameter group's saved
       settings, including `fused` (`None` in a checkpoint saved without it). After loading such a
@@ -136,11 +139,15 @@ class OptimizerNotFused(Rule):
     @classmethod
     def may_fire(cls, text: str, settings: Settings) -> bool:
         return (settings.torch_version >= FUSED_SINCE["Adam"] and any_of(text, "Adam", "SGD") and may_train(text)
-                and may_use_cuda(text))
+                and (may_use_cuda(text) or any_of(text, "Accelerator", "Fabric")))  # `framework_placement`
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        if first_training_loop(index) is None or cuda_evidence(index) is None or _unsupported(index):
+        if first_training_loop(index) is None or _unsupported(index):
+            return
+        # a framework that places the model (Accelerate, Fabric) may launch it on a TPU: no fix then
+        framework = framework_placement(index)
+        if cuda_evidence(index) is None and framework is None:
             return
         other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
@@ -148,9 +155,10 @@ class OptimizerNotFused(Rule):
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
             if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
                 continue
-            self._report(ctx, call, optimizer, other_device)
+            self._report(ctx, call, optimizer, other_device, framework)
 
-    def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device) -> None:
+    def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device,
+                framework: Optional[ast.Call]) -> None:
         message = (
             f"`{optimizer}` on CUDA without `fused=True`: the fused kernel does the whole update in one launch "
             "per tensor list instead of one per operation"
@@ -171,6 +179,13 @@ class OptimizerNotFused(Rule):
             ctx.report(call.func, message=(
                 f"{message} (not fixed automatically: the file may run on `{other_device.group(1)}`, whose "
                 "fused support this rule does not check)"
+            ))
+            return
+        if framework is not None:
+            placed = framework.func.attr  # type: ignore[attr-defined]
+            ctx.report(call.func, message=(
+                f"{message} (not fixed automatically: `{placed}(...)` puts the model on the device the run is "
+                "launched on, which may be one whose fused support this rule does not check, such as a TPU)"
             ))
             return
         refused = message + " (not fixed automatically: {reason})"

@@ -147,8 +147,11 @@ class Fp32MatmulWithoutTf32(Rule):
         training = [loop for loop in index.loops if loop.is_training]
         if not training:
             return
-        module_level = any(loop.function is None for loop in training)
         guard = _main_guard_on_index(index)
+        # loops outside every def, other than in the `__main__` block: the setting goes before them
+        top_loops = [loop for loop in training
+                     if loop.function is None and not (guard is not None and index.contains(guard, loop.node))]
+        module_level = bool(top_loops)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
         evidence = cuda_evidence(index)
@@ -166,7 +169,7 @@ class Fp32MatmulWithoutTf32(Rule):
             message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
-        anchor = guard.test if in_guard else loop_header(next(loop for loop in training if loop.function is None))
+        anchor = guard.test if in_guard else loop_header(top_loops[0])
         spawns = any(index.qualified_name(info.node.func) in _SPAWN_CALLS for info in index.calls)
         # what the fix reads besides the imports: the `__main__` block, or the statements that start the file
         reads = (guard,) if in_guard else _leading_statements(index)

@@ -41,15 +41,16 @@ def test_tl102_applicability(move, applicability):
 
 
 def test_tl102_device_bound_in_the_file_is_certain():
-    source = HEADER + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\nx = torch.ones(2).to(device)\n"
+    source = (HEADER + "device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')\n"
+              "def f():\n    x = torch.ones(2).to(device)\n")
     assert _one(source, "TL102").fix is Applicability.SAFE
-    assert fix(source, "TL102", unsafe=False).endswith("x = torch.ones(2, device=device)\n")
+    assert fix(source, "TL102", unsafe=False).endswith("    x = torch.ones(2, device=device)\n")
 
 
 def test_tl102_requires_grad_is_reported_without_fix():
-    source = HEADER + "w = torch.zeros(3, requires_grad=True).cuda()\n"
+    source = HEADER + "def f():\n    w = torch.zeros(3, requires_grad=True).cuda()\n"
     assert _one(source, "TL102").fix is None and "leaf" in _one(source, "TL102").message
-    kept_default = HEADER + "w = torch.zeros(3, requires_grad=False).cuda()\n"
+    kept_default = HEADER + "def f():\n    w = torch.zeros(3, requires_grad=False).cuda()\n"
     assert fix(kept_default, "TL102").endswith('w = torch.zeros(3, requires_grad=False, device="cuda")\n')
 
 
@@ -61,20 +62,22 @@ def test_tl102_cuda_with_unknown_device_is_reported_without_fix():
 
 
 def test_tl102_legacy_tensor_with_sizes_becomes_empty_and_imports_torch():
-    source = "from torch import Tensor\nx = Tensor(2, 3).cuda()\n"
+    source = "from torch import Tensor\ndef f():\n    x = Tensor(2, 3).cuda()\n"
     fixed = fix(source, "TL102")
     assert "import torch\n" in fixed and fixed.endswith('x = torch.empty(2, 3, device="cuda")\n')
     compile(fixed, "fixed", "exec")
 
 
 def test_tl102_drops_non_blocking_and_keeps_parentheses():
-    source = HEADER + "x = (torch.ones(4)\n     .to('cuda:1', non_blocking=True))\n"
-    assert fix(source, "TL102") == HEADER + "x = (torch.ones(4, device='cuda:1'))\n"
+    source = HEADER + "def f():\n    x = (torch.ones(4)\n         .to('cuda:1', non_blocking=True))\n"
+    assert fix(source, "TL102") == HEADER + "def f():\n    x = (torch.ones(4, device='cuda:1'))\n"
 
 
 @pytest.mark.parametrize("path", ["tests/test_model.py", "test_train.py", "pkg/tests/helpers.py"])
 def test_tl102_and_tl103_silent_in_tests(path):
-    assert lint(HEADER + "x = torch.zeros(3).cuda()\n", "TL102", path=path) == []
+    moves = HEADER + "def f():\n    return torch.zeros(3).cuda()\n"
+    assert lint(moves, "TL102", path=path) == []
+    assert len(lint(moves, "TL102", path="train.py")) == 1
     source = HEADER + "def f(train_loader, device):\n    for x in train_loader:\n        x.to(device)\n"
     assert lint(source, "TL103", path=path) == []
     assert len(lint(source, "TL103", path="train.py")) == 1
@@ -84,7 +87,8 @@ def test_tl102_and_tl103_silent_in_tests(path):
     "source, found",
     [
         ("x = torch.zeros(3)\ny = x.to(device)\n", 0),  # made, then moved later: not chained
-        ("import torch\ny = torch.zeros(3).to(device)\n", 1),
+        ("import torch\ndef f(device):\n    return torch.zeros(3).to(device)\n", 1),
+        ("import torch\ny = torch.zeros(3).to(device)\n", 0),  # module level: runs once, not every step
         ("y = torch.zeros(3).to(device)\n", 0),  # the factory's name through the import table
         ("import torch\ny = torch.zeros(3).to('cpu')\n", 0),  # a move that may go to CUDA
     ],

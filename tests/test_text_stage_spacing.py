@@ -157,12 +157,14 @@ GAPS = [
     ("TL102", """\
         import torch
         from torch import zeros as blank
-        mask = blank(8, 8).cuda()
+        def masks():
+            return blank(8, 8).cuda()
         """),
     ("TL102", """\
         import torch
-        mask = (torch.ones(8, 8)  # all visible
-                .cuda())
+        def masks():
+            return (torch.ones(8, 8)  # all visible
+                    .cuda())
         """),
     ("TL103", """\
         import torch

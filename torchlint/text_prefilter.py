@@ -237,6 +237,9 @@ _FACTORY_TEXTS = tuple(re.compile(name + (r"\w*" if name == "rand" else "") + CA
 _FROM_TORCH_TEXT = re.compile(r"from" + GAP + r"torch\b[\w.\s\\]*import\b")  # with search_word
 _FACTORY_ALIAS_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
 _MOVE_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:cuda|to)" + CALL_GAP + r"\(")  # `(torch.zeros(3)).cuda()`
+# View methods TL102 looks through between the factory and the move: `torch.zeros(n).unsqueeze(0).to(device)`.
+VIEW_METHODS = ("unsqueeze", "squeeze", "view", "reshape", "flatten", "unflatten")
+_VIEW_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:" + "|".join(VIEW_METHODS) + r")" + CALL_GAP + r"\(")
 _SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
 
 
@@ -268,6 +271,10 @@ def may_chain_factory_into_move(text: str) -> bool:
         if name in text:
             for match in finditer_word(factory, text):
                 end = _closing_paren(text, match.end())
+                view = _VIEW_AFTER.match(text, end) if end is not None else None
+                while view is not None and end is not None:  # through `.unsqueeze(0)`, `.view(1, -1)`
+                    end = _closing_paren(text, view.end())
+                    view = _VIEW_AFTER.match(text, end) if end is not None else None
                 if end is None or _MOVE_AFTER.match(text, end):
                     return True
     return _imports_a_factory_alias(text)

@@ -111,6 +111,34 @@ def cuda_evidence(index: AstIndex) -> Optional[ast.Call]:
     return found
 
 
+# Frameworks that move what they are handed onto the accelerator the run is launched on (CUDA where there
+# is one): `accelerator.prepare(model, optimizer, ...)`, `fabric.setup(model, optimizer)`.
+_PLACING_FRAMEWORKS = {"accelerate.Accelerator": "prepare", "lightning.Fabric": "setup",
+                       "lightning.fabric.Fabric": "setup", "lightning_fabric.Fabric": "setup"}
+
+
+def framework_placement(index: AstIndex) -> Optional[ast.Call]:
+    """The first ``accelerator.prepare(...)`` (Accelerate) or ``fabric.setup(...)`` (Lightning Fabric) of an
+    ``Accelerator(...)`` / ``Fabric(...)`` built in the file: it moves the model to the launch's device,
+    CUDA where there is one (``"cuda" if available else "cpu"`` by another name). None where there is none
+    or the framework is told to use the CPU (``Accelerator(cpu=True)``, ``Fabric(accelerator="cpu")``)."""
+    for method in set(_PLACING_FRAMEWORKS.values()):
+        for info in index.calls_by_name.get(method, ()):
+            func = info.node.func
+            if not (type(func) is ast.Attribute and type(func.value) is ast.Name and info.node.args):
+                continue
+            built = index.single_value(func.value.id, info.function if info.function is not None else index.tree)
+            if type(built) is not ast.Call or _PLACING_FRAMEWORKS.get(index.qualified_name(built.func) or "") != method:
+                continue
+            cpu = keyword_value(built, "cpu")
+            accelerator = keyword_value(built, "accelerator")
+            if (cpu is not None and type(cpu) is ast.Constant and cpu.value is True) or (
+                    accelerator is not None and index.literal_string(accelerator) == "cpu"):
+                continue
+            return info.node
+    return None
+
+
 def is_reduced_dtype(index: AstIndex, expr: ast.expr) -> bool:
     qualified = index.qualified_name(expr) or ""
     return qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in REDUCED_DTYPES
