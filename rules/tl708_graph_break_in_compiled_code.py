@@ -114,8 +114,10 @@ class GraphBreakInCompiledCode(Rule):
     summary = "A graph break (.item(), print, a branch on a tensor, file I/O) or a recompile in compiled code"
     silent_in_test_files = True
     # Every finding is in code that `torch.compile` or `.compile()` compiles: the word is spelled (`compiled`,
-    # `_compile` are other words).
-    required_patterns = (r"\bcompile\b",)
+    # `_compile` are other words). Written literal-first, the left boundary as a lookbehind: `\bcompile\b`
+    # matches the same files, but `re` cannot skip ahead to a pattern that starts with `\b` (0.23 s against
+    # 0.01 s over the torch tree's and the corpus's files that hold the substring).
+    required_patterns = (r"compile\b(?<!\wcompile)",)
     text_gate = (("compile",),)
 
     def detect(self, ctx: IndexContext) -> None:

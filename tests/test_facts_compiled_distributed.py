@@ -117,3 +117,25 @@ def test_compiled_functions_not_for_models_of_other_files():
 ])
 def test_dynamo_setting(source, expected):
     assert dynamo_setting(_index(source), "capture_scalar_outputs") is expected
+
+
+@pytest.mark.parametrize("text, passes", [
+    ("model = torch.compile(model)", True),
+    ("net.compile(mode='max-autotune')", True),
+    ("from torch import compile\n", True),
+    ("compile", True),
+    ("re.compile(pattern)", True),  # the word is there: the index then finds nothing compiled
+    ("x = _compile(fn)", False),
+    ("was_compiled = True", False),
+    ("recompile_limit = 8", False),
+    ("compile_fx(gm)", False),
+    ("torch.compiler.disable", False),
+])
+def test_tl708_text_gate_is_the_word_compile(text, passes):
+    # The gate is written literal-first (fast); it must admit exactly the texts `\bcompile\b` admits.
+    import re
+    from torchlint.config import Settings
+    from torchlint.registry import all_rules
+    rule = next(r for r in all_rules() if r.code == "TL708")
+    assert bool(re.search(r"\bcompile\b", text)) is passes
+    assert rule.may_fire(text, Settings()) is passes
