@@ -19,7 +19,8 @@ from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
-from torchlint.facts.script import calls_step, step_functions, training_loop_around
+from torchlint.facts.devices import never_uses_cuda
+from torchlint.facts.steps import StepFacts, runs_once_in, step_facts
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, call_text, may_train, search_method, search_word
@@ -57,6 +58,8 @@ _SINK_METHODS = {
     "write", "insert", "record", "put", "setdefault",
 }
 _SINK_FUNCTIONS = {"print"}
+# torch functions that make a tensor of a host number: a sync whose value only goes back into one is a round trip.
+_BACK_TO_TENSOR = {"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"}
 # Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
 _TRANSPARENT_FUNCTIONS = {"float", "int", "round", "abs", "str", "format", "repr", "min", "max", "sum"}
 # Calls that end the program: a sync just before one runs once.
@@ -107,7 +110,8 @@ class SyncInTrainingLoop(Rule):
 
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
-    `if args.verbose:`) runs every N steps, not every step; it is deliberately not reported. The `else`
+    `if args.verbose:`), also through a variable set once to such a test (`is_metric_step = i % every == 0`
+    then `if is_metric_step:`), runs every N steps, not every step; it is deliberately not reported. The `else`
     branch of such an `if` is checked as usual.
 
     Nor is a second read of a value that a load-bearing sync earlier in the same step already read, with
@@ -123,9 +127,39 @@ class SyncInTrainingLoop(Rule):
     Syncs outside training loops (evaluation loops, the per-epoch summary after the batch loop) are not
     reported, nor those in an evaluation block nested in a training loop's body: a `with torch.no_grad():`
     / `inference_mode()` block that runs its own loop or calls `.eval()`. A loop counts as a training loop
-    also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` (a
-    `def backward_pass(loss): ...` closure); and `return loss.item()` from such a step function is reported
-    when every loop that calls it only shows or sums the result.
+    also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` outside
+    a loop of its own (a `def backward_pass(loss): ...` closure; a `train_one_epoch()` with its own batch loop
+    runs once per epoch, not per step); and `return loss.item()` from such a step function is reported
+    when every loop that calls it only shows or sums the result. A loop that leaves after its first iteration
+    (`for x, y in loader: ...; break`) is no training loop: it runs once.
+
+    Syncs in the file's functions that a training step calls are reported too, where the sync is, and the
+    message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
+    once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
+    `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class), and whatever those
+    call in turn. Not followed: a call under a logging guard or in a branch that runs a few times, a call
+    before or after the loop (set-up), and a function with a training loop of its own.
+
+    Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
+    training loop's own counter (its `for` target or a `step += 1` of its body) for a few values
+    (`if i < 5:`, `if step == 0:`, `if epoch == 0 and i == 0:`, at most 10 values; `if step == total_steps:`
+    where the loop does not move `total_steps`; `if epoch == 0:` inside the batch loop runs every step of
+    the first epoch and is checked).
+
+    A CPU program gets no finding: a script (a `__main__` guard or a module-level training loop) with no
+    `.cuda`, no string that names CUDA or NCCL (docstrings and `help=` texts are prose and do not count),
+    no integer device, no import of a framework that places work on a GPU (Accelerate, Lightning,
+    DeepSpeed, transformers...) or of `torch.distributed` / `torch.cuda`, and no device that could be
+    CUDA (a `device` parameter of a function the file never calls, or calls with such a device; a device
+    from a config, a call's result). `device = "cuda" if torch.cuda.is_available() else "cpu"` is CUDA; an
+    argparse option `--device` counts by its default, so `default="cpu"` with no CUDA anywhere is the CPU.
+    A file that only defines training functions for others to call is checked as before.
+
+    Nor is a read right after `torch.cuda.synchronize()` (the statements between queue no GPU work, as in a
+    timing section): the synchronize has waited for the GPU already and is the per-step cost (TL105 reports
+    it), the read waits for nothing; reporting both would count one wait twice. A host value that only goes
+    back into a tensor (`torch.tensor(running, device=device)` to all-reduce it) or is only tested against
+    `None` is not load-bearing: the read is reported.
 
     Where a sync is reported: at the first sync of a chain (`x.cpu()` in `x.cpu().numpy()`), and only when the
     host value is shown, stored or summed: an expression statement, an assignment whose variable the loop
@@ -235,12 +269,15 @@ class _Detector:
         self._loads_of_name: dict = {}
         self._mentions_by_block: dict = {}
         self._codes: dict = {}  # statement -> its StatementCode, for quoting
-        self._steps: Optional[Set[str]] = None
+        self.steps: StepFacts = step_facts(ctx.index)
+        # a sync in a function a step calls -> (that function, the step loop): named in the message
+        self._via: dict = {}
+        self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
 
     def run(self) -> None:
         index = self.index
-        if not any(loop.is_training for loop in index.loops) and not self.step_functions():
-            return
+        if not self.steps.has_steps() or never_uses_cuda(index):
+            return  # no training step, or a CPU program: nothing waits for a GPU
         for name in SYNC_METHODS:
             for info in index.calls_by_name.get(name, ()):
                 self.check_method(info.node, name)
@@ -256,7 +293,15 @@ class _Detector:
 
     def report(self, node: ast.AST, message: str, what: str, rewrite: Optional[Rewrite] = None) -> None:
         statement = self.index.enclosing_statement(node) or node
-        self._found.setdefault(statement, []).append((node, message, what, rewrite))
+        self._found.setdefault(statement, []).append((node, message + self._reached_by(node), what, rewrite))
+
+    def _reached_by(self, node: ast.AST) -> str:
+        """For a sync in a function that a step calls: which function, and the step loop's line."""
+        via = self._via.get(node)
+        if via is None:
+            return ""
+        function, loop = via
+        return f" (`{function.name}()` runs every step: the training loop at line {loop.node.lineno} reaches it)"
 
     def flush(self) -> None:
         for found in self._found.values():
@@ -272,27 +317,12 @@ class _Detector:
             listed = ", ".join(whats[:-1]) + " and " + whats[-1] if len(whats) > 1 else whats[0]
             self.ctx.report(found[0][0], message=(
                 f"{len(found)} host-device syncs in one statement ({listed}) wait for the GPU every training "
-                "step; keep the values on the device and read them once, or every N steps"))
+                "step; keep the values on the device and read them once, or every N steps"
+                + self._reached_by(found[0][0])))
 
     # --- which loops train --------------------------------------------------------------------------
-    def step_functions(self) -> Set[str]:
-        if self._steps is None:
-            self._steps = step_functions(self.index)
-        return self._steps
-
     def is_training(self, loop: AstLoopInfo) -> bool:
-        steps = self.step_functions()
-        return loop.is_training or (bool(steps) and any(calls_step(c, steps) for c in loop.direct_calls))
-
-    def _helper_training_loop(self, node: ast.AST) -> Optional[AstLoopInfo]:
-        """The innermost loop around ``node`` whose body calls one of the file's step functions."""
-        steps = self.step_functions()
-        if not steps:
-            return None
-        for loop in self.index.enclosing_loops(node):
-            if any(calls_step(c, steps) for c in loop.direct_calls):
-                return loop
-        return None
+        return loop.node in self.steps.step_loops
 
     def per_step_return(self, call: ast.Call, top: ast.AST) -> bool:
         """``return loss.item()`` at the end of a step function (it calls ``backward()`` or ``step()``, not in
@@ -304,10 +334,11 @@ class _Detector:
         if type(index.parent(node)) is not ast.Return or next(index.enclosing_loops(call), None) is not None:
             return False
         function = index.function_of(call)
-        if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or function.name not in self.step_functions():
+        if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) \
+                or function.name not in self.steps.step_functions:
             return False
         callers = [info.node for info in index.calls_by_name.get(function.name, ())
-                   if calls_step(info.node, {function.name})]
+                   if self.steps.calls_step(info.node) and call_name(info.node) == function.name]
         in_loops = [(c, next(index.enclosing_loops(c), None)) for c in callers]
         in_loops = [(c, loop) for c, loop in in_loops if loop is not None]
         if not in_loops or len(in_loops) != len(callers):
@@ -315,11 +346,16 @@ class _Detector:
         return all(self._destination(c, loop, follow=True) == "sink" for c, loop in in_loops)
 
     def _training_loop(self, node: ast.AST) -> Optional[AstLoopInfo]:
-        """The training loop around ``node``, unless ``node`` sits in an evaluation block nested in it: a
-        ``with torch.no_grad()`` / ``inference_mode()`` block that runs its own loop or calls ``.eval()``."""
+        """The training loop around ``node``, unless ``node`` runs only a few times in it (``if step == 0:``)
+        or sits in an evaluation block nested in it: a ``with torch.no_grad()`` / ``inference_mode()`` block
+        that runs its own loop or calls ``.eval()``. Outside a training loop, in a function that a step calls
+        every time (``facts.steps``): the loop around ``node`` in that function, else the function itself
+        (as a loop of one iteration; the step loop that reaches it is named in the message)."""
         index = self.index
-        loop = training_loop_around(index, node) or self._helper_training_loop(node)
+        loop = self.steps.step_loop_around(self.index, node)
         if loop is None:
+            return self._reached_region(node)
+        if runs_once_in(index, node, loop):
             return None
         for ancestor in index.ancestors(node):
             if ancestor is loop.node:
@@ -328,6 +364,15 @@ class _Detector:
                     and self._is_evaluation_block(ancestor):
                 return None
         return loop
+
+    def _reached_region(self, node: ast.AST) -> Optional[AstLoopInfo]:
+        reached = self.steps.reaching_step(self.index, node)
+        if reached is None:
+            return None
+        function, step = reached
+        self._via[node] = reached
+        inner = next(self.index.enclosing_loops(node), None)
+        return inner if inner is not None else AstLoopInfo(function, function, None)  # type: ignore[arg-type]
 
     def _is_evaluation_block(self, statement: Union[ast.With, ast.AsyncWith]) -> bool:
         """A no-grad block that evaluates: it loops (over a validation set, sampling steps) or calls ``.eval()``."""
@@ -344,15 +389,18 @@ class _Detector:
             return
         recv = call.func.value
         loop = self._training_loop(call)
-        if loop is None:
+        if loop is None or call in self._via:
             if name in ("item", "tolist", "cpu") and not chain_has_sync(recv) \
                     and self.is_tensor(recv, index.scope_of(call)) \
                     and self.per_step_return(call, self._chain_top(call)):
                 what = f"`{self._short(recv, call)}.{name}()`"
+                self._via.pop(call, None)  # the message names the step already
                 self.report(call, f"{what} is returned by a training step the loop calls every iteration: it waits "
                                   "for the GPU every step; return the tensor (`.detach()`) and read it every N steps",
                             what)
-            return
+                return
+            if loop is None:
+                return
         if chain_has_sync(recv):
             return  # `x.cpu().numpy()`: reported once, at `.cpu()`
         scope = index.scope_of(call)
@@ -367,6 +415,8 @@ class _Detector:
             return
         if self._read_before(call, recv, loop):
             return  # the step already waited for this value: this read finds it ready
+        if self._after_synchronize(call):
+            return  # `torch.cuda.synchronize()` just waited for the GPU: the wait is its (TL105), not this read's
         text = self._short(recv, call)
         fix = self._accumulation_fix(call, top, loop) if name == "item" else None
         if fix is not None:
@@ -405,6 +455,30 @@ class _Detector:
             if at is not None and after <= at < before and not _queues_no_gpu_work(ancestor):
                 queued -= 1
         return queued == 0
+
+    def _after_synchronize(self, call: ast.Call) -> bool:
+        """The statement holding ``call`` follows a ``synchronize()`` statement in its block with nothing in
+        between that can queue GPU work (``torch.cuda.synchronize(); t = time.time(); print(loss.item())``):
+        the GPU is idle already, so the read waits for nothing. Each block is scanned once."""
+        index = self.index
+        statement = next((a for a in (call, *index.ancestors(call)) if isinstance(a, ast.stmt)), None)
+        if statement is None:
+            return False
+        owner = index.parent(statement) or index.tree
+        ready = self._synchronized.get(owner)
+        if ready is None:
+            ready = self._synchronized[owner] = set()
+            for block in (getattr(owner, name, None) for name in ("body", "orelse", "finalbody")):
+                waited = False
+                for here in block if type(block) is list else ():
+                    if waited:
+                        ready.add(here)
+                    if type(here) is ast.Expr and type(here.value) is ast.Call \
+                            and call_name(here.value) == "synchronize":
+                        waited = True
+                    elif any(not _queues_no_gpu_work(info.node) for info in index.calls_in(here)):
+                        waited = False
+        return statement in ready
 
     def _loop_reads(self, loop: AstLoopInfo) -> "_LoopReads":
         reads = self._reads_by_loop.get(loop.node)
@@ -616,7 +690,7 @@ class _Detector:
                 return True
             if kind is ast.If:
                 in_body = any(s is child for s in ancestor.body)
-                if in_body and is_logging_guard(ancestor.test):
+                if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
                     return True
                 block = ancestor.body if in_body else ancestor.orelse
                 if any(s is child for s in block) and self._leaves_loop(block, ancestor, loop):
@@ -682,6 +756,10 @@ class _Detector:
                     node = grand  # a method of the host value (`loss.item().__round__()`): follow it
                     continue
                 return "load"
+            if kind is ast.Compare and all(type(op) in (ast.Is, ast.IsNot) for op in parent.ops) and all(
+                    type(side) is ast.Constant and side.value is None for side in (parent.left, *parent.comparators)
+                    if side is not node):
+                return "sink"  # `v is not None`: true of every number, its value is not needed
             if kind is ast.BinOp and type(parent.op) is ast.Mod and node is parent.right and _is_text(parent.left):
                 return "sink"  # "loss %.3f" % value: formatted for display
             if kind in _PASS_UP:
@@ -792,6 +870,8 @@ class _Detector:
         qualified = index.qualified_name(func)
         if qualified is not None and qualified.startswith(("math.", "numpy.")):
             return "through"  # a host number or array in, a host number or array out
+        if qualified in _BACK_TO_TENSOR:
+            return "sink"  # the number goes back into a tensor (to all-reduce it): it could have stayed one
         if type(func) is ast.Attribute and func.attr in _SINK_METHODS:
             return "sink"
         if _formats_literal(call):
@@ -809,6 +889,8 @@ class _Detector:
         aug = index.parent(call)
         if top is not call or type(aug) is not ast.AugAssign or aug.value is not call:
             return None
+        if loop.node not in index.loop_info:
+            return None  # the whole function a step calls, not a loop: no place after it for the conversion
         if type(aug.op) is not ast.Add or type(aug.target) is not ast.Name:
             return None
         acc = aug.target.id

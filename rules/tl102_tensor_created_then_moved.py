@@ -14,6 +14,7 @@ from torchlint.ast_index import (AstCallInfo, AstIndex, call_arguments, call_nam
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
+from torchlint.facts.steps import runs_once_in, runs_once_per_run
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import FACTORY_NAMES, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device
 
@@ -49,8 +50,9 @@ class TensorCreatedThenMoved(Rule):
     takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), a
     `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
     tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
-    files, `tests/` folders). Also silent, because there is nothing to gain or the claim
-    could be wrong:
+    files, `tests/` folders). Silent inside a loop where the line runs once: in a loop that leaves after its
+    first iteration (`...; break`) or a branch on the loop's counter that runs a few times (`if step == 0:`,
+    `if i < 5:`). Also silent, because there is nothing to gain or the claim could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
       host); the two spellings cost the same.
@@ -161,8 +163,11 @@ class TensorCreatedThenMoved(Rule):
             return
         if to_destination(index, move, scope) != CUDA:
             return  # the CPU, or not readable as a device
-        if _runs_once(index, info):
+        if runs_once_per_run(index, info.node, info.function):
             return  # set-up before (or after) the training loop: one copy per run is not worth a finding
+        loop = next(index.enclosing_loops(move), None)
+        if loop is not None and runs_once_in(index, move, loop):
+            return  # made once in the loop (`if step == 0:`, a loop that breaks after one batch): no per-step cost
         own_device = keyword_value(factory, "device")
         if own_device is not None and device_kind(index, own_device, scope) != CPU:
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
@@ -200,24 +205,6 @@ class TensorCreatedThenMoved(Rule):
         make = partial(_move_into_factory, place=place, rename_to="empty" if kind == "Tensor" else None,
                        applicability=applicability, views=views)
         ctx.report(move, message=message, rewrite=Rewrite(make, refused, move))
-
-
-def _runs_once(index: AstIndex, info: AstCallInfo) -> bool:
-    """The move runs once per run of the script, not every step: it is in no loop, at module level or in a
-    function that runs the training loop itself (``main()``'s set-up: ``fixed_noise = torch.randn(...).cuda()``
-    before ``for epoch in ...``)."""
-    if next(index.enclosing_loops(info.node), None) is not None:
-        return False
-    function = info.function
-    if function is None:
-        return True
-    if type(function) is ast.Lambda or not any(loop.is_training and loop.function is function for loop in index.loops):
-        return False
-    # one that also steps outside its loops is itself one step (`for micro in batch.split(4): ...backward()`
-    # then `optimizer.step()`): what it makes outside the loop, it makes every step
-    return not any(call.function is function and call.loop is None and (
-        index.is_backward_call(call.node) or index.is_optimizer_step(call.node, function))
-        for call in index.calls_in(function))
 
 
 def _is_view(call: ast.expr) -> bool:

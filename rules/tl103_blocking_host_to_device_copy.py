@@ -14,6 +14,8 @@ from torchlint.ast_index import (AstIndex, AstLoopInfo, AstScope, StatementLine,
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, loader_facts
+from torchlint.facts.steps import runs_once_in
+from torchlint.facts.devices import never_uses_cuda
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import may_move_to_device, may_name_a_loader
 
@@ -33,11 +35,21 @@ class BlockingHostToDeviceCopy(Rule):
     says it is one (`train_loader`, `dataloader`, `val_dl`). Silent for copies to a provable CPU device
     (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
     `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
-    way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent too for loops over a loader
+    way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent for copies that run once, not
+    for every batch: in a loop that leaves after its first batch (`for x, y in loader: ...; break`) or in
+    a branch on the loop's counter that runs a few times (`if i == 0:`, `if step < 5:`); and in CPU
+    programs (a script in which nothing can reach a CUDA device: see TL101). Silent too for loops over a loader
     bound to the result of Hugging Face Accelerate's `accelerator.prepare(...)` / `prepare_data_loader(...)`
     or Lightning Fabric's `fabric.setup_dataloaders(...)`: those loaders yield batches already on the
     device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
     placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`).
+
+    Silent too where every loader the loop iterates is provably not pinned (`pin_memory` not passed, or
+    `False`): a non-blocking copy from pageable memory is staged by the driver and gains next to nothing, so
+    TL402 reports the loader instead (its fix, `pin_memory=True`, comes first; `fix --unsafe-fixes` then
+    adds `non_blocking=True` in its next pass). A loader counts as iterated as in TL401: through aliases,
+    `next()` on `iter(loader)` or on a generator of the file, factories of the file, and factories of
+    other files of the checked project.
 
     ## Why is this slow?
     A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU
@@ -108,19 +120,23 @@ class BlockingHostToDeviceCopy(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        facts = loader_facts(index)
+        facts = loader_facts(index, ctx.project)
         built_here = {loop.node for site in facts.sites for loop in site.loops}
         placed = _device_placed_loaders(index)
         seen: Set[ast.Call] = set()
+        if never_uses_cuda(index):
+            return  # a CPU program: no copy to a GPU to overlap
         for loop in index.loops:
             from_dataloader = loop.node in built_here
             if not from_dataloader and not _named_like_a_loader(facts, loop):
                 continue
+            if from_dataloader and facts.unpinned(loop):
+                continue  # non_blocking gains nothing from pageable memory: TL402 reports the loader
             if placed and _iterates_placed_loader(index, facts, loop, placed):
                 continue  # Accelerate / Fabric already put the batch on the device: the copy is a no-op
             for call in facts.batch_moves(loop):
-                if call in seen or not _can_add_keyword(call):
-                    continue
+                if call in seen or not _can_add_keyword(call) or runs_once_in(index, call, loop):
+                    continue  # (a batch peeked at once, `for x in loader: ...; break`, is not every batch)
                 seen.add(call)
                 self._report(ctx, index, facts, loop, call, from_dataloader)
 
@@ -249,7 +265,8 @@ def _default_collated(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
     the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
     sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
-    return bool(sites) and all(keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
+    return bool(sites) and all(site.imported.get("default_collate", False) if site.imported is not None
+                               else keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
                                for site in sites)
 
 

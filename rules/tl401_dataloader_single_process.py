@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from torchlint.config import Settings
-from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.facts.loaders import ABSENT, built_elsewhere, loader_facts
 from torchlint.rule import FixAvailability, IndexContext, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, may_train
 
@@ -13,7 +13,12 @@ class DataloaderSingleProcess(Rule):
     Flags a `torch.utils.data.DataLoader(...)` without `num_workers`, or with `num_workers=0`, that a
     training loop of the same file iterates: a loop that calls `backward()` or steps an optimizer (itself or
     through a function of the file, such as `train_step(batch)`), over the loader's name, through
-    `enumerate`/`tqdm`, or through a function of the file that takes the loader as a parameter.
+    `enumerate`/`tqdm`, an alias (`active = train_loader`), a function of the file that takes the loader as
+    a parameter, or batches drawn with `next()` from `iter(loader)` or from a generator of the file that
+    yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
+    function of the file (`def build_loader(...): return DataLoader(...)`), reported at its `DataLoader(...)`,
+    or by a factory of another file of the checked project (`from data import build_loader`): that finding
+    is reported at the factory's call in the training file, names where the loader is built, and has no fix.
 
     Silent where the rule cannot see the value or the use:
     - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;
@@ -25,8 +30,9 @@ class DataloaderSingleProcess(Rule):
       `Dataset` module's docstring or `__main__` block. (A single-process validation loader slows the
       epoch too, but the evaluation loop is often short and memory-bound; this rule keeps to the loop that
       sets the pace of training.)
-    - loaders built in another module (`data.py`) and trained on here (`train.py`), or built here and handed
-      to another module: the link is not visible in one file, and the rule prefers silence to a guess;
+    - loaders built here and handed to another module, or built in another module in a way the project
+      model does not follow (a module-level loader imported by name, a method of a class): the rule prefers
+      silence to a guess;
     - tests (pytest files, `tests/` folders).
 
     ## Why is this slow?
@@ -99,16 +105,13 @@ class DataloaderSingleProcess(Rule):
         return "DataLoader" in text and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
-        index = ctx.index
-        facts = loader_facts(index)
+        facts = loader_facts(ctx.index, ctx.project)
         for site in facts.sites:
-            workers = loader_argument(site.call, "num_workers")
-            if workers is UNREADABLE:
-                continue
-            if workers is not None and int_value(index, workers) != 0:  # type: ignore[arg-type]
+            workers = facts.setting(site, "num_workers")
+            if workers != ABSENT and workers != 0:
                 continue
             if facts.is_in_memory_dataset(site) or not facts.training_loops(site):
                 continue
-            message = self.message if workers is None else self.message.replace(
+            message = self.message if workers == ABSENT else self.message.replace(
                 "(`num_workers` is 0)", "(`num_workers=0`)")
-            ctx.report(site.call, message=message)
+            ctx.report(site.call, message=message + built_elsewhere(site))

@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Optional, Union
 import libcst as cst
 
 from torchlint.arguments import with_keyword
-from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.loaders import UNREADABLE, argument_position, loader_argument, loader_facts
+from torchlint.facts.loaders import ABSENT, argument_position, built_elsewhere, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, may_move_to_device, may_train
 
@@ -24,13 +23,19 @@ class DataloaderUnpinned(Rule):
     Flags a `torch.utils.data.DataLoader(...)` without `pin_memory=True` (or with `pin_memory=False`) when
     a training loop of the same file iterates it and copies its batches to a CUDA device (`.cuda()`,
     `.to(device)`, `.to("cuda")`). The loop is tied to the loader as in TL401: by the loader's name,
-    through `enumerate`/`tqdm`, or through a function of the file that takes the loader as a parameter.
+    through `enumerate`/`tqdm`, an alias, a function of the file that takes the loader as a parameter, or
+    `next()` on `iter(loader)` or on a generator of the file that yields from it (then the batch is what
+    `next()` returns). A loader built by a factory of another file of the checked project (`from data
+    import build_loader`) is reported at the factory's call, naming where it is built, without a fix (the
+    fix belongs in that file). This rule also speaks for TL103 there: `non_blocking=True` gains nothing
+    on a loader that is not pinned, so TL103 stays silent on its batches, and this finding's fix comes
+    first.
 
     Silent where `pin_memory` comes through `**kwargs` or a variable (`pin_memory=args.pin_mem`), where the
     destination is provably the CPU, for `TensorDataset` loaders and files whose `Dataset` classes move data
     to the GPU themselves (their batches may already be on the device, which cannot be pinned), for loaders
-    no training loop of the file iterates (built in `data.py`, trained on in `train.py`: the rule cannot
-    see the link and stays silent rather than guess), and in tests.
+    no training loop of the file iterates (also those built in another module in a way the project model
+    does not follow: the rule stays silent rather than guess), and in tests.
 
     ## Why is this slow?
     A copy from ordinary (pageable) host memory to the GPU is done by the CUDA driver in two steps: it
@@ -80,7 +85,7 @@ class DataloaderUnpinned(Rule):
     message = ("this DataLoader's batches are copied to the GPU from pageable memory; pass `pin_memory=True` "
                "so each copy is one DMA transfer that can overlap with compute")
     summary = "DataLoader feeding the GPU without pin_memory=True"
-    fix_availability = FixAvailability.ALWAYS
+    fix_availability = FixAvailability.SOMETIMES
     fix_applicabilities = (Applicability.UNSAFE,)
     # Text gate: every finding's text holds `DataLoader`, a `.to(`/`.cuda(` move and a training step.
     text_gate = (("DataLoader",), TRAINING_WORDS)
@@ -90,14 +95,16 @@ class DataloaderUnpinned(Rule):
         return "DataLoader" in text and may_move_to_device(text) and may_train(text)
 
     def detect(self, ctx: IndexContext) -> None:
-        facts = loader_facts(ctx.index)
+        facts = loader_facts(ctx.index, ctx.project)
         for site in facts.sites:
-            pinned = loader_argument(site.call, "pin_memory")
-            if pinned is UNREADABLE or (pinned is not None and not is_literal(pinned, False)):  # type: ignore[arg-type]
+            if facts.setting(site, "pin_memory") not in (ABSENT, False):
                 continue
-            if facts.is_in_memory_dataset(site) or facts.dataset_on_cuda():
+            if facts.is_in_memory_dataset(site) or facts.batches_may_be_on_cuda(site):
                 continue
             if not any(facts.batch_moves(loop) for loop in facts.training_loops(site)):
+                continue
+            if site.imported is not None:  # built in another file: the fix would be there
+                ctx.report(site.call, message=self.message + built_elsewhere(site))
                 continue
             make = functools.partial(_pin, argument_position(site.call, "pin_memory"))
             ctx.report(site.call, rewrite=Rewrite(make, self.message + " ({reason})", site.call))

@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Union
 import libcst as cst
 
 from torchlint.arguments import with_keyword
-from torchlint.ast_index import is_literal
 from torchlint.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.loaders import UNREADABLE, int_value, loader_argument, loader_facts
+from torchlint.facts.loaders import ABSENT, built_elsewhere, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.text_prefilter import TRAINING_WORDS, may_pass_positionally, may_train
 
@@ -24,13 +23,18 @@ class DataloaderWorkersRestart(Rule):
     a name bound to one) and without `persistent_workers=True`, when a training loop of the same file
     iterates it once per pass of an outer loop (an epoch loop), while the loader itself is built once,
     outside that loop. The outer loop may be around the training loop or around a call of a function of
-    the file that runs it (`for epoch in ...: train_one_epoch(model, train_loader)`).
+    the file that runs it (`for epoch in ...: train_one_epoch(model, train_loader)`). Batches drawn with
+    `next()` count where the loader's iterator is made again and again: `iter(loader)` in the step loop
+    (`except StopIteration: it = iter(loader)`), or a generator of the file that loops over the loader
+    (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory of the file, or of
+    another file of the checked project (reported at the factory's call, naming where it is built, without
+    a fix: a loader built by a call inside the epoch loop is rebuilt every epoch and not flagged).
 
     Silent where `num_workers` or `persistent_workers` come through `**kwargs` or a variable the rule cannot
     read (`num_workers=args.workers` may be 0, and `persistent_workers=True` with no workers raises), for
     loaders rebuilt every epoch (persistent workers die with their loader), for loaders no training loop
-    of the file iterates (built in another module: the link is not visible, the rule stays silent rather
-    than guess), and in tests.
+    of the file iterates (also those built in another module in a way the project model does not follow:
+    the rule stays silent rather than guess), and in tests.
 
     ## Why is this slow?
     Without `persistent_workers=True` a loader shuts its workers down at the end of every pass and starts
@@ -91,25 +95,21 @@ class DataloaderWorkersRestart(Rule):
                 and may_train(text))
 
     def detect(self, ctx: IndexContext) -> None:
-        index = ctx.index
-        facts = loader_facts(index)
+        facts = loader_facts(ctx.index, ctx.project)
         for site in facts.sites:
-            workers = loader_argument(site.call, "num_workers")
-            if workers is None or workers is UNREADABLE:
+            workers = facts.setting(site, "num_workers")
+            if type(workers) is not int or workers <= 0:
                 continue
-            if (int_value(index, workers) or 0) <= 0:  # type: ignore[arg-type]
-                continue
-            persistent = loader_argument(site.call, "persistent_workers")
-            if persistent is UNREADABLE:
-                continue
-            if persistent is not None and not is_literal(persistent, False):  # type: ignore[arg-type]
+            if facts.setting(site, "persistent_workers") not in (ABSENT, False):
                 continue
             if not any(facts.repeated_iteration(site, loop) for loop in facts.training_loops(site)):
                 continue
-            if ctx.torch_version < (1, 7):
+            if site.imported is not None:  # built in another file: the fix would be there
+                ctx.report(site.call, message=self.message + built_elsewhere(site))
+            elif ctx.torch_version < (1, 7):
                 ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
-                continue
-            ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call))
+            else:
+                ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call))
 
 
 def _persist(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:

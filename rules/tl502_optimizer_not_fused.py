@@ -69,8 +69,10 @@ class OptimizerNotFused(Rule):
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
     either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
-    reject both), in tests, in files without a training loop (optimizer factories in library code) and in
-    files with no sign of CUDA.
+    reject both), in tests, in files without a training loop (optimizer factories in library code), in
+    files with no sign of CUDA, and in CPU programs: a script (a `__main__` guard or a module-level training
+    loop) in which nothing can reach a CUDA device, so that its `.to(device)` only looks like a GPU move by
+    the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose).
 
     This rule is **on by default**: on public training code (GANs, reinforcement learning, image
     classification, detection) every finding was an optimizer that trains on CUDA with the fused kernel

@@ -22,14 +22,15 @@ def notebook(*cells):
 
 CELLS = (
     {"cell_type": "markdown", "metadata": {}, "source": ["# Training – a notebook\n"]},
-    code(["%matplotlib inline\n", "import torch\n", "!pip install tqdm"], count=1),
+    code(["%matplotlib inline\n", "import torch\n", "torch.backends.cuda.matmul.allow_tf32 = True\n", "!pip install tqdm"],
+         count=1),
     code("%%bash\necho foreach=False\n"),
-    code(["model = torch.nn.Linear(4, 2)\n",
+    code(["model = torch.nn.Linear(4, 2).cuda()\n",
           "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"],
          outputs=[{"output_type": "stream", "name": "stdout", "text": ["ok\n"]}], count=2),
     code(["for step in range(10):\n",
           "    %time x = torch.randn(8, 4)\n",
-          "    loss = model(x).sum()\n",
+          "    loss = model(x.cuda()).sum()\n",  # a GPU notebook (TL101 is silent in CPU programs)
           "    loss.backward()\n",
           "    opt.step()\n",
           "    total = loss.item()\n",
@@ -116,7 +117,7 @@ def test_unusual_json_layout_is_kept_byte_for_byte(project):
     text = notebook(*CELLS).replace('\n "nbformat": 4', '\n "nbformat":   4').replace("–", "\\u2013")
     text = text.replace('"source": [\n    "model = torch.nn.Linear(4, 2)\\n",',
                         '"source":[ "model = torch.nn.Linear(4, 2)\\n",')
-    assert json.loads(text)["cells"][3]["source"][0] == "model = torch.nn.Linear(4, 2)\n"
+    assert json.loads(text)["cells"][3]["source"][0] == "model = torch.nn.Linear(4, 2).cuda()\n"
     target = write(project / "train.ipynb", text)
     result = invoke("fix", "--apply", "train.ipynb")
     assert "fixed 1 x TL501" in result.output, result.output
@@ -134,7 +135,7 @@ def test_program_maps_lines_back():
     assert program.cells == [2, 4, 5]
     assert "pass  # torchlint-magic 0" in program.text and "%%bash" not in program.text
     assert program.cell_sources(program.text) == {
-        2: "%matplotlib inline\nimport torch\n!pip install tqdm",
+        2: "%matplotlib inline\nimport torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n!pip install tqdm",
         4: "".join(CELLS[3]["source"]),
         5: "".join(CELLS[4]["source"]),
     }
@@ -150,7 +151,7 @@ def test_notebook_on_stdin(project):
 
 # --- writing: the guarantees of .py files (issue 27, items 2, 3 and 12) ---------------------------------
 FIXABLE = notebook(code("import torch\n"),
-                   code(["model = torch.nn.Linear(4, 2)\n",
+                   code(["model = torch.nn.Linear(4, 2).cuda()\n",
                          "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"]))
 FIXED_LINE = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 

@@ -71,6 +71,9 @@ def test_pre_commit_blocks_findings_in_py_and_ipynb_until_fixed(tmp_path, monkey
     cells = list(CELLS)
     cells[4] = dict(cells[4], source=[line.replace("total = loss.item()\n", "total = loss.item()  # noqa: TL101\n")
                                       for line in cells[4]["source"]])
+    # and, once TL501's fix has dropped `foreach=False`, TL502's advice to fuse SGD (an unsafe fix)
+    cells[3] = dict(cells[3], source=[line.replace("foreach=False)\n", "foreach=False)  # noqa: TL502\n")
+                                      for line in cells[3]["source"]])
     (project / "train.ipynb").write_text(notebook(*cells))
 
     monkeypatch.setenv("PRE_COMMIT_HOME", str(home))

@@ -48,7 +48,7 @@ _STEP = "        model(x).sum().backward()\n        optimizer.step()\n"
 AST_STAGE_KEEPS = [
     ("TL103", "import torch\ndef train(model, optimizer, train_loader):\n    for x, y in train_loader:\n"
               "        x = x.to(torch.device(type='cuda'))\n" + _STEP),
-    ("TL103", _LOADER_HEAD + "def train(model, optimizer, ds):\n    data = DataLoader(ds)\n    bar: tqdm = tqdm(data)\n"
+    ("TL103", _LOADER_HEAD + "def train(model, optimizer, ds):\n    data = DataLoader(ds, pin_memory=True)\n    bar: tqdm = tqdm(data)\n"
               "    for x, y in bar:\n        x = x.to('cuda')\n" + _STEP),
     ("TL103", "import torch\nfrom tqdm import tqdm\ndef train(model, optimizer, train_loader):\n"
               "    bar: tqdm = tqdm(train_loader)\n    for x, y in bar:\n        x = x.to('cuda')\n" + _STEP),

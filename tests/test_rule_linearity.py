@@ -41,6 +41,21 @@ def closures(n: int) -> str:  # each closure is asked whether its function retur
     return f"import torch\n\ndef build(model):\n{inner}    return evaluate0\n"
 
 
+def helper_chain(n: int) -> str:  # a step reaches N helpers, each calling the next and reading a value
+    helpers = "".join(f"def helper{i}(loss):\n    print(loss.item())\n    helper{i + 1}(loss)\n\n" for i in range(n))
+    return helpers + f"def helper{n}(loss):\n    helper0(loss)\n\n" + LOOP.format(before="", body="        helper0(loss)\n")
+
+
+def synchronized_reads(n: int) -> str:  # each read asks whether a synchronize came just before it
+    return LOOP.format(before="", body="        torch.cuda.synchronize()\n" + "".join(
+        f"        print(loss.item(), {i})\n" for i in range(n)))
+
+
+def first_steps(n: int) -> str:  # each branch asks whether it tests the loop's counter
+    return LOOP.replace("for x, y in loader", "for i, (x, y) in enumerate(loader)").format(
+        before="", body="".join(f"        if i == {i}:\n            print(loss.item())\n" for i in range(n)))
+
+
 def _python_calls(run) -> int:
     count = 0
 
@@ -60,6 +75,7 @@ def _python_calls(run) -> int:
 @pytest.mark.parametrize("shape, n, fix", [
     (reads, 60, False), (guarded_reads, 60, False), (accumulators, 40, False), (accumulators, 20, True),
     (zero_grads, 60, False), (zero_grads, 30, True), (closures, 60, False),
+    (helper_chain, 60, False), (synchronized_reads, 60, False), (first_steps, 60, False),
 ])
 def test_work_grows_linearly(shape, n, fix):
     rules, settings = [rule() for rule in all_rules()], Settings()

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from torchlint.ast_index import AstIndex
-from torchlint.facts.script import calls_step, condition_around, first_training_loop, runs_on_every_run, step_functions
+from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run
 
 
 def analyse(source: str) -> AstIndex:
@@ -70,31 +70,3 @@ def test_a_loop_that_calls_backward_or_steps_an_optimizer_trains(source):
 )
 def test_a_training_loop_needs_its_call_in_the_loop_itself(source):
     assert first_training_loop(analyse(source)) is None
-
-
-def test_step_functions_and_their_calls():
-    index = analyse(
-        """
-        def backward_pass(loss):
-            loss.backward()
-
-        async def update(self):
-            self.optimizer.step()
-
-        def schedule():
-            scheduler.step()
-
-        run = lambda loss: loss.backward()
-
-        class Trainer:
-            def fit(self, loader):
-                for x in loader:
-                    backward_pass(x)
-                    self.update()
-                    other.update()
-                    schedule()
-        """
-    )
-    steps = step_functions(index)
-    assert steps == {"backward_pass", "update"}
-    assert [calls_step(call, steps) for call in index.loops[0].direct_calls] == [True, True, False, False]

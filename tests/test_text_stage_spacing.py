@@ -133,6 +133,7 @@ def test_respelling_keeps_the_findings_of_a_plain_fixture():
 # (rule, snippet) pairs: each is a spelling a text stage missed, in a file where the rule's check reports.
 GAPS = [
     ("TL101", """\
+        model.cuda()  # a GPU program: TL101 is silent in CPU-only ones
         for x, y in loader:
             loss = criterion(model(x), y)
             loss . backward ()
@@ -140,6 +141,7 @@ GAPS = [
             losses.append(loss .item ())
         """),
     ("TL101", """\
+        model.cuda()  # a GPU program: TL101 is silent in CPU-only ones
         for x, y in loader:
             loss = criterion(model(x), y)
             (loss
@@ -148,6 +150,7 @@ GAPS = [
             print (loss)
         """),
     ("TL101", """\
+        model.cuda()  # a GPU program: TL101 is silent in CPU-only ones
         for x, y in loader:
             loss = criterion(model(x), y)
             loss.backward()

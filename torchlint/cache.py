@@ -111,6 +111,31 @@ class Cache:
         digest.update(_key_suffix(tuple(rule_codes), tuple(torch_version), mode))
         return digest.hexdigest()
 
+    def with_project(self, key: str, project_digest: str) -> str:
+        """The key of a result that used the summaries of other project files (``ProjectModel.digest``)."""
+        return hashlib.blake2b(f"{key}:{project_digest}".encode("ascii"), digest_size=20).hexdigest()
+
+    def data_key(self, data: bytes, kind: str) -> str:
+        """The key of plain data derived from a file's bytes alone (``kind``: "summary")."""
+        digest = hashlib.blake2b(data, digest_size=20)
+        digest.update(_key_suffix((), (), kind))
+        return digest.hexdigest()
+
+    def get_data(self, key: str) -> object:
+        """The JSON value stored under ``key`` by ``put_data``, or None."""
+        if self._secret is None:
+            return None
+        try:
+            with self._entry(key).open("rb") as f:
+                blob = f.read(_MAX_ENTRY_BYTES + 1)
+            payload = _checked_payload(blob, key, self._secret)
+            return json.loads(payload) if payload is not None else None
+        except (OSError, ValueError, RecursionError, MemoryError):
+            return None
+
+    def put_data(self, key: str, value: object) -> None:
+        self._write(key, _encode_payload(key, json.dumps(value).encode("utf-8"), self._secret))
+
     def _entry(self, key: str) -> Path:
         return self.folder / f"v{__version__}" / key[:2] / key
 
@@ -126,6 +151,10 @@ class Cache:
             return None
 
     def put(self, key: str, diagnostics: Sequence[Diagnostic]) -> None:
+        if self._secret is not None:
+            self._write(key, _encode_entry(key, diagnostics, self._secret))
+
+    def _write(self, key: str, blob: bytes) -> None:
         if self._secret is None:
             return
         tmp = None
@@ -136,7 +165,7 @@ class Cache:
             _own_folder(entry.parent)
             fd, tmp = tempfile.mkstemp(dir=str(entry.parent), prefix=".tmp-")
             with os.fdopen(fd, "wb") as f:
-                f.write(_encode_entry(key, diagnostics, self._secret))
+                f.write(blob)
             os.replace(tmp, entry)
             tmp = None
         except OSError:
@@ -186,12 +215,16 @@ _FIELDS = {"code": str, "name": str, "message": str, "line": int, "column": int,
 
 
 def _encode_entry(key: str, diagnostics: Sequence[Diagnostic], secret: bytes) -> bytes:
-    payload = json.dumps([_to_json(d) for d in diagnostics]).encode("utf-8")
-    header = {"schema": SCHEMA, "key": key, "hmac": _mac(secret, key, payload)}
+    return _encode_payload(key, json.dumps([_to_json(d) for d in diagnostics]).encode("utf-8"), secret)
+
+
+def _encode_payload(key: str, payload: bytes, secret: Optional[bytes]) -> bytes:
+    header = {"schema": SCHEMA, "key": key, "hmac": _mac(secret or b"", key, payload)}
     return json.dumps(header).encode("utf-8") + b"\n" + payload
 
 
-def _decode_entry(blob: bytes, key: str, path: str, secret: bytes) -> Optional[List[Diagnostic]]:
+def _checked_payload(blob: bytes, key: str, secret: bytes) -> Optional[bytes]:
+    """The payload of an intact entry of ``key``, or None."""
     header_bytes, newline, payload = blob.partition(b"\n")
     if not newline or len(header_bytes) > _MAX_HEADER_BYTES or len(blob) > _MAX_ENTRY_BYTES:
         return None
@@ -200,6 +233,13 @@ def _decode_entry(blob: bytes, key: str, path: str, secret: bytes) -> Optional[L
         return None
     mac = header.get("hmac")
     if not isinstance(mac, str) or not hmac.compare_digest(mac, _mac(secret, key, payload)):
+        return None
+    return payload
+
+
+def _decode_entry(blob: bytes, key: str, path: str, secret: bytes) -> Optional[List[Diagnostic]]:
+    payload = _checked_payload(blob, key, secret)
+    if payload is None:
         return None
     items = json.loads(payload)
     if not isinstance(items, list) or not all(_well_formed(item) for item in items):

@@ -17,6 +17,7 @@ from torchlint.config import Settings
 from torchlint.discovery import is_test_file
 from torchlint.fast_parse import parse_module as trusted_parse
 from torchlint.guard import parse_problem, stdlib_tree
+from torchlint.project import ProjectModel
 from torchlint.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
@@ -49,10 +50,13 @@ def error_diagnostic(path: str, message: str, line: int = 1, column: int = 1) ->
     return Diagnostic(ERROR_CODE, "error", message, path, line, column, line, column)
 
 
-def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, path: str = "") -> List[Rule]:
+def rules_that_may_fire(rules: Sequence[Rule], source: str, settings: Settings, path: str = "",
+                        project: Optional[ProjectModel] = None) -> List[Rule]:
     """The rules that could report something in ``source`` (at ``path``; "" where there is none): the rules
-    for its kind of file whose exact text gate (``Rule.may_fire``) passes. The index is their detection."""
-    return [rule for rule in rules_for_path(rules, path, settings) if rule.may_fire(source, settings)]
+    for its kind of file whose exact text gate (``Rule.may_fire``) passes, or that follow what ``project``
+    holds for the file (``ProjectModel.opens_gate``). The index is their detection."""
+    return [rule for rule in rules_for_path(rules, path, settings)
+            if rule.may_fire(source, settings) or (project is not None and project.opens_gate(rule.code))]
 
 
 def needs_libcst(source: str) -> bool:
@@ -133,7 +137,7 @@ class SyntaxProblem(Exception):
 def _run_rules(
     module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
     with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
-    fixing: bool = False, statements: bool = True,
+    fixing: bool = False, statements: bool = True, project: Optional[ProjectModel] = None,
 ) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
     codes of every rule selected for the file (``rules`` are those the pre-filter left). The rules detect
@@ -148,7 +152,7 @@ def _run_rules(
     if index is None:
         index = _index_of(source)
     if index is not None:
-        reports.extend(iter_reports(rules, IndexContext(index, settings, path), crashes))
+        reports.extend(iter_reports(rules, IndexContext(index, settings, path, project=project), crashes))
     analysis = FileAnalysis(module, source, path) if module is not None else None
     after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
@@ -236,10 +240,12 @@ def _run_rules(
 
 
 def lint_source(
-    source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False
+    source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
+    project: Optional[ProjectModel] = None,
 ) -> LintOutcome:
-    """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output)."""
-    candidates = rules_that_may_fire(rules, source, settings, path)
+    """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output);
+    ``project``: the summaries of the project files it imports (``torchlint.project``)."""
+    candidates = rules_that_may_fire(rules, source, settings, path, project)
     if not candidates:
         return LintOutcome([], parsed=False)
     selected = frozenset(rule.code for rule in rules)
@@ -248,13 +254,15 @@ def lint_source(
     try:
         module = parse(source, path) if needs_libcst(source) else None
         # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
-        analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index)
+        analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index,
+                                              project=project)
     except SyntaxProblem as exc:
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
     return LintOutcome(diagnostics, parsed=analysis is not None)
 
 
-def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool) -> FixOutcome:
+def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool,
+               project: Optional[ProjectModel] = None) -> FixOutcome:
     """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
     selected = frozenset(rule.code for rule in rules)
@@ -267,7 +275,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
     statements = True  # fixes may be made on LibCST's tree of just their statements (``torchlint.rewrites``)
     for _ in range(MAX_FIX_PASSES):
-        candidates = rules_that_may_fire(rules, current, settings, path)
+        candidates = rules_that_may_fire(rules, current, settings, path, project)
         if not candidates:
             remaining = []
             break
@@ -279,7 +287,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                 forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
             # (a finding on the index that proposes a fix parses the file here, where `module` is None)
             site, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
-                                                  index=index, fixing=True, statements=statements)
+                                                  index=index, fixing=True, statements=statements, project=project)
         except SyntaxProblem as exc:
             if current == source:
                 outcome.remaining = [error_diagnostic(path, str(exc), exc.line, exc.column)]
@@ -336,7 +344,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         if carried != current:
             current, remaining = carried, None
     outcome.source = current
-    outcome.remaining = remaining if remaining is not None else lint_source(current, path, rules, settings).diagnostics
+    outcome.remaining = (remaining if remaining is not None
+                         else lint_source(current, path, rules, settings, project=project).diagnostics)
     return outcome
 
 

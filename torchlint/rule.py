@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from torchlint.analysis import FileAnalysis
     from torchlint.ast_index import AstIndex, Extent, StatementLine
     from torchlint.config import Settings
+    from torchlint.project import ProjectModel
     from torchlint.suppression import Suppressions
 
 RULE_CODE = re.compile(r"^TL\d{3}$")
@@ -149,10 +150,13 @@ class IndexContext:
     every rule shares, built from the stdlib ``ast``."""
 
     def __init__(self, index: "AstIndex", settings: "Settings", path: str = "<string>",
-                 source: Optional[str] = None) -> None:
+                 source: Optional[str] = None, project: Optional["ProjectModel"] = None) -> None:
         self.index = index
         self.settings = settings
         self.path = path
+        # the summaries of the project files this file imports (``torchlint.project``); None where the
+        # caller has no project (a text alone, the editor's buffer)
+        self.project = project
         # the file's text: the index's, or given where CPython's parser rejects the file and there is no
         # index (rules that read only the text and the suppressions, TL900, still run there)
         self.source = source if source is not None else index.source

@@ -133,7 +133,7 @@ RULES = (
         'summary': 'DataLoader feeding the GPU without pin_memory=True',
         'default_enabled': True,
         'silent_in_test_files': True,
-        'fix_availability': 'always',
+        'fix_availability': 'sometimes',
         'text_gate': (('DataLoader',), ('backward', 'step')),
     },
     {

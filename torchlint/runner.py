@@ -18,6 +18,7 @@ from torchlint.config_tree import ConfigTree
 from torchlint.discovery import cached_spec, display_path, is_test_file
 from torchlint.engine import error_diagnostic, fix_source, lint_source, rules_for_test_files
 from torchlint.cache import Cache
+from torchlint.project import ProjectModel
 from torchlint.guard import call_with_deep_stack
 from torchlint.fileio import (
     NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
@@ -118,19 +119,22 @@ def _rules(settings: Settings, extra_ignores: Tuple[str, ...], is_test: bool) ->
     return tuple(rules_for_test_files(rules)) if is_test else rules
 
 
-def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
-    """Check or fix one text. Deep code recurses deeply (LibCST's parser and tree walks): it runs on a
-    thread with a large stack, and a RecursionError still left is one TL000, never a crash."""
+def process_source(source: SourceText, shown: str, path: Optional[Path], job: Job,
+                   project: Optional[ProjectModel] = None) -> FileResult:
+    """Check or fix one text (``project``: the summaries of the project files it imports). Deep code
+    recurses deeply (LibCST's parser and tree walks): it runs on a thread with a large stack, and a
+    RecursionError still left is one TL000, never a crash."""
     try:
-        return call_with_deep_stack(_process_source, source, shown, path, job)
+        return call_with_deep_stack(_process_source, source, shown, path, job, project)
     except (RecursionError, MemoryError) as exc:
         return FileResult(shown, [error_diagnostic(
             shown, f"too deeply nested for torchlint to analyse ({type(exc).__name__}); the file was not checked")])
 
 
-def _process_source(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
+def _process_source(source: SourceText, shown: str, path: Optional[Path], job: Job,
+                    project: Optional[ProjectModel]) -> FileResult:
     with _collections_paused():
-        return _check_or_fix(source, shown, path, job)
+        return _check_or_fix(source, shown, path, job, project)
 
 
 @contextmanager
@@ -150,14 +154,15 @@ def _collections_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _check_or_fix(source: SourceText, shown: str, path: Optional[Path], job: Job) -> FileResult:
+def _check_or_fix(source: SourceText, shown: str, path: Optional[Path], job: Job,
+                  project: Optional[ProjectModel]) -> FileResult:
     rules = rules_for(job.settings, path)
     if job.mode == "check" or not source.round_trips:
-        diagnostics = lint_source(source.text, shown, rules, job.settings, job.with_edits).diagnostics
+        diagnostics = lint_source(source.text, shown, rules, job.settings, job.with_edits, project).diagnostics
         if job.mode == "check":
             return FileResult(shown, diagnostics)
         return FileResult(shown, [error_diagnostic(shown, not_round_trip_message(source.encoding))] + diagnostics)
-    outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe)
+    outcome = fix_source(source.text, shown, rules, job.settings, unsafe=job.unsafe, project=project)
     result = FileResult(shown, outcome.errors + outcome.remaining, outcome.applied)
     if outcome.source != source.text:
         result.original, result.fixed = source.text, outcome.source
@@ -178,7 +183,9 @@ def process_file(path: Path, job: Job) -> FileResult:
     cache, key = None, ""
     if job.cache_dir is not None:
         cache = Cache(job.cache_dir)
-        key = _cache_key(cache, data, path, job)
+    project = project_of(path, data, job, cache)
+    if cache is not None:
+        key = _cache_key(cache, data, path, job, project)
         cached = _usable(cache.get(key, shown), job)
         if cached is not None:
             return FileResult(shown, cached)
@@ -186,13 +193,13 @@ def process_file(path: Path, job: Job) -> FileResult:
         source = decode_source(data)  # (after the cache: an undecodable file is never cached)
     except SourceError as exc:
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
-    result = process_source(source, shown, path, job)
+    result = process_source(source, shown, path, job, project)
     if cache is not None and job.mode == "check":
         cache.put(key, result.diagnostics)
     if job.apply and result.changed:
         check_job = replace(job, mode="check", apply=False)
         result = prepare_write(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
-                               lambda: process_source(source, shown, path, check_job).diagnostics)
+                               lambda: process_source(source, shown, path, check_job, project).diagnostics)
     return result
 
 
@@ -253,9 +260,20 @@ def _interrupts_deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def _cache_key(cache: Cache, data: bytes, path: Path, job: Job) -> str:
-    return cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
-                     "lint+edits" if job.with_edits else "lint")
+def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> ProjectModel:
+    """The summaries of the project files ``path`` imports, read from disk (the project: its settings'
+    project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
+    settings = job.settings
+    if not ProjectModel.may_use(data, {rule.code for rule in rules_for(settings, path)}):
+        return ProjectModel.empty(path)
+    return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size)
+
+
+def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
+    key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
+                    "lint+edits" if job.with_edits else "lint")
+    # a result that may have used other files' summaries is keyed by them too: a change there re-checks it
+    return cache.with_project(key, project.digest()) if project.summaries else key
 
 
 def _usable(cached: Optional[List[Diagnostic]], job: Job) -> Optional[List[Diagnostic]]:
@@ -281,7 +299,8 @@ def cached_results(paths: Sequence[Path], job: Job) -> Dict[Path, FileResult]:
         except SourceError:
             continue  # process_file reports it
         shown = display_path(path)
-        cached = _usable(cache.get(_cache_key(cache, data, path, file_job), shown), file_job)
+        key = _cache_key(cache, data, path, file_job, project_of(path, data, file_job, cache))
+        cached = _usable(cache.get(key, shown), file_job)
         if cached is not None:
             hits[path] = FileResult(shown, cached)
     return hits

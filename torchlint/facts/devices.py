@@ -14,6 +14,7 @@ import re
 from typing import Optional
 
 from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, keyword_value
+from torchlint.facts.script import is_main_guard
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -91,7 +92,8 @@ def to_destination(index: AstIndex, call: ast.Call, scope: AstScope) -> Optional
 
 def cuda_evidence(index: AstIndex) -> Optional[ast.Call]:
     """The first place the file puts work on a CUDA device (a `.cuda()`, a `.to(<cuda>)`, a `device=`
-    of a CUDA device), or None where it certainly or plausibly does not."""
+    of a CUDA device), or None where it certainly or plausibly does not: also where a `.to(device)` only
+    looks like a GPU move by its name in a CPU program (``never_uses_cuda``)."""
     memo = index.shared.get("cuda_evidence", False)
     if memo is not False:
         return memo  # type: ignore[return-value]
@@ -107,6 +109,8 @@ def cuda_evidence(index: AstIndex) -> Optional[ast.Call]:
         if device is not None and device_kind(index, device, scope) == CUDA:
             found = call
             break
+    if found is not None and never_uses_cuda(index):
+        found = None
     index.shared["cuda_evidence"] = found
     return found
 
@@ -193,3 +197,148 @@ def _computes_in_reduced_precision(index: AstIndex, call: ast.Call) -> bool:
         return True
     return name == "to" and any(keyword is None and is_reduced_dtype(index, value)
                                 for keyword, value in call_arguments(call))
+
+
+# Imports of frameworks that place models and batches on a GPU themselves, and of torch's multi-GPU APIs.
+GPU_FRAMEWORKS = PRECISION_FRAMEWORKS + ("transformers", "ignite", "fastai", "mmengine", "mmcv", "detectron2")
+_MULTI_GPU_MODULES = ("torch.distributed", "torch.nn.parallel", "torch.cuda", "torch.backends.cuda",
+                      "torch.backends.cudnn")
+
+
+def never_uses_cuda(index: AstIndex) -> bool:
+    """True where the file is a CPU program: it runs on its own (a ``__main__`` guard, or a training loop at
+    module level), and nothing in it can reach a CUDA device: no ``.cuda`` attribute (``.cuda()``,
+    ``torch.cuda.*``), no string that names CUDA or NCCL, no integer device, no import of a framework that
+    places work on a GPU or of torch's CUDA / multi-GPU modules, and no device that could be CUDA (a
+    ``device`` parameter of a function this file never calls, a device read from a config; an argparse
+    option ``--device`` counts only by its default: ``default="cpu"`` with no "cuda" anywhere is the CPU).
+    A file that only defines a training function for others to call is not known to be one: False."""
+    memo = index.shared.get("never_uses_cuda")
+    if memo is None:
+        memo = index.shared["never_uses_cuda"] = _runs_itself(index) and not _mentions_cuda(index) \
+            and not any(_may_be_cuda_device(index, info.node, info.function or index.tree) for info in index.calls)
+    return memo  # type: ignore[return-value]
+
+
+def _runs_itself(index: AstIndex) -> bool:
+    if any(loop.is_training and loop.function is None for loop in index.loops):
+        return True
+    return any(type(statement) is ast.If and is_main_guard(statement.test) for statement in index.tree.body)
+
+
+def _mentions_cuda(index: AstIndex) -> bool:
+    for qualified in index.imports.values():
+        if qualified.split(".")[0] in GPU_FRAMEWORKS or qualified.startswith(_MULTI_GPU_MODULES):
+            return True
+    if index.attributes_named("cuda"):
+        return True
+    lowered = index.source.lower()
+    if "cuda" not in lowered and "nccl" not in lowered:
+        return False  # neither word in the text: no string can hold it
+    return any("cuda" in text or "nccl" in text for text in _code_strings(index.tree))
+
+
+def _code_strings(tree: ast.AST):
+    """The lower-cased string constants of the code: not docstrings or other bare string statements, nor
+    `help=` texts (prose about the program, not a device it uses)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is ast.Constant:
+            if isinstance(node.value, str):  # type: ignore[attr-defined]
+                yield node.value.lower()  # type: ignore[attr-defined]
+            continue
+        if kind is ast.Expr and type(node.value) is ast.Constant:  # type: ignore[attr-defined]
+            continue
+        if kind is ast.keyword and node.arg == "help":  # type: ignore[attr-defined]
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _may_be_cuda_device(index: AstIndex, call: ast.Call, scope: AstScope) -> bool:
+    """``call`` moves or makes something on a device that is CUDA or may be: ``.to(0)``, ``.to(device)`` of
+    a device the file cannot show to be the CPU, ``device=<such>``."""
+    targets = []
+    if call_name(call) == "to" and isinstance(call.func, ast.Attribute):
+        target = keyword_value(call, "device")
+        arguments = call_arguments(call)
+        if target is None and arguments and arguments[0][0] is None:
+            target = arguments[0][1]
+        if target is not None and (to_destination(index, call, scope) == CUDA or type(target) is ast.Call):
+            targets.append(target)  # a device-like name, or what a call returns (`.to(get_device())`)
+    device = keyword_value(call, "device")
+    if device is not None:
+        targets.append(device)
+    return any(not _cpu_device(index, target, scope) for target in targets)
+
+
+def _cpu_device(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0) -> bool:
+    """``expr`` (a device) is the CPU as far as this file shows: its value is a CPU device, a parameter of a
+    function this file calls (its callers are this file's), or an argparse option whose default is not
+    CUDA."""
+    kind = device_kind(index, expr, scope)
+    if kind is not UNKNOWN or depth > 4:
+        return kind == CPU
+    if type(expr) is ast.Constant and expr.value is None:  # type: ignore[attr-defined]
+        return True  # `device=None`: the default device
+    if type(expr) is ast.Call and index.qualified_name(expr.func) == "torch.device":  # type: ignore[attr-defined]
+        arguments = call_arguments(expr)  # type: ignore[arg-type]
+        return bool(arguments) and _cpu_device(index, arguments[0][1], scope, depth + 1)
+    if type(expr) is ast.Name:
+        for where in (scope, index.tree):
+            values = index.values_of(expr.id, where)  # type: ignore[attr-defined]
+            if values:
+                return all(_cpu_device(index, value, where, depth + 1) if value is not None
+                           else _cpu_parameter(index, where, expr.id, depth + 1) for value in values)
+        return False
+    if type(expr) is ast.Attribute:
+        return _cpu_option(index, expr.attr)  # type: ignore[attr-defined]
+    return False
+
+
+def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -> bool:
+    """``name``, bound without a value in ``function``, is a parameter of it that every call of it in this
+    file passes a CPU device (or leaves at a CPU default). A function this file never calls, a call with
+    ``*args`` / ``**kwargs``, or a name that is no parameter (a loop target): not known, False."""
+    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+        return False
+    arguments = function.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    if name not in positional and name not in [a.arg for a in arguments.kwonlyargs]:
+        return False
+    defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+    calls = index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
+    if not calls:
+        return False
+    for info in calls:
+        call = info.node
+        if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        value = keyword_value(call, name)
+        if value is None and name in positional:
+            at = positional.index(name) - (1 if type(call.func) is ast.Attribute and positional[:1] == ["self"] else 0)
+            value = call.args[at] if 0 <= at < len(call.args) else None
+        if value is None:
+            value = defaults.get(name)
+            if value is None:
+                return False
+            where: AstScope = index.tree
+        else:
+            where = info.function or index.tree
+        if not _cpu_device(index, value, where, depth):
+            return False
+    return True
+
+
+def _cpu_option(index: AstIndex, option: str) -> bool:
+    """``parser.add_argument("--<option>", default=<not CUDA>)`` in this file (dashes or underscores)."""
+    spellings = {"--" + option, "--" + option.replace("_", "-")}
+    for info in index.calls_by_name.get("add_argument", ()):
+        call = info.node
+        if any(type(arg) is ast.Constant and arg.value in spellings for arg in call.args):
+            default = keyword_value(call, "default")
+            return default is None or (type(default) is ast.Constant and (
+                default.value is None or device_kind(index, default, info.function or index.tree) == CPU))
+    return False

@@ -1,11 +1,18 @@
 """The DataLoaders a file builds, the loops that iterate them and the batches those loops move to a device.
 
 Facts shared by the input-pipeline rules (TL103, TL401, TL402, TL403), read off the file's index. A loader is tied
-to a loop only through what the file shows: the loop iterates the name the loader was assigned to
-(``train_loader``, ``self.train_loader``), possibly through ``enumerate``/``tqdm``/``zip`` or a helper
-function of the same file that takes the loader as a parameter. A loader built in another module
-(``data.py``) cannot be tied to the loop that trains on it (``train.py``): the rules stay silent there
-rather than guess.
+to a loop through what the file shows: the loop iterates the name the loader was assigned to
+(``train_loader``, ``self.train_loader``), possibly through ``enumerate``/``tqdm``/``zip``, an alias
+(``active = train_loader``), a helper function of the same file that takes the loader as a parameter, a
+factory of the file that builds and returns it (``def build_loader(...): return DataLoader(...)``), or draws
+its batches with ``next()`` from an iterator over it (``it = iter(loader)``, or a generator of the file that
+yields from it: ``def cycle(dl): while True: yield from dl``).
+
+A factory of another file of the checked project (``from data import build_loader``) is followed through that
+file's summary (``loader_summary``, handed in by the runner as ``ctx.project``): its site is the call in this
+file, and it carries the summary's facts instead of a ``DataLoader(...)`` call to read. Loaders built in
+another module in any other way (a module-level loader imported by name, a method of a class) are not tied to
+the loop that trains on them: the rules stay silent there rather than guess.
 """
 
 from __future__ import annotations
@@ -14,13 +21,16 @@ import ast
 import re
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from torchlint.ast_index import (
-    AstCallInfo, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer, keyword_value,
-    source_order, target_names, walk,
+    AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer,
+    is_literal, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
+
+if TYPE_CHECKING:
+    from torchlint.project import ProjectModel
 
 # torch.utils.data.DataLoader's parameters that may be passed by position, in order (torch 1.7 to 2.x);
 # prefetch_factor, persistent_workers and pin_memory_device are keyword-only.
@@ -34,6 +44,11 @@ WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar
 # In-memory datasets: indexing them is a tensor slice, which worker processes only slow down.
 _IN_MEMORY_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
 UNREADABLE = object()  # an argument ``*args``/``**kwargs`` may set
+# A loader setting as the rules read it (``LoaderFacts.setting``), the same for a ``DataLoader(...)`` of the file
+# and one a project file's factory builds (its summary holds these values, as JSON)
+ABSENT = "absent"  # not passed: the default
+UNKNOWN = "?"  # passed a value the rules cannot read (a variable, ``**kwargs``)
+SETTINGS = ("num_workers", "pin_memory", "persistent_workers")
 # A name that says it holds a loader (TL103 takes a loop over one as a loop over batches). Case-sensitive, so
 # that the text gate (``text_prefilter.may_name_a_loader``) can test it without lowering the whole text:
 # `loader`, `train_loader`, `DataLoader`, `LOADER`, `val_dl`, `dl`.
@@ -82,17 +97,45 @@ class LoaderSite:
     loops: List[AstLoopInfo] = field(default_factory=list)  # loops that iterate it
     # per loop, the calls of a helper function that put the loop in place (the loop is in the helper)
     via_calls: Dict[ast.AST, List[ast.Call]] = field(default_factory=dict)
+    # per loop that draws batches with `next()` or from a generator: what starts the loader's iteration for it
+    # (the `iter(loader)` call, the generator's loop over the loader)
+    feeders: Dict[ast.AST, List[ast.AST]] = field(default_factory=dict)
+    # a loader built by a factory of another project file: ``call`` is the factory's call here, and this is the
+    # summary's entry for it ({"path", "line", "num_workers", "pin_memory", "persistent_workers", "in_memory",
+    # "on_cuda"}); None for a ``DataLoader(...)`` of this file
+    imported: Optional[dict] = None
+    position: Optional[int] = None  # which item of a factory's returned tuple (None: the value itself)
+    built_by: List[ast.Call] = field(default_factory=list)  # calls of a factory of this file that build it
+
+
+@dataclass(eq=False)
+class Drawn:
+    """An iterator over a loader: the loader, and what starts its iteration."""
+
+    site: LoaderSite
+    feeder: ast.AST
+
+
+_Bindings = Dict[str, Dict[AstScope, List[object]]]  # name as written -> scope -> what it holds there
 
 
 class LoaderFacts:
     """Computed once per file (``loader_facts(index)``)."""
 
-    def __init__(self, index: AstIndex) -> None:
+    def __init__(self, index: AstIndex, project: Optional["ProjectModel"] = None) -> None:
         # a proxy: the facts live in ``index.shared``, and a strong link back would make every file's index
         # and tree a reference cycle, left to the cyclic collector (tests/test_no_cycles.py)
         self.index: AstIndex = weakref.proxy(index)  # type: ignore[assignment]
+        self.project = project
         self._trains: Dict[ast.AST, bool] = {}
         self._dataset_on_cuda: Optional[bool] = None
+        self._names: _Bindings = {}  # names that hold loaders
+        self._iterators: _Bindings = {}  # names that hold iterators over loaders (``Drawn``)
+        self._generators: Dict[str, List[Tuple[str, ast.AST]]] = {}
+        self._drawn_names: Dict[ast.AST, Set[str]] = {}  # loop -> names `x = next(it)` binds to a batch
+        self._direct: Dict[ast.AST, LoaderSite] = {}
+        self._factories: Dict[str, Dict[Optional[int], List[LoaderSite]]] = {}
+        self._imported: Dict[ast.Call, List[Optional[LoaderSite]]] = {}
         self._training_functions = self._functions_that_train()
         self.sites = self._sites()
 
@@ -121,8 +164,7 @@ class LoaderFacts:
 
     def _sites(self) -> List[LoaderSite]:
         index = self.index
-        sites = []
-        by_name: Dict[str, List[LoaderSite]] = {}
+        sites: List[LoaderSite] = []
         direct: Dict[ast.AST, LoaderSite] = {}
         # by the called name as written: a loader imported under another name (`DL(...)`) is not followed
         for info in index.calls_by_name.get("DataLoader", ()):
@@ -133,52 +175,273 @@ class LoaderFacts:
             site = LoaderSite(call, dotted_name(target) if target is not None else None)
             sites.append(site)
             direct[call] = site
-            if site.target is not None:
-                by_name.setdefault(site.target, []).append(site)
+        self._direct = direct
+        self._factories = self._factory_returns(direct) if direct else {}
+        self._imported = self._imported_factory_calls()
+        for found in self._imported.values():
+            sites.extend(site for site in found if site is not None)
         if not sites:
             return sites
-        # name -> scope -> its loaders, in source order: a use is matched to its scope's and the module's
-        by_scope: Dict[str, Dict[AstScope, List[LoaderSite]]] = {}
-        for name, named in by_name.items():
-            for site in named:
-                by_scope.setdefault(name, {}).setdefault(index.scope_of(site.call), []).append(site)
+        self._bind_names(direct)
+        self._bind_iterators()
         for loop in index.loops:
             for expr in self.iterated(loop):
-                if expr in direct:
-                    direct[expr].loops.append(loop)
-                    continue
-                tied = self._bound_to(by_name, by_scope, expr)
+                tied = self._loader_sites(expr)
                 for site in tied:
-                    site.loops.append(loop)
+                    self._tie(site, loop)
+                for drawn in self._drawn_from(expr):  # `for batch in cycle(loader)`: a generator of the file
+                    self._tie(drawn.site, loop, drawn.feeder)
                 # the loop iterates a parameter: tie it to the loaders passed to that function
                 for call, argument in self._arguments_for_parameter(loop.function, expr):
-                    if argument in direct:
-                        targets = [direct[argument]]
-                    else:
-                        targets = self._bound_to(by_name, by_scope, argument)
-                    for site in targets:
+                    for site in self._loader_sites(argument):
                         if site not in tied:
-                            site.loops.append(loop)
+                            self._tie(site, loop)
                             tied.append(site)
                         site.via_calls.setdefault(loop.node, []).append(call)
+        # a step loop that draws its batches with `next(it)` (`it = iter(loader)`, `it = cycle(loader)`)
+        for info in index.calls_by_name.get("next", ()):
+            call = info.node
+            if type(call.func) is not ast.Name or not call.args or info.loop is None:
+                continue
+            drawn = self._drawn_from(call.args[0])
+            for entry in drawn:
+                self._tie(entry.site, info.loop, entry.feeder)
+            target = index.assigned_to.get(call)
+            if drawn and target is not None:
+                self._drawn_names.setdefault(info.loop.node, set()).update(target_names(target))
         return sites
 
-    def _bound_to(self, by_name: Dict[str, List[LoaderSite]], by_scope: Dict[str, Dict[AstScope, List[LoaderSite]]],
-                  use: ast.expr) -> List[LoaderSite]:
-        """The loaders ``use`` (a name or ``self.x``) refers to, in source order. A plain name's loader is
-        assigned in the same scope, or at module level and not rebound in the using scope; an attribute
+    def _tie(self, site: LoaderSite, loop: AstLoopInfo, feeder: Optional[ast.AST] = None) -> None:
+        if not any(known is loop for known in site.loops):
+            site.loops.append(loop)
+        if feeder is not None:
+            feeders = site.feeders.setdefault(loop.node, [])
+            if feeder not in feeders:
+                feeders.append(feeder)
+
+    # --- what an expression holds: loaders, and iterators over them ------------------------------
+    def _bind(self, names: "_Bindings", name: Optional[str], scope: AstScope, found: Sequence[object]) -> bool:
+        """Record that ``name`` (as written) holds ``found`` in ``scope``; True when that is new."""
+        if name is None or not found:
+            return False
+        known = names.setdefault(name, {}).setdefault(scope, [])
+        new = [item for item in found if item not in known]
+        known.extend(new)
+        return bool(new)
+
+    def _bind_names(self, direct: Dict[ast.AST, LoaderSite]) -> None:
+        """Names that hold loaders: ``loader = DataLoader(...)``, ``loader = build_loader(...)`` (a factory of
+        this file or of an imported project file), ``train_dl, val_dl = build_loaders(...)``, and aliases
+        (``active_dataloader = train_dataloader``), followed a few steps."""
+        index, names = self.index, self._names
+        for site in direct.values():
+            if site.target is not None:
+                self._bind(names, site.target, index.scope_of(site.call), [site])
+        for call, returned in self._factory_calls():
+            for found in returned.values():
+                for site in found:
+                    if site is not None and site.imported is None and call not in site.built_by:
+                        site.built_by.append(call)
+            target = _assigned_target(index, call)
+            scope = index.scope_of(call)
+            if target is not None:
+                self._bind(names, dotted_name(target), scope, [s for s in returned.get(None, ()) if s is not None])
+                continue
+            parent = index.parent(call)
+            if type(parent) is ast.Assign and parent.value is call and len(parent.targets) == 1 \
+                    and type(parent.targets[0]) is ast.Tuple:
+                for position, element in enumerate(parent.targets[0].elts):
+                    found = [s for s in returned.get(position, ()) if s is not None]
+                    self._bind(names, dotted_name(element), scope, found)
+        aliases = [(scope, name, value) for scope, bound in index.bindings.items() for name, values in bound.items()
+                   for value in values if type(value) in (ast.Name, ast.Attribute)]
+        for _ in range(3):  # an alias of an alias
+            if not any([self._bind(names, name, scope, self._bound_to(names, value))  # type: ignore[arg-type]
+                        for scope, name, value in aliases]):
+                break
+
+    def _factory_calls(self) -> Iterator[Tuple[ast.Call, Dict[Optional[int], List[Optional[LoaderSite]]]]]:
+        """(call, what it returns) for each call of a loader factory: ``{None: sites}`` for a function that
+        returns a loader, ``{0: [...], 1: [...]}`` for one that returns a tuple of them."""
+        for name, returned in self._factories.items():
+            for info in self.index.calls_by_name.get(name, ()):
+                if type(info.node.func) is ast.Name:
+                    yield info.node, returned
+        for call, found in self._imported.items():
+            if len(found) == 1 and found[0] is not None and found[0].position is None:
+                yield call, {None: found}
+            else:
+                yield call, {site.position: [site] for site in found if site is not None}
+
+    def _entry(self, site: LoaderSite) -> dict:
+        """A summary's entry for the loader a factory returns."""
+        entry: dict = {"line": site.call.lineno}
+        for name in SETTINGS:
+            entry[name] = self.setting(site, name)
+        entry["in_memory"] = self.is_in_memory_dataset(site)
+        entry["on_cuda"] = self.dataset_on_cuda()
+        entry["default_collate"] = loader_argument(site.call, "collate_fn") is None
+        return entry
+
+    def _factory_returns(self, direct: Dict[ast.AST, LoaderSite]) -> Dict[str, Dict[Optional[int], List[LoaderSite]]]:
+        """The file's module-level functions that build and return a loader (``def build_loader(...): return
+        DataLoader(...)``, also through a local name, or a tuple of loaders), by name: what each returns."""
+        index = self.index
+        factories: Dict[str, Dict[Optional[int], List[LoaderSite]]] = {}
+        for function in index.functions:
+            if index.parent(function) is not index.tree:
+                continue
+            # one loader per returned place: which of `if train: return DataLoader(a, ...)` / `return
+            # DataLoader(b)` a call gets depends on its arguments, which the facts do not evaluate
+            returned = {at: sites for at, sites in self._returned_sites(function, direct).items() if len(sites) == 1}
+            if returned:
+                factories[function.name] = returned
+        return factories
+
+    def _returned_sites(self, function: AstFunction, direct: Dict[ast.AST, LoaderSite]
+                        ) -> Dict[Optional[int], List[LoaderSite]]:
+        index = self.index
+        returned: Dict[Optional[int], List[LoaderSite]] = {}
+        for node in walk(function):
+            if type(node) in (ast.Yield, ast.YieldFrom):
+                return {}  # a generator: its calls make no loader
+            if type(node) is not ast.Return or node.value is None or index.function_of(node) is not function:
+                continue
+            values = node.value.elts if type(node.value) is ast.Tuple else [node.value]
+            for position, value in enumerate(values):
+                site = direct.get(value)
+                if site is None and type(value) is ast.Name:
+                    bound = index.values_of(value.id, function)
+                    site = direct.get(bound[0]) if len(bound) == 1 else None  # type: ignore[arg-type]
+                if site is not None:
+                    key = position if type(node.value) is ast.Tuple else None
+                    if site not in returned.setdefault(key, []):
+                        returned[key].append(site)
+        return returned
+
+    def _imported_factory_calls(self) -> Dict[ast.Call, List[Optional[LoaderSite]]]:
+        """Calls of a loader factory of another file of the checked project (``from data import
+        build_loader``): a site each, at the call, with the facts of the loader the factory builds there."""
+        project = self.project
+        if project is None or not project.has_factories:
+            return {}
+        index = self.index
+        origins = import_origins(index)
+        found: Dict[ast.Call, List[Optional[LoaderSite]]] = {}
+        for info in index.calls:
+            call = info.node
+            written = dotted_name(call.func)
+            origin = called_origin(origins, written) if written is not None else None
+            factory = project.factory(*origin) if origin is not None else None
+            if factory is None:
+                continue
+            if factory["tuple"]:
+                found[call] = [LoaderSite(call, None, imported=entry, position=at) if entry else None
+                               for at, entry in enumerate(factory["sites"])]
+            else:
+                target = _assigned_target(index, call)
+                found[call] = [LoaderSite(call, dotted_name(target) if target is not None else None,
+                                          imported=factory["sites"][0])]
+        return found
+
+    def _loader_sites(self, expr: ast.expr, depth: int = 0) -> List[LoaderSite]:
+        """The loaders ``expr`` holds: a ``DataLoader(...)`` call, a factory's call, a name bound to one, or
+        a parameter that the file's calls of its function pass one to (``loader = cycle(loader)`` in
+        ``def train(loader)``)."""
+        site = self._direct.get(expr)
+        if site is not None:
+            return [site]
+        if type(expr) is ast.Call:
+            imported = self._imported.get(expr)
+            if imported is not None:
+                return [s for s in imported if s is not None and s.position is None]
+            if type(expr.func) is ast.Name and expr.func.id in self._factories:  # type: ignore[attr-defined]
+                return list(self._factories[expr.func.id].get(None, ()))  # type: ignore[attr-defined]
+            return []
+        found: List[LoaderSite] = self._bound_to(self._names, expr)  # type: ignore[assignment]
+        if not found and type(expr) is ast.Name and depth < 3:
+            for _, argument in self._arguments_for_parameter(self.index.scope_of(expr), expr):
+                found += [site for site in self._loader_sites(argument, depth + 1) if site not in found]
+        return found
+
+    def _bind_iterators(self) -> None:
+        """Names that hold an iterator over a loader: ``it = iter(loader)``, ``batches = cycle(loader)``
+        where ``cycle`` is a generator of this file that iterates its parameter."""
+        index = self.index
+        self._generators = self._generator_feeds()
+        for name in ("iter", *self._generators):
+            for info in index.calls_by_name.get(name, ()):
+                call = info.node
+                target = _assigned_target(index, call)
+                if target is not None and type(call.func) is ast.Name:
+                    self._bind(self._iterators, dotted_name(target), index.scope_of(call), self._drawn_from(call))
+
+    def _generator_feeds(self) -> Dict[str, List[Tuple[str, ast.AST]]]:
+        """Module-level generators of the file that yield from a parameter, by name: (parameter, the loop or
+        ``yield from`` that iterates it)."""
+        index = self.index
+        feeds: Dict[str, List[Tuple[str, ast.AST]]] = {}
+        for function in index.functions:
+            if index.parent(function) is not index.tree:
+                continue
+            params = {p.arg for p in (*function.args.posonlyargs, *function.args.args, *function.args.kwonlyargs)}
+            found: List[Tuple[str, ast.AST]] = []
+            yields = False
+            for node in walk(function):
+                kind = type(node)
+                if kind is ast.Yield or kind is ast.YieldFrom:
+                    yields = True
+                    if kind is ast.YieldFrom and type(node.value) is ast.Name and node.value.id in params:
+                        found.append((node.value.id, node))
+                elif kind in (ast.For, ast.AsyncFor) and index.function_of(node) is function:
+                    for expr in self.iterated(index.loop_info[node]):
+                        if type(expr) is ast.Name and expr.id in params:
+                            found.append((expr.id, node))
+            if yields and found:
+                feeds[function.name] = found
+        return feeds
+
+    def _drawn_from(self, expr: ast.expr) -> List["Drawn"]:
+        """Iterators over loaders that ``expr`` holds, each with what starts the loader's iteration (its
+        ``iter(...)`` call, or the generator's loop over it)."""
+        if type(expr) is ast.Call and type(expr.func) is ast.Name:
+            name = expr.func.id  # type: ignore[attr-defined]
+            if name == "iter" and len(expr.args) == 1 and not expr.keywords:  # type: ignore[attr-defined]
+                inner = expr.args[0]  # type: ignore[attr-defined]
+                return ([Drawn(site, expr) for site in self._loader_sites(inner)]
+                        or self._drawn_from(inner))  # `iter(cycle(loader))`
+            feeds = self._generators.get(name)
+            if feeds and not has_star(expr):  # type: ignore[arg-type]
+                function = next(f for f in self.index.functions if f.name == name and self.index.parent(f) is self.index.tree)
+                params = [p.arg for p in (*function.args.posonlyargs, *function.args.args)]
+                drawn = []
+                for param, feeder in feeds:
+                    argument = keyword_value(expr, param)  # type: ignore[arg-type]
+                    if argument is None and param in params and params.index(param) < len(expr.args):  # type: ignore[attr-defined]
+                        argument = expr.args[params.index(param)]  # type: ignore[attr-defined]
+                    if argument is not None:
+                        drawn += [Drawn(site, feeder) for site in self._loader_sites(argument)]
+                return drawn
+            return []
+        if type(expr) in (ast.Name, ast.Attribute):
+            return self._bound_to(self._iterators, expr)  # type: ignore[return-value]
+        return []
+
+    def _bound_to(self, names: "_Bindings", use: ast.expr) -> List[object]:
+        """What ``use`` (a name or ``self.x``) holds by ``names``, in the order bound. A plain name's value
+        is bound in the same scope, or at module level and not rebound in the using scope; an attribute
         (``self.train_loader``) is matched by its spelling anywhere in the file."""
         name = dotted_name(use) or ""
-        if type(use) is not ast.Name:
-            return list(by_name.get(name, ()))
-        index, scopes = self.index, by_scope.get(name)
+        scopes = names.get(name)
         if not scopes:
             return []
+        if type(use) is not ast.Name:
+            return [item for found in scopes.values() for item in found]
+        index = self.index
         use_scope = index.scope_of(use)
         found = list(scopes.get(use_scope, ()))
         if use_scope is not index.tree and not index.values_of(use.id, use_scope):  # type: ignore[attr-defined]
             found += scopes.get(index.tree, ())
-            found.sort(key=lambda site: source_order(site.call))
         return found
 
     def _arguments_for_parameter(
@@ -236,31 +499,59 @@ class LoaderFacts:
         """An outer loop that runs ``loop`` (and so iterates the loader) again and again, such as an epoch
         loop, while the loader itself is built once outside it. None where there is none."""
         index = self.index
+        feeders = site.feeders.get(loop.node)
+        if feeders:  # batches drawn with `next()`: the loader is iterated again where its iterator is made again
+            return next(filter(None, (self._restarts(site, feeder, index.function_of(feeder)) for feeder in feeders)),
+                        None)
+        built = self._built_in
         for outer in index.enclosing_loops(loop.node):
-            if outer is not loop and not index.contains(outer.node, site.call):
+            if outer is not loop and not built(outer.node, site):
                 return outer
         function = loop.function
         for call in site.via_calls.get(loop.node, ()):
-            if function is not None and index.contains(function, site.call):
+            if function is not None and built(function, site):
                 continue
             for outer in index.enclosing_loops(call):
-                if not index.contains(outer.node, site.call):
+                if not built(outer.node, site):
                     return outer
-        if function is not None and not index.contains(function, site.call):
-            # a helper that iterates its parameter, called once per epoch elsewhere in the file
+        return self._restarts_through_calls(site, function)
+
+    def _restarts(self, site: LoaderSite, feeder: ast.AST, function: Optional[AstScope]) -> Optional[AstLoopInfo]:
+        """A loop that runs ``feeder`` (an ``iter(loader)``, a generator's loop over the loader) again and again:
+        around it (``except StopIteration: it = iter(loader)`` in the step loop, a generator's ``while True``),
+        or around the calls of the function that holds it."""
+        for outer in self.index.enclosing_loops(feeder):
+            if outer.node is not feeder and not self._built_in(outer.node, site):
+                return outer
+        return self._restarts_through_calls(site, function)
+
+    def _restarts_through_calls(self, site: LoaderSite, function: Optional[AstScope]) -> Optional[AstLoopInfo]:
+        """A helper that iterates the loader, called once per epoch elsewhere in the file."""
+        index = self.index
+        if function is not None and not self._built_in(function, site):
             for info in index.calls_by_name.get(getattr(function, "name", "<lambda>"), ()):
                 for outer in index.enclosing_loops(info.node):
-                    if not index.contains(outer.node, site.call):
+                    if not self._built_in(outer.node, site):
                         return outer
         return None
+
+    def _built_in(self, node: ast.AST, site: LoaderSite) -> bool:
+        """The loader is built inside ``node``: its ``DataLoader(...)`` call, or a call of the factory that
+        builds it."""
+        index = self.index
+        return index.contains(node, site.call) or any(index.contains(node, call) for call in site.built_by)
 
     # --- batches ---------------------------------------------------------------------------------
     def batch_names(self, loop: AstLoopInfo) -> Set[str]:
         """Names that hold (part of) the current batch in ``loop``: its targets, and names the body unpacks
         or indexes from them (``x, y = batch``, ``x = batch["image"]``), in source order."""
+        drawn = self._drawn_names.get(loop.node, set())  # `images, labels = next(batches)`
         if type(loop.node) is ast.While:
-            return set()
-        names = set(target_names(loop.node.target))  # type: ignore[union-attr]
+            if not drawn:
+                return set()
+            names = set(drawn)
+        else:
+            names = set(target_names(loop.node.target)) | drawn  # type: ignore[union-attr]
         assignments = [node for statement in loop.node.body for node in walk(statement) if type(node) is ast.Assign]
         for node in sorted(assignments, key=lambda n: (n.lineno, n.col_offset)):
             if root_name(node.value) in names and is_batch_part(node.value):
@@ -272,8 +563,6 @@ class LoaderFacts:
         """``.to(<CUDA>)``/``.cuda()`` calls in the loop body whose receiver is (part of) the batch, or the
         value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``)."""
         index = self.index
-        if type(loop.node) is ast.While:
-            return []
         names = self.batch_names(loop)
         if not names:
             return []
@@ -298,8 +587,27 @@ class LoaderFacts:
                 moves.append(call)
         return moves
 
+    def setting(self, site: LoaderSite, name: str) -> Union[int, bool, str]:
+        """The loader's ``name`` (one of ``SETTINGS``) as the rules read it: ``ABSENT``, ``UNKNOWN``, an int
+        (``num_workers``) or a bool."""
+        if site.imported is not None:
+            return site.imported.get(name, UNKNOWN)  # type: ignore[no-any-return]
+        return call_setting(self.index, site.call, name)
+
+    def batches_may_be_on_cuda(self, site: LoaderSite) -> bool:
+        """A ``Dataset`` class of this file, or of the file whose factory builds the loader, moves data to a
+        CUDA device (``dataset_on_cuda``)."""
+        return self.dataset_on_cuda() or bool(site.imported and site.imported.get("on_cuda"))
+
+    def unpinned(self, loop: AstLoopInfo) -> bool:
+        """Every loader the loop is tied to is provably not pinned (``pin_memory`` not passed, or ``False``)."""
+        sites = [site for site in self.sites if any(known is loop for known in site.loops)]
+        return bool(sites) and all(self.setting(site, "pin_memory") in (ABSENT, False) for site in sites)
+
     def is_in_memory_dataset(self, site: LoaderSite) -> bool:
         """The loader's dataset is a ``TensorDataset`` (or a name bound to one): nothing to load in workers."""
+        if site.imported is not None:
+            return bool(site.imported.get("in_memory"))
         index = self.index
         value = loader_argument(site.call, "dataset")
         if not isinstance(value, ast.expr):
@@ -358,12 +666,102 @@ class LoaderFacts:
         return self._dataset_on_cuda
 
 
-def loader_facts(index: AstIndex) -> LoaderFacts:
-    """The file's loader facts, computed once and shared by every rule that asks."""
+def loader_facts(index: AstIndex, project: Optional["ProjectModel"] = None) -> LoaderFacts:
+    """The file's loader facts, computed once and shared by every rule that asks (``project``: the summaries of
+    the project files it imports, ``IndexContext.project``; every rule of a file passes the same)."""
     facts = index.shared.get("loader_facts")
     if facts is None:
-        facts = index.shared["loader_facts"] = LoaderFacts(index)
+        facts = index.shared["loader_facts"] = LoaderFacts(index, project)
     return facts  # type: ignore[return-value]
+
+
+def built_elsewhere(site: LoaderSite) -> str:
+    """A message's note on where a loader of another project file is built (empty for one of this file)."""
+    if site.imported is None:
+        return ""
+    return f" (the DataLoader is built in {site.imported.get('path', 'another file')}:{site.imported.get('line', 1)})"
+
+
+def call_setting(index: AstIndex, call: ast.Call, name: str) -> Union[int, bool, str]:
+    """``DataLoader(...)``'s ``name`` as ``LoaderFacts.setting`` reads it."""
+    value = loader_argument(call, name)
+    if value is None:
+        return ABSENT
+    if value is UNREADABLE:
+        return UNKNOWN
+    if name == "num_workers":
+        number = int_value(index, value)  # type: ignore[arg-type]
+        return number if number is not None else UNKNOWN
+    if is_literal(value, True):  # type: ignore[arg-type]
+        return True
+    return False if is_literal(value, False) else UNKNOWN  # type: ignore[arg-type]
+
+
+def loader_summary(index: AstIndex) -> dict:
+    """What other files of the project may use of this one, as plain data (JSON): its module-level loader
+    factories (``def build_loader(...): return DataLoader(...)``) with the settings of the loader each
+    builds, and the names it takes from other modules by a relative import (``from .build import
+    build_loader`` in a package's ``__init__.py``), which the project model follows."""
+    facts = LoaderFacts(index)  # this file alone: a summary never depends on another file
+    factories = {}
+    for name, returned in facts._factories.items():
+        if set(returned) == {None}:
+            factories[name] = {"tuple": False, "sites": [facts._entry(returned[None][0])]}
+        elif None not in returned:
+            size = max(returned) + 1  # type: ignore[type-var]
+            factories[name] = {"tuple": True, "sites": [facts._entry(returned[at][0]) if at in returned else None
+                                                        for at in range(size)]}
+    reexports = {}
+    for node in index.tree.body:
+        if type(node) is ast.ImportFrom and node.level:
+            for alias in node.names:
+                if alias.name != "*":
+                    reexports[alias.asname or alias.name] = [node.module or "", node.level, alias.name]
+    summary: dict = {}
+    if factories:
+        summary["factories"] = factories
+    if reexports:
+        summary["reexports"] = reexports
+    return summary
+
+
+def import_origins(index: AstIndex) -> Dict[str, Tuple[str, int, Optional[str]]]:
+    """Local name -> (module, level, the name taken from it, or None where the name is the module itself),
+    for every import of the file, relative ones included (``from .data import build_loader``)."""
+    found: Dict[str, Tuple[str, int, Optional[str]]] = {}
+    for node in index.import_statements:
+        if type(node) is ast.Import:
+            for alias in node.names:
+                if alias.asname:
+                    found[alias.asname] = (alias.name, 0, None)
+                else:
+                    root = alias.name.split(".")[0]
+                    found[root] = (root, 0, None)
+        else:
+            for alias in node.names:  # type: ignore[union-attr]
+                if alias.name != "*":
+                    found[alias.asname or alias.name] = (node.module or "", node.level, alias.name)  # type: ignore[union-attr]
+    return found
+
+
+def called_origin(origins: Dict[str, Tuple[str, int, Optional[str]]], written: str
+                  ) -> Optional[Tuple[str, int, str]]:
+    """(module, level, function) that a call written ``written`` (``build_loader``, ``data.build_loader``,
+    ``pkg.data.build_loader``) names through the file's imports, or None."""
+    parts = written.split(".")
+    origin = origins.get(parts[0])
+    if origin is None:
+        return None
+    module, level, taken = origin
+    if taken is None:  # `import data` / `import pkg.data`: the rest is a path in the module
+        path = [module, *parts[1:]]
+    elif len(parts) == 1:
+        return module, level, taken
+    else:  # `from pkg import data` then `data.build_loader(...)`: `data` is a module of the package
+        path = [f"{module}.{taken}" if module else taken, *parts[1:]]
+    if len(path) < 2:
+        return None
+    return ".".join(path[:-1]), level, path[-1]
 
 
 def _moves_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:

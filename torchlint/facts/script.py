@@ -10,7 +10,7 @@ which is the author's decision and not a finding.
 from __future__ import annotations
 
 import ast
-from typing import Optional, Set
+from typing import Optional
 
 from torchlint.ast_index import AstIndex, AstLoopInfo
 
@@ -26,23 +26,6 @@ def first_training_loop(index: AstIndex) -> Optional[AstLoopInfo]:
 def training_loop_around(index: AstIndex, node: ast.AST) -> Optional[AstLoopInfo]:
     """The innermost loop around ``node`` (up to the enclosing def) that runs a training step per iteration."""
     return next((loop for loop in index.enclosing_loops(node) if loop.is_training), None)
-
-
-def step_functions(index: AstIndex) -> Set[str]:
-    """Names of the file's functions that run a training step themselves: ``def _backward(loss): ...
-    loss.backward(); optimizer.step()`` (a closure or helper a loop calls every iteration)."""
-    return {info.function.name for info in index.calls
-            if isinstance(info.function, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
-
-
-def calls_step(call: ast.Call, steps: Set[str]) -> bool:
-    """``call`` runs one of ``steps`` (``step_functions``) by its name: ``train_step(...)``, ``self.step(...)``."""
-    func = call.func
-    if isinstance(func, ast.Name):
-        return func.id in steps
-    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
-        and func.attr in steps
 
 
 def loop_header(loop: AstLoopInfo) -> ast.expr:

@@ -1,0 +1,144 @@
+"""The project model: a loader built by a factory in one file of the checked project (`data.py`) and trained
+on in another (`train.py`), followed when only the training file is checked, and its cached result re-checked
+when the factory's file changes. The fixture harness checks one file at a time, so these cases are trees of
+their own."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List
+
+from torchlint import runner
+from torchlint.config import Settings
+from torchlint.project import ProjectModel, imported_modules, resolve
+
+FACTORY = """\
+from torch.utils.data import DataLoader
+
+
+def build_loader(dataset, batch_size):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True{extra})
+"""
+
+TRAIN = """\
+{imports}
+
+
+def main(model, optimizer, dataset):
+    loader = {call}(dataset, 32)
+    for epoch in range(10):
+        for images, labels in loader:
+            loss = model(images.cuda(), labels.cuda())
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def _tree(root: Path, files: Dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _settings(root: Path) -> Settings:
+    return Settings(select=("TL401", "TL402", "TL403"), root=root, project_root=root)
+
+
+def _check(root: Path, *names: str, cache: bool = False) -> List[str]:
+    job = runner.Job(_settings(root), cache_dir=root / ".cache" if cache else None)
+    results = runner.run([root / name for name in names], job)
+    return [f"{Path(d.path).name}:{d.line} {d.code} {d.message.rsplit(' (', 1)[-1]}"
+            for result in results for d in result.diagnostics]
+
+
+def test_a_factory_in_another_file_is_followed_and_reported_once_at_its_call(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+                     "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    expected = ["train.py:5 TL401 the DataLoader is built in data.py:5)",
+                "train.py:5 TL402 the DataLoader is built in data.py:5)"]
+    assert _check(tmp_path, "train.py") == expected
+    assert _check(tmp_path, "train.py", "data.py") == expected  # never also at the DataLoader(...) in data.py
+
+
+def test_settings_the_factory_passes_silence_the_findings(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=8, pin_memory=True, persistent_workers=True"),
+                     "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    assert [line for line in _check(tmp_path, "train.py") if " TL4" in line] == []
+
+
+def test_imports_spelled_every_way(tmp_path):
+    layouts = {
+        "module": {"data.py": FACTORY.format(extra=""),
+                   "train.py": TRAIN.format(imports="import data", call="data.build_loader")},
+        "relative": {"pkg/__init__.py": "", "pkg/data.py": FACTORY.format(extra=""),
+                     "pkg/train.py": TRAIN.format(imports="from .data import build_loader", call="build_loader")},
+        "src": {"src/pkg/__init__.py": "", "src/pkg/data.py": FACTORY.format(extra=""),
+                "src/pkg/train.py": TRAIN.format(imports="from pkg.data import build_loader as make",
+                                                 call="make")},
+        "re-exported": {"pkg/__init__.py": "from .loaders import build_loader\n",
+                        "pkg/loaders.py": FACTORY.format(extra=""),
+                        "train.py": TRAIN.format(imports="from pkg import build_loader", call="build_loader")},
+        "submodule": {"pkg/__init__.py": "", "pkg/data.py": FACTORY.format(extra=""),
+                      "train.py": TRAIN.format(imports="from pkg import data", call="data.build_loader")},
+    }
+    for layout, files in layouts.items():
+        root = tmp_path / layout
+        _tree(root, files)
+        trainer = next(name for name in files if name.endswith("train.py"))
+        found = _check(root, trainer)
+        assert [line.split(" ")[1] for line in found] == ["TL401", "TL402"], (layout, found)
+
+
+def test_only_files_of_the_project_are_read(tmp_path):
+    project = tmp_path / "project"
+    _tree(tmp_path, {"data.py": FACTORY.format(extra="")})  # beside the project, not in it
+    _tree(project, {"train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    assert resolve("data", 0, project / "train.py", project) is None
+    assert _check(project, "train.py") == []
+
+
+def test_a_change_in_the_factory_file_rechecks_the_cached_training_file(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+                     "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    assert len(_check(tmp_path, "train.py", cache=True)) == 2
+    (tmp_path / "data.py").write_text(FACTORY.format(extra=", num_workers=4, pin_memory=True"))
+    assert [line.split(" ")[1] for line in _check(tmp_path, "train.py", cache=True)] == ["TL403"]
+    # an edit that leaves the summary as it was keeps the training file's entry: same key
+    job = runner.Job(_settings(tmp_path), cache_dir=tmp_path / ".cache")
+    cache = runner.Cache(job.cache_dir)
+    data = (tmp_path / "train.py").read_bytes()
+
+    def key() -> str:
+        return runner._cache_key(cache, data, tmp_path / "train.py", job,
+                                 runner.project_of(tmp_path / "train.py", data, job, cache))
+
+    before = key()
+    (tmp_path / "data.py").write_text(FACTORY.format(extra=", num_workers=4, pin_memory=True") + "# a comment\n")
+    os.utime(tmp_path / "data.py", ns=(1, 1))  # another size and time: not this process's memory of it
+    assert key() == before
+
+
+def test_the_summary_is_plain_data(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=0"), "train.py": "import data\n"})
+    model = ProjectModel.for_file(tmp_path / "train.py", b"import data\n", tmp_path)
+    assert model.summaries == {(tmp_path / "data.py"): {"factories": {"build_loader": {"tuple": False, "sites": [{
+        "line": 5, "num_workers": 0, "pin_memory": "absent", "persistent_workers": "absent", "in_memory": False,
+        "on_cuda": False, "default_collate": True}]}}}}
+
+
+def test_imports_read_off_the_bytes():
+    text = b"import os, pkg.data as d\nfrom . import data, model\nfrom ..utils.io import (\n    load,\n    save as s,\n)\n"
+    assert imported_modules(text) == [("os", 0), ("pkg", 0), ("pkg.data", 0), ("data", 1), ("model", 1),
+                                      ("utils.io", 2), ("utils.io.load", 2), ("utils.io.save", 2)]
+
+
+def test_a_file_that_trains_nowhere_reads_no_other_file(tmp_path):
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=""), "use.py": "from data import build_loader\n"})
+    job = runner.Job(_settings(tmp_path))
+    assert runner.project_of(tmp_path / "use.py", b"from data import build_loader\n", job, None).summaries == {}
+    trains = b"from data import build_loader\nloss.backward()\n"
+    assert list(runner.project_of(tmp_path / "use.py", trains, job, None).summaries) == [tmp_path / "data.py"]
+    no_loader_rules = runner.Job(Settings(select=("TL101",), root=tmp_path, project_root=tmp_path))
+    assert runner.project_of(tmp_path / "use.py", trains, no_loader_rules, None).summaries == {}

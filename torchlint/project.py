@@ -1,0 +1,234 @@
+"""The project model: what a checked file uses of the other files of its project (docs/architecture.md).
+
+A file's rules may follow a loader built by a factory of another project file (``train.py``: ``from data
+import build_loader``). The runner hands them a ``ProjectModel``: the summaries (``facts.loaders.loader_summary``,
+plain data) of the project files the checked file imports, found by ``resolve`` (relative imports, the
+file's folder, the project root and ``src/``; only files under the project root; nothing is executed) and
+read from disk even when only that one file is checked (pre-commit passes only the changed files). The
+imports are read off the file's bytes (``IMPORTS``), before it is parsed, so that the cache key of its result
+(``digest``) covers the summaries it may use: a change in ``data.py``'s loaders re-checks ``train.py``.
+An import the scan misses (spelled across a line continuation) only loses that module's loaders: the rules
+read the file's own import statements and ask the model only for the modules it holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+
+if TYPE_CHECKING:
+    from torchlint.cache import Cache
+
+# `from .data import build_loader`, `from pkg import (a, b)`, `import data, pkg.model as m`: the module named,
+# its dots, and the names taken (which may be submodules: `from . import data`)
+IMPORTS = re.compile(
+    rb"^[ \t]*(?:from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#;]*)|import[ \t]+([^\n#;]+))",
+    re.MULTILINE)
+# The rules that follow a project file's loaders: their text gates are opened by a file that imports a
+# project factory (`train.py` need not say `DataLoader`).
+FOLLOWING_RULES = frozenset({"TL401", "TL402", "TL403"})
+# ...and TL103, which reads the settings of the loaders a loop iterates (it leaves unpinned ones to TL402)
+READING_RULES = FOLLOWING_RULES | {"TL103"}
+# TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
+# without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
+# loops as it does without one.
+_TRAINING_WORDS = (b"backward", b"step")
+MAX_HOPS = 3  # re-exports followed (`pkg/__init__.py`: `from .build import build_loader`)
+_SOURCE_LIMIT = 2 * 1024 * 1024  # a larger imported file is not summarized
+
+_RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
+Module = Tuple[str, int]  # (dotted name, level of a relative import)
+
+
+def imported_modules(data: bytes) -> List[Module]:
+    """The modules the text may import, in order, each once: for ``from m import a`` both ``m`` and ``m.a``."""
+    found: Dict[Module, None] = {}
+    for match in IMPORTS.finditer(data):
+        dots, module, names, plain = match.groups()
+        if plain is not None:
+            for part in plain.split(b","):
+                words = part.split()
+                if words:
+                    name = words[0].decode("ascii", "replace")
+                    pieces = name.split(".")
+                    for end in range(1, len(pieces) + 1):  # `import pkg.data`: pkg and pkg.data
+                        found[(".".join(pieces[:end]), 0)] = None
+            continue
+        level = len(dots)
+        module_name = module.decode("ascii", "replace")
+        if module_name:
+            found[(module_name, level)] = None
+        for part in names.strip(b"()").split(b","):
+            words = part.split()
+            if words and words[0] != b"*":
+                name = words[0].decode("ascii", "replace")
+                found[(f"{module_name}.{name}" if module_name else name, level)] = None
+    return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
+            and (module[0] or module[1])]
+
+
+def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Path]:
+    """The file of ``root`` that ``import module`` (``level`` dots) in ``importer`` loads, or None. Absolute
+    imports are looked for beside the importer (a script's folder is first on ``sys.path``), at the root
+    and in ``root/src``; a relative one from the importer's package."""
+    found = _resolved(module, level, os.path.dirname(str(importer)), str(root))
+    return Path(found) if found is not None else None
+
+
+@lru_cache(maxsize=8192)
+def _resolved(module: str, level: int, folder: str, root: str) -> Optional[str]:
+    """``resolve`` on strings, remembered for the run: every file of a tree asks for torch, numpy, its
+    siblings, and most answers are "not in the project"."""
+    parts = [part for part in module.split(".") if part]
+    if level:
+        base = folder
+        for _ in range(level - 1):
+            base = os.path.dirname(base)
+        bases = [base]
+    else:
+        bases = [folder, root, os.path.join(root, "src")]
+    for base in dict.fromkeys(bases):
+        target = os.path.join(base, *parts)
+        for candidate in ((target + ".py") if parts else None, os.path.join(target, "__init__.py")):
+            if candidate is not None and os.path.isfile(candidate) and _inside(candidate, root):
+                return candidate
+    return None
+
+
+def _inside(path: str, root: str) -> bool:
+    real = os.path.realpath(path)
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
+
+
+class ProjectModel:
+    """The summaries of the project files one checked file imports (and the files they re-export from)."""
+
+    def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path]) -> None:
+        self.importer, self.root = importer, root
+        self.summaries = summaries  # file -> its summary
+        self.imports = imports  # what the checked file imports -> the project file it loads
+        self.has_factories = any(summary.get("factories") for summary in summaries.values())
+
+    @classmethod
+    def may_use(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold."""
+        return (not READING_RULES.isdisjoint(codes) and b"import" in data
+                and any(word in data for word in _TRAINING_WORDS))
+
+    @classmethod
+    def empty(cls, path: Path) -> "ProjectModel":
+        return cls(Path(os.path.abspath(path)), Path(os.path.abspath(path)).parent, {}, {})
+
+    @classmethod
+    def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
+                 max_size: int = _SOURCE_LIMIT) -> "ProjectModel":
+        root = Path(os.path.realpath(root))
+        importer = Path(os.path.abspath(path))
+        imports: Dict[Module, Path] = {}
+        summaries: Dict[Path, dict] = {}
+        for module in imported_modules(data):
+            found = resolve(*module, importer, root)
+            if found is not None and found != importer:
+                imports[module] = found
+        pending = list(dict.fromkeys(imports.values()))
+        for _ in range(MAX_HOPS + 1):  # each file's summary, then the files it re-exports from
+            following = []
+            for file in pending:
+                if file in summaries:
+                    continue
+                summaries[file] = summary_of(file, cache, max_size)
+                for module, level, _name in summaries[file].get("reexports", {}).values():
+                    found = resolve(module, level, file, root)
+                    if found is not None and found not in summaries:
+                        following.append(found)
+            pending = following
+        return cls(importer, root, summaries, imports)
+
+    def opens_gate(self, code: str) -> bool:
+        """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
+        file's loader factory, which the rule follows (``FOLLOWING_RULES``)."""
+        return self.has_factories and code in FOLLOWING_RULES
+
+    def factory(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
+        each entry's ``path`` (relative to the root), or None."""
+        file = self.imports.get((module, level))
+        for _ in range(MAX_HOPS + 1):
+            summary = self.summaries.get(file) if file is not None else None
+            if summary is None:
+                return None
+            found = summary.get("factories", {}).get(name)
+            if found is not None:
+                shown = self._shown(file)  # type: ignore[arg-type]
+                return {"tuple": found["tuple"],
+                        "sites": [dict(entry, path=shown) if entry else None for entry in found["sites"]]}
+            origin = summary.get("reexports", {}).get(name)
+            if origin is None:
+                return None
+            module, level, name = origin
+            file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
+        return None
+
+    def digest(self) -> str:
+        """What the file's result may depend on: each summary and the file it came from."""
+        blob = json.dumps(sorted((self._shown(file), summary) for file, summary in self.summaries.items()),
+                          sort_keys=True)
+        return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+
+    def _shown(self, file: Path) -> str:
+        try:
+            return Path(os.path.realpath(file)).relative_to(self.root).as_posix()
+        except ValueError:
+            return file.as_posix()
+
+
+# Summaries made in this process, by file and its size and time: a tree run without a cache summarizes an
+# imported file once, not once per importer.
+_made: Dict[Tuple[Path, int, int, int], dict] = {}
+
+
+def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
+    """The summary of the project file ``path``: from this process's memory, from the cache (by the file's
+    bytes), or made by parsing it. An unreadable or invalid file has an empty summary."""
+    from torchlint.fileio import SourceError, decode_source, read_regular
+
+    try:
+        status = os.stat(path)
+        memo = (path, status.st_size, status.st_mtime_ns, status.st_ino)
+        if memo in _made:
+            return _made[memo]
+        data, _ = read_regular(path, min(max_size, _SOURCE_LIMIT))
+    except (SourceError, OSError):
+        return {}
+    key = cache.data_key(data, "summary") if cache is not None else None
+    summary = cache.get_data(key) if cache is not None and key is not None else None
+    if not isinstance(summary, dict):
+        try:
+            summary = summarize(decode_source(data).text)
+        except (SourceError, RecursionError, MemoryError, ValueError):  # a file too odd to summarize: nothing
+            summary = {}
+        if cache is not None and key is not None:
+            cache.put_data(key, summary)
+    if len(_made) > 4096:
+        _made.clear()
+    _made[memo] = summary
+    return summary
+
+
+def summarize(text: str) -> dict:
+    """``loader_summary`` of a source text (empty where CPython cannot parse it, or it builds no loader)."""
+    if "DataLoader" not in text and not _RELATIVE_IMPORT.search(text):
+        return {}  # neither a loader nor a re-export
+    from torchlint.ast_index import AstIndex
+    from torchlint.facts.loaders import loader_summary
+    from torchlint.guard import stdlib_tree
+
+    tree = stdlib_tree(text)
+    if tree is None:
+        return {}
+    return loader_summary(AstIndex(tree, text))
