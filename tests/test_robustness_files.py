@@ -94,8 +94,8 @@ def test_files_over_max_file_size_get_a_tl000_naming_the_limit(project):
 def _sabotage(monkeypatch, action):
     real = runner.process_source
 
-    def process_then_act(source, shown, path, job):
-        result = real(source, shown, path, job)
+    def process_then_act(source, shown, path, job, project=None):
+        result = real(source, shown, path, job, project)
         if job.apply:
             action()
         return result

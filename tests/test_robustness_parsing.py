@@ -53,10 +53,10 @@ def test_a_dead_worker_costs_its_file_one_tl000_and_nothing_else(tmp_path):
         import torchlint.runner as runner
         from torchlint.config import Settings
         real = runner._process_source
-        def fragile(source, shown, path, job):
+        def fragile(source, shown, path, job, project):
             if shown.endswith("crash.py"):
                 os.kill(os.getpid(), signal.SIGSEGV)  # what a native stack overflow looks like
-            return real(source, shown, path, job)
+            return real(source, shown, path, job, project)
         runner._process_source = fragile
         paths = sorted(Path({str(tmp_path)!r}).glob("*.py"))
         for result in runner.run(paths, runner.Job(Settings()), jobs=2):

@@ -158,6 +158,15 @@ def under_logging_guard(index: AstIndex, node: ast.AST, stop: ast.AST) -> bool:
     return False
 
 
+def calls_by_name(call: ast.Call, names: Set[str]) -> bool:
+    """``call`` runs a def of the file named in ``names`` by its name: ``train_step(...)``, ``self.step(...)``."""
+    func = call.func
+    if type(func) is ast.Name:
+        return func.id in names  # type: ignore[attr-defined]
+    return type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self" \
+        and func.attr in names  # type: ignore[attr-defined]
+
+
 class StepFacts:
     """The file's step functions and step loops, and the functions each step reaches (see the module)."""
 
@@ -181,11 +190,7 @@ class StepFacts:
 
     def calls_step(self, call: ast.Call) -> bool:
         """``call`` runs one of the file's step functions by its name: ``train_step(...)``, ``self.step(...)``."""
-        func = call.func
-        if type(func) is ast.Name:
-            return func.id in self.step_functions
-        return type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id == "self" \
-            and func.attr in self.step_functions
+        return calls_by_name(call, self.step_functions)
 
     def step_loop_around(self, index: AstIndex, node: ast.AST) -> Optional[AstLoopInfo]:
         """The innermost step loop around ``node`` in its function (or module)."""
