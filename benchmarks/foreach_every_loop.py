@@ -19,7 +19,7 @@ from typing import Iterator, List
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, walk
+from torchlint.fix.analysis import FileAnalysis, walk
 
 
 def _files(paths: List[str]) -> Iterator[str]:

@@ -302,7 +302,7 @@ case("stdin", "a syntax error")(_stdin_case(with_finding("x = (").encode()))
 # Files that change under the fixer: an in-process run whose fixer renames or deletes the file first.
 _VANISH = """
 import os, sys
-import torchlint.runner as runner
+import torchlint.run.runner as runner
 real = runner.process_source
 done = []
 def sabotage(source, shown, path, job):
@@ -866,7 +866,7 @@ case("notebook writes", "hard-linked notebook")(_notebook_refused(lambda p: os.l
                                                                   "hard-linked"))
 
 _NOTEBOOK_EDITED = """
-import torchlint.notebook as nb
+import torchlint.run.notebook as nb
 real = nb.fix_source
 def fix_then_edit(*args, **kwargs):  # between the read and the write
     result = real(*args, **kwargs)

@@ -139,16 +139,16 @@ def diff_lines(output: bytes, tree: Path) -> List[str]:
 def stage_costs(tree: Path) -> Dict[str, float]:
     """Where a cold, serial run spends its time, stage by stage, and how many files each stage lets through
     (in this process, every rule selected, no profiler: each stage timed around its own calls)."""
-    from torchlint.ast_index import index_of
+    from torchlint.facts.index import index_of
     from torchlint.config import Settings
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
     from torchlint.engine import _stdlib_ast, parse, rules_for_path
-    from torchlint.rewrites import make_rewrites, make_rewrites_in_statements
+    from torchlint.fix.rewrites import make_rewrites, make_rewrites_in_statements
     from torchlint.rule import IndexContext, iter_reports
-    from torchlint.fileio import SourceError, decode_source
-    from torchlint.guard import call_with_deep_stack
+    from torchlint.run.fileio import SourceError, decode_source
+    from torchlint.run.guard import call_with_deep_stack
     from torchlint.registry import all_rules
-    from torchlint.runner import _collections_paused
+    from torchlint.run.runner import _collections_paused
 
     settings = Settings(root=tree, project_root=tree)  # as the CLI judges test files in a repository at tree
     rules = [rule() for rule in all_rules()]
@@ -208,7 +208,7 @@ def stage_costs(tree: Path) -> Dict[str, float]:
 def slowest_files(tree: Path, count: int) -> List[Tuple[float, str]]:
     """Each file alone in this process (serial, no cache): where a cold run spends its time."""
     from torchlint.config import Settings
-    from torchlint.runner import Job, process_file
+    from torchlint.run.runner import Job, process_file
 
     job = Job(Settings(root=tree), mode="check")
     timings = []

@@ -108,7 +108,7 @@ def timed(command: List[str], cwd: Path, runs: int, before: Optional[Callable[[]
 def in_process(root: Path, train: Path, runs: int) -> List[Tuple[str, List[float]]]:
     """The same warm check of train.py without the interpreter's start: what the project model adds to it."""
     sys.path.insert(0, str(HERE))
-    from torchlint import runner
+    from torchlint.run import runner
     from torchlint.config import Settings
 
     job = runner.Job(Settings(root=root, project_root=root), cache_dir=root / ".torchlint_cache")

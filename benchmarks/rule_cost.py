@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from torchlint.ast_index import index_of
+from torchlint.facts.index import index_of
 from torchlint.config import Settings
 from torchlint.engine import _stdlib_ast, rules_for_path
-from torchlint.fileio import decode_source
+from torchlint.run.fileio import decode_source
 from torchlint.registry import all_rules
 from torchlint.rule import IndexContext, gate_passes, iter_reports
 

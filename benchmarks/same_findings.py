@@ -6,7 +6,7 @@ Runs this checkout's torchlint and the baseline checkout's (e.g. `git worktree a
 TREE, every rule on, without the cache: `check --output-format json --unsafe-fixes` (each finding's code,
 message, span, fix applicability and the edits its fix makes) and `fix --diff --unsafe-fixes` (the text every fix,
 unsafe ones included, writes after all passes), and `check`'s default text, whose `[*]` marks are made
-without the fixes' text (`torchlint.rewrites`). Prints the count per rule and every difference; exits 1
+without the fixes' text (`torchlint.fix.rewrites`). Prints the count per rule and every difference; exits 1
 when there is one. Migrating a rule onto the index (docs/architecture.md, "One program model") is done
 when this prints "identical" on the fixtures, the installed torch tree and the training-code corpus.
 """

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import (
+from torchlint.facts.index import (
     AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name, names_spelled, source_order,
     spells_name, target_names, walk,
 )
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
@@ -23,10 +23,10 @@ from torchlint.facts.devices import never_uses_cuda
 from torchlint.facts.steps import StepFacts, runs_once_in, step_facts
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, call_text, may_train, search_method, search_word
+from torchlint.facts.text_gates import TRAINING_WORDS, call_text, may_train, search_method, search_word
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 _CONVERSIONS = ("float", "int", "bool")
 # Names whose call returns a tensor: the model, the loss.
@@ -1069,7 +1069,7 @@ def _accumulate_on_device(call: cst.Call, a: "FileAnalysis", depth: int, keep_re
     # ``call``'s replacement drops (asking of the whole loop made every finding cost the loop's size).
     if loses_comment({call: detach}):
         return DROPS_COMMENT
-    from torchlint.fixer import replaced_within  # the fixer loads only for files with a finding
+    from torchlint.fix.fixer import replaced_within  # the fixer loads only for files with a finding
 
     new_loop = replaced_within(loop, aug, aug.with_changes(value=detach), a)  # type: ignore[union-attr]
     acc = aug.target.value  # type: ignore[union-attr]

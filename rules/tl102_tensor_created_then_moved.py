@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.arguments import with_keyword
-from torchlint.ast_index import (AstCallInfo, AstIndex, call_arguments, call_name, has_star, is_integer,
+from torchlint.fix.arguments import with_keyword
+from torchlint.facts.index import (AstCallInfo, AstIndex, call_arguments, call_name, has_star, is_integer,
                                  is_literal, keyword_value)
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
 from torchlint.facts.steps import runs_once_in, runs_once_per_run
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import FACTORY_NAMES, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device
+from torchlint.facts.text_gates import FACTORY_NAMES, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 # Factories that fill their result the same way on every device.
 # Not flagged: `torch.tensor(data)` and `torch.Tensor(data)` (with `device=` they still build the tensor on the

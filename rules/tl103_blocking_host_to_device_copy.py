@@ -8,19 +8,19 @@ from typing import TYPE_CHECKING, List, Optional, Set, Union
 
 import libcst as cst
 
-from torchlint.arguments import with_keyword
-from torchlint.ast_index import (AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name,
+from torchlint.fix.arguments import with_keyword
+from torchlint.facts.index import (AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name,
                                  dotted_name, has_star, is_literal, keyword_value, source_order, target_names, walk)
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, loader_facts
 from torchlint.facts.steps import runs_once_in
 from torchlint.facts.devices import never_uses_cuda
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import may_move_to_device, may_name_a_loader
+from torchlint.facts.text_gates import may_move_to_device, may_name_a_loader
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 
 class BlockingHostToDeviceCopy(Rule):

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, List, Optional, Set, Union
 
 import libcst as cst
 
-from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, is_literal, keyword_value
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.facts.index import AstIndex, AstScope, call_arguments, call_name, is_literal, keyword_value
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.arrays import numpy_source
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
-from torchlint.text_prefilter import call_text, search_word
+    from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.text_gates import call_text, search_word
 
 _TENSOR_CALL_TEXT = call_text("tensor")  # `tensor (x)`, `(torch.tensor)(x)`, a comment before `(`
 

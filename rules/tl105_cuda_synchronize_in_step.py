@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Set, Tuple, Union
 
-from torchlint.ast_index import AstCallInfo, AstIndex, call_name, dotted_name, keyword_value
+from torchlint.facts.index import AstCallInfo, AstIndex, call_name, dotted_name, keyword_value
 from torchlint.config import Settings
 from torchlint.facts.clocks import reads_clock
 from torchlint.facts.devices import CPU, to_destination
@@ -13,7 +13,7 @@ from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.steps import calls_by_name, step_facts
 from torchlint.facts.syncs import is_sync_call
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, may_train
+from torchlint.facts.text_gates import TRAINING_WORDS, may_train
 
 # Waits for every kernel on every stream of the device (their docstrings in torch 2.13). A stream's or an
 # event's `synchronize()` waits for less, and is not this rule's.

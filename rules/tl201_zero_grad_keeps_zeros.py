@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import call_name as cst_call_name
-from torchlint.ast_index import AstCallInfo, AstIndex, Extent, call_arguments, call_name, dotted_name, is_literal, walk
-from torchlint.comments import DROPS_COMMENT, has_comment, loses_comment
+from torchlint.fix.analysis import call_name as cst_call_name
+from torchlint.facts.index import AstCallInfo, AstIndex, Extent, call_arguments, call_name, dotted_name, is_literal, walk
+from torchlint.fix.comments import DROPS_COMMENT, has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
-from torchlint.text_prefilter import CALL_GAP, GAP, call_text, call_with_text, search_method
+    from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.text_gates import CALL_GAP, GAP, call_text, call_with_text, search_method
 
 _PARAM_NAME = re.compile(r"param", re.IGNORECASE)
 # Text stage (ZeroGradKeepsZeros.may_fire): `zero_grad(`, from torch 2.0 on only with a False; or

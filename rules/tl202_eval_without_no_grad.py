@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Un
 
 import libcst as cst
 
-from torchlint.ast_index import AstFunction, AstIndex, call_name, dotted_name, source_order, walk
+from torchlint.facts.index import AstFunction, AstIndex, call_name, dotted_name, source_order, walk
 from torchlint.config import Settings
 from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, decorator_names, eval_receiver,
                                         grad_globally_off, grad_off_anywhere_around, grad_off_between,
                                         is_eval_loader, train_receiver)
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import has_method_call
+from torchlint.facts.text_gates import has_method_call
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 _MATCH = getattr(ast, "Match", ast.If)  # Python 3.10+

@@ -7,11 +7,11 @@ import re
 from pathlib import PurePath
 from typing import Optional, Union
 
-from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_value
+from torchlint.facts.index import AstIndex, call_arguments, is_literal, keyword_value
 from torchlint.config import Settings
 from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run, training_loop_around
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train
 
 _ANOMALY_SWITCH = {"torch.autograd.set_detect_anomaly", "torch.autograd.anomaly_mode.set_detect_anomaly"}
 _ANOMALY_CONTEXT = {"torch.autograd.detect_anomaly", "torch.autograd.anomaly_mode.detect_anomaly"}

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import (
+from torchlint.facts.index import (
     AstIndex, StatementLine, arguments, call_name, dotted_name, is_literal, keyword_value, source_order,
 )
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import (
     Before, ClassAttributes, applied_next, applied_to_output_of, class_attributes, module_before, names_spelled,
     self_attribute,
@@ -20,7 +20,7 @@ from torchlint.facts.modules import (
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import re
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train
 
 _DATA_PARALLEL = {
     "torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, dotted_name, walk
+from torchlint.facts.index import AstIndex, AstLoopInfo, dotted_name, walk
 from torchlint.facts.distributed import calls_module, ddp_models, handles_sync, no_sync_context
 from torchlint.rule import IndexContext, Rule
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torchlint.config import Settings
 from torchlint.facts.loaders import ABSENT, built_elsewhere, loader_facts
 from torchlint.rule import FixAvailability, IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, may_train
+from torchlint.facts.text_gates import TRAINING_WORDS, may_train
 
 
 class DataloaderSingleProcess(Rule):

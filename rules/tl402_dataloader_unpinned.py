@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.arguments import with_keyword
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.fix.arguments import with_keyword
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import ABSENT, argument_position, built_elsewhere, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, may_move_to_device, may_train
+from torchlint.facts.text_gates import TRAINING_WORDS, may_move_to_device, may_train
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 
 class DataloaderUnpinned(Rule):

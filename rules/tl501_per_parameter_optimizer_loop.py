@@ -9,14 +9,14 @@ from typing import Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, keyword_arg
-from torchlint.ast_index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
-from torchlint.comments import has_comment, loses_comment
+from torchlint.fix.analysis import FileAnalysis, keyword_arg
+from torchlint.facts.index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
+from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.steps import step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import CALL_GAP, GAP, search_method
+from torchlint.facts.text_gates import CALL_GAP, GAP, search_method
 
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.

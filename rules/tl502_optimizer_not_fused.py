@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, walk
-from torchlint.comments import has_comment
+from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, walk
+from torchlint.fix.comments import has_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, framework_placement
 from torchlint.facts.script import first_training_loop
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 # The first PyTorch version with a fused CUDA implementation of each optimizer.
 FUSED_SINCE: Dict[str, Tuple[int, int]] = {"Adam": (1, 13), "AdamW": (2, 0), "SGD": (2, 3)}

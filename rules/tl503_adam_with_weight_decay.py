@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Optional, Union
 
-from torchlint.ast_index import AstIndex, AstScope, Extent
+from torchlint.facts.index import AstIndex, AstScope, Extent
 from torchlint.rule import IndexContext, Rule
 
 _ADAM = {"torch.optim.Adam", "torch.optim.adam.Adam"}

@@ -6,13 +6,13 @@ import ast
 import re
 from typing import List, Optional
 
-from torchlint.ast_index import AstIndex, call_name
+from torchlint.facts.index import AstIndex, call_name
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.modules import classes_building
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")

@@ -6,11 +6,11 @@ import ast
 import re
 from typing import Iterator
 
-from torchlint.ast_index import AstIndex, call_arguments, is_literal, keyword_value, walk
+from torchlint.facts.index import AstIndex, call_arguments, is_literal, keyword_value, walk
 from torchlint.config import Settings
 from torchlint.facts.script import first_training_loop, runs_on_every_run
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import CALL_GAP, TRAINING_WORDS, may_train, search_method, statement_end
+from torchlint.facts.text_gates import CALL_GAP, TRAINING_WORDS, may_train, search_method, statement_end
 
 # The text gate: `use_deterministic_algorithms` named, or an assignment to a `.deterministic` whose statement
 # says `True` (`cudnn.deterministic = cudnn.benchmark = True`), however spaced (see text_prefilter).

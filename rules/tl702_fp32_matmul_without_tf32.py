@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
 from torchlint.facts.script import loop_header
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
+from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.

@@ -6,11 +6,11 @@ import ast
 import re
 from typing import Dict, List, Optional, Set, Tuple
 
-from torchlint.ast_index import AstIndex, AstScope, StatementLine, dotted_name, keyword_value, walk
+from torchlint.facts.index import AstIndex, AstScope, StatementLine, dotted_name, keyword_value, walk
 from torchlint.config import Settings
 from torchlint.facts.devices import reduced_precision_evidence
 from torchlint.rule import FixAvailability, IndexContext, Rule
-from torchlint.text_prefilter import GAP, search_method, search_word
+from torchlint.facts.text_gates import GAP, search_method, search_word
 
 # Sizes below this are cheap layers (a 10-class head, a 3-channel input): padding them gains nothing worth
 # the change, so they are never reported.

@@ -7,13 +7,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence, Set, Tuple
 
-from torchlint.ast_index import (
+from torchlint.facts.index import (
     AstIndex, AstLoopInfo, StatementCode, call_arguments, call_name, dotted_name, target_names,
 )
 from torchlint.config import Settings
 from torchlint.facts.script import training_loop_around
 from torchlint.rule import FixAvailability, IndexContext, Rule
-from torchlint.text_prefilter import (CALL_GAP, GAP, call_text, finditer_word, has_method_call, search_method,
+from torchlint.facts.text_gates import (CALL_GAP, GAP, call_text, finditer_word, has_method_call, search_method,
                                       search_word, with_newline_ends)
 
 # What a loop body may call and still be "only tensor arithmetic": elementwise math, reductions, views.
@@ -134,7 +134,7 @@ class PythonLoopOverTensorElements(Rule):
     # On by default: silent unless the loop is provably a map in a forward pass or training step.
     default_enabled = True
 
-    # The text gate: what every finding's file holds, however spaced (torchlint.text_prefilter): `range`, a
+    # The text gate: what every finding's file holds, however spaced (torchlint.facts.text_gates): `range`, a
     # length (`.shape`, `.size(`, `len(`) and a context (a forward method's or training step's `def`, a
     # training loop's `backward` or `.step(`). Literal-first searches, rarest and cheapest first.
     text_gate = (("range",), ("shape", "len", "size"), ("backward", "step", "def"))

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.ast_index import AstIndex, call_arguments, call_name, is_literal, keyword_value
-from torchlint.comments import DROPS_COMMENT, loses_comment
+from torchlint.facts.index import AstIndex, call_arguments, call_name, is_literal, keyword_value
+from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import class_attributes, self_attribute
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 SDPA = "torch.nn.functional.scaled_dot_product_attention"
 SDPA_SINCE = (2, 0)

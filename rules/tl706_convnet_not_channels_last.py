@@ -6,13 +6,13 @@ import ast
 import re
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, call_name
+from torchlint.facts.index import AstIndex, AstLoopInfo, call_name
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, reduced_precision_calls
 from torchlint.facts.modules import classes_building
 from torchlint.facts.script import first_training_loop, runs_on_every_run
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, any_of, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
 _CONV2D = re.compile(r"^(Lazy)?Conv(Transpose)?2d$")
 # torchvision's constructors of 2-D convolutional classification and segmentation networks (its

@@ -5,12 +5,12 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, dotted_name, keyword_value
+from torchlint.facts.index import AstIndex, AstLoopInfo, dotted_name, keyword_value
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.script import loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.text_prefilter import TRAINING_WORDS, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda
 
 COMPILE_SINCE = (2, 0)
 # Compilers of a model or a step, called or used as decorators: any of them means the author has chosen.

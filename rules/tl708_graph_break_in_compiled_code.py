@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Optional, Set
 
-from torchlint.ast_index import AstIndex, call_name, dotted_name, keyword_value, walk
+from torchlint.facts.index import AstIndex, call_name, dotted_name, keyword_value, walk
 from torchlint.facts.compiled import COMPILE, Def, compiled_functions, dynamo_setting
 from torchlint.rule import IndexContext, Rule
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Tup
 import libcst as cst
 
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.suppression import LINE_NOQA, Suppressions
+from torchlint.report.suppression import LINE_NOQA, Suppressions
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 _TL_CODE = re.compile(r"^TL\d{3}$")
 # Rebuild a comment's owner with a new comment (None: drop the comment and the whitespace before it).
@@ -90,7 +90,7 @@ class UnusedNoqa(Rule):
             found.append(((line, column, line, column + len(comment)), message, new_value))
         if not found:
             return
-        from torchlint.positions import has_continuation_only_line  # (it loads LibCST: only for a finding)
+        from torchlint.fix.positions import has_continuation_only_line  # (it loads LibCST: only for a finding)
 
         if has_continuation_only_line(ctx.source):
             return  # LibCST's comments, which the fix rebuilds, are a line short below such a line
@@ -115,7 +115,7 @@ def _owned_comments(analysis: "FileAnalysis") -> Dict[Tuple[int, int], Callable]
     once per file."""
     found = analysis.shared.get("tl900.owned_comments")
     if found is None:
-        from torchlint.positions import node_spans
+        from torchlint.fix.positions import node_spans
 
         finder = _noqa_comments_class()()
         analysis.module.visit(finder)
@@ -141,7 +141,7 @@ def _without(value: str, match: "re.Match[str]", kept: List[str]) -> Optional[st
 @functools.lru_cache(maxsize=None)
 def _noqa_comments_class() -> type:
     """The visitor class, made on first use: subclassing ``cst.CSTVisitor`` at import time would load
-    libcst on every run, also where no file reaches the LibCST stage (torchlint/deferred.py)."""
+    libcst on every run, also where no file reaches the LibCST stage (torchlint/fix/deferred.py)."""
 
     class _NoqaComments(cst.CSTVisitor):
         """Every comment with a noqa directive, and how to rebuild the statement (or block) that owns it."""

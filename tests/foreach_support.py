@@ -8,8 +8,8 @@ from typing import Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, walk
-from torchlint.ast_index import AstIndex
+from torchlint.fix.analysis import FileAnalysis, walk
+from torchlint.facts.index import AstIndex
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.rules._foreach import loop_context
 from torchlint.rules._foreach.classify import LoopBody

@@ -1,4 +1,4 @@
-"""LibCST's tree as the rewrites see it (torchlint.analysis): imports, the walk, spans."""
+"""LibCST's tree as the rewrites see it (torchlint.fix.analysis): imports, the walk, spans."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import textwrap
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis
+from torchlint.fix.analysis import FileAnalysis
 
 
 def analyse(source: str) -> FileAnalysis:
@@ -84,7 +84,7 @@ def _reference_children(node: cst.CSTNode):
     what the walk must visit, read the slow way (no field skipped for its annotation)."""
     import dataclasses
 
-    from torchlint.analysis import _SKIPPED_FIELDS, _source_order
+    from torchlint.fix.analysis import _SKIPPED_FIELDS, _source_order
 
     names = _source_order().get(type(node)) or [
         f.name for f in dataclasses.fields(node)
@@ -100,7 +100,7 @@ def _reference_children(node: cst.CSTNode):
 
 
 def test_the_walk_numbers_and_links_every_node_a_plain_walk_finds():
-    from torchlint.analysis import iter_children
+    from torchlint.fix.analysis import iter_children
 
     a = analyse(WALKED)
     expected_order, parents, stack = [], {a.module: None}, [a.module]

@@ -3,7 +3,7 @@
 import libcst as cst
 import pytest
 
-from torchlint.arguments import with_keyword
+from torchlint.fix.arguments import with_keyword
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ import libcst as cst
 import pytest
 
 from fixture_support import FIXTURES
-from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex, call_name, index_of
+from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.index import AstIndex, call_name, index_of
 
 SAMPLES = sorted(FIXTURES.rglob("*.py"))
 
@@ -51,7 +51,7 @@ TRICKY = textwrap.dedent(
 def _facts_cst(source: str):
     """What the rewrites take from LibCST's tree: the import table, and the calls, loops and defs in
     source order (the twins of the index's are found by place)."""
-    from torchlint.analysis import call_name
+    from torchlint.fix.analysis import call_name
 
     a = FileAnalysis(cst.parse_module(source), source)
     loops = [type(l.node).__name__ for l in a.loops]
@@ -92,7 +92,7 @@ def test_the_walk_records_every_node_type_it_has_a_branch_for():
     with must be there, or a branch added later would silently never run."""
     import inspect
 
-    from torchlint import ast_index
+    from torchlint.facts import index as ast_index
 
     compared = set()
     for node in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(ast_index.AstIndex._walk)))):
@@ -324,7 +324,7 @@ def test_module_alias_is_the_first_local_name_bound_to_the_module():
 def test_names_spelled_count_what_libcst_calls_names():
     """As LibCST's ``Name`` nodes: variables, attribute and keyword names, parameters, the names of defs,
     classes and imports, ``global`` and ``except ... as`` names."""
-    from torchlint.ast_index import names_spelled, spells_name
+    from torchlint.facts.index import names_spelled, spells_name
 
     tree = ast.parse(textwrap.dedent(
         """\
@@ -376,7 +376,7 @@ def _first_lines_libcst(source):
 
 
 def _first_lines_ast(source):
-    from torchlint.ast_index import COMPOUND_STATEMENTS, StatementLine
+    from torchlint.facts.index import COMPOUND_STATEMENTS, StatementLine
 
     index = AstIndex(ast.parse(source), source)
     lines = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torchlint
-from torchlint import cache
+from torchlint.run import cache
 
 
 def test_the_fingerprint_reads_the_facts_the_rules_use(monkeypatch):
@@ -20,4 +20,4 @@ def test_the_fingerprint_reads_the_facts_the_rules_use(monkeypatch):
     cache.code_fingerprint.__wrapped__()
     package = Path(torchlint.__file__).resolve().parent
     assert package / "facts" / "script.py" in read  # runs_on_every_run: TL203, TL602, TL706 read it
-    assert package / "cache.py" in read
+    assert package / "run" / "cache.py" in read

@@ -11,9 +11,9 @@ import os
 import pytest
 from robustness_support import invoke, with_finding
 
-from torchlint.cache import Cache
-from torchlint.formats import format_junit
-from torchlint.reporters import format_text, printable, unified_diff
+from torchlint.run.cache import Cache
+from torchlint.report.formats import format_junit
+from torchlint.report.reporters import format_text, printable, unified_diff
 from torchlint.rule import Diagnostic
 
 

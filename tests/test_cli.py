@@ -383,8 +383,8 @@ def test_check_loads_no_fixer_machinery_until_a_file_needs_it(project):
     probe = (
         "import sys\nfrom torchlint.cli import main\n"
         "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
-        "from torchlint.deferred import is_loaded\n"
-        "heavy = [m for m in ('libcst', 'libcst.codemod', 'libcst.matchers', 'torchlint.fixer') if is_loaded(m)]\n"
+        "from torchlint.fix.deferred import is_loaded\n"
+        "heavy = [m for m in ('libcst', 'libcst.codemod', 'libcst.matchers', 'torchlint.fix.fixer') if is_loaded(m)]\n"
         "print('LOADED', heavy, file=sys.stderr)\n"
     )
     clean = subprocess.run([sys.executable, "-c", probe, str(project / "clean.py")], capture_output=True, text=True)

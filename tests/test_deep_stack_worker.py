@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from torchlint.guard import call_with_deep_stack
+from torchlint.run.guard import call_with_deep_stack
 
 
 def test_calls_run_on_one_thread_that_is_not_the_callers():

@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_calls,
                                      reduced_precision_evidence, to_destination)
 

@@ -9,7 +9,7 @@ import libcst as cst
 from torchlint.config import Settings
 from torchlint.engine import fix_source, lint_source
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.suppression import Suppressions
+from torchlint.report.suppression import Suppressions
 
 
 class RenameFoo(Rule):

@@ -8,7 +8,7 @@ import ast
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts import devices, loaders
 from torchlint.facts.devices import CPU, CUDA, UNKNOWN
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.clocks import reads_clock
 
 

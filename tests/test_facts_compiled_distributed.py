@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.compiled import compiled_functions, dynamo_setting
 from torchlint.facts.distributed import ddp_models, handles_sync
 

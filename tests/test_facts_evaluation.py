@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import index_of
+from torchlint.facts.index import index_of
 from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, eval_receiver, grad_globally_off,
                                         grad_off_between, is_eval_loader, may_disable_grad, train_receiver)
 

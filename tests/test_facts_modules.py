@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.modules import applied_next, applied_to_output_of, class_attributes, classes_building, module_before
 
 HEAD = "import collections\nimport torch.nn as nn\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from torchlint.fast_parse import parse_module
+from torchlint.fix.fast_parse import parse_module
 
 FIXTURES = sorted((Path(__file__).parent.parent / "fixtures").rglob("*.py"))
 

@@ -1,4 +1,4 @@
-"""torchlint.fix_edits: a report's edits from the changed statement alone. Applied to the source they give the
+"""torchlint.fix.edits: a report's edits from the changed statement alone. Applied to the source they give the
 module rendered with the fix; on every fixture they equal the edits of the whole-module diff."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from fixture_support import apply_edits, fixture_settings, flagged_fixtures
 from torchlint.config import Settings
 from torchlint.engine import _run_rules, lint_source, parse
-from torchlint.fix_edits import text_edits
-from torchlint.fix_edits import FixEdits
-from torchlint.fixer import FixApplier
+from torchlint.fix.edits import text_edits
+from torchlint.fix.edits import FixEdits
+from torchlint.fix.fixer import FixApplier
 from torchlint.registry import get_rule
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Report, Rewrite, Rule
 

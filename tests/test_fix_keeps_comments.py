@@ -7,7 +7,7 @@ statement's line and on the line before it. Each fixture gets one variant with u
 kind (the first and last such place), so the test stays at a few seconds; a comment that would stop the
 code compiling is left out. The real fixer (unsafe fixes included) must give code that compiles and holds
 each inserted comment, and each of the fixture's own, exactly as often as before. A rule that cannot carry a
-comment reports the finding without a fix and says why in its message (``torchlint.comments.DROPS_COMMENT``,
+comment reports the finding without a fix and says why in its message (``torchlint.fix.comments.DROPS_COMMENT``,
 or TL502's "it would move a comment").
 """
 
@@ -26,7 +26,7 @@ import libcst as cst
 import pytest
 
 from fixture_support import expected_paths, fixture_rules, fixture_settings, flagged_fixtures
-from torchlint.comments import has_comment, loses_comment, without_comment
+from torchlint.fix.comments import has_comment, loses_comment, without_comment
 from torchlint.engine import fix_source
 
 OPENING, CLOSING = "([{", ")]}"

@@ -13,10 +13,10 @@ import libcst as cst
 import pytest
 
 from fixture_support import fixture_rules, fixture_settings, flagged_fixtures
-from torchlint.analysis import FileAnalysis
+from torchlint.fix.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.engine import _run_rules, fix_source, lint_source
-from torchlint.fixer import FixApplier
+from torchlint.fix.fixer import FixApplier
 from torchlint.registry import all_rules
 from torchlint.rule import Applicability, Fix, Report, Rewrite, Rule
 

@@ -12,12 +12,12 @@ from typing import Dict
 import libcst as cst
 import pytest
 
-from torchlint.analysis import FileAnalysis
+from torchlint.fix.analysis import FileAnalysis
 from torchlint.config import Settings
 from torchlint.engine import fix_source
-from torchlint.fix_edits import FixEdits
-from torchlint.fixer import FixApplier
-from torchlint.positions import reproduced_exactly
+from torchlint.fix.edits import FixEdits
+from torchlint.fix.fixer import FixApplier
+from torchlint.fix.positions import reproduced_exactly
 from torchlint.registry import get_rule
 
 CODES = ("TL102", "TL104", "TL201", "TL202", "TL301", "TL501", "TL900")

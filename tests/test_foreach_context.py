@@ -14,8 +14,8 @@ import pytest
 
 from fixture_support import FIXTURES
 
-from torchlint.analysis import iter_children
-from torchlint.ast_index import AstIndex
+from torchlint.fix.analysis import iter_children
+from torchlint.facts.index import AstIndex
 from torchlint.rules._foreach.context import module_level_names
 
 

@@ -6,7 +6,7 @@ import json
 from xml.etree import ElementTree
 
 from test_cli import SLOW, invoke, project, write  # noqa: F401 - the fixture is used by name
-from torchlint.formats import format_github
+from torchlint.report.formats import format_github
 from torchlint.registry import all_rules
 from torchlint.rule import Diagnostic
 

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad, turns_grad_off
 from torchlint.facts.guards import is_logging_guard

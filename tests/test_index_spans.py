@@ -12,8 +12,8 @@ import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from fixture_support import FIXTURES
-from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex
+from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.index import AstIndex
 
 SAMPLES = sorted(FIXTURES.rglob("*.py"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from test_cli import invoke, project, write  # noqa: F401 - the fixture is used by name
-from torchlint.notebook import NotebookProgram, is_ipython_line
+from torchlint.run.notebook import NotebookProgram, is_ipython_line
 
 
 def code(source, outputs=None, count=None):
@@ -157,7 +157,7 @@ FIXED_LINE = "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
 
 
 def test_a_notebook_edited_while_fixing_keeps_the_edit(project, monkeypatch):
-    import torchlint.notebook as nb
+    import torchlint.run.notebook as nb
 
     target = write(project / "nb.ipynb", FIXABLE)
     edited = FIXABLE.replace("lr=0.1", "lr=0.5")

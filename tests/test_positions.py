@@ -1,4 +1,4 @@
-"""torchlint.positions gives exactly LibCST's PositionProvider ranges, at a fraction of the cost."""
+"""torchlint.fix.positions gives exactly LibCST's PositionProvider ranges, at a fraction of the cost."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from torchlint import positions
-from torchlint.analysis import FileAnalysis, walk
-from torchlint.positions import node_spans
+from torchlint.fix import positions
+from torchlint.fix.analysis import FileAnalysis, walk
+from torchlint.fix.positions import node_spans
 
 SAMPLE = textwrap.dedent(
     '''\

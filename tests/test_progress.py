@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from torchlint.progress import DELAY_S, Progress
+from torchlint.run.progress import DELAY_S, Progress
 
 
 class FakeClock:
@@ -77,7 +77,7 @@ class CountingProgress:
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_the_runner_reports_every_file_done_and_closes_the_counter(tmp_path, jobs):
     from torchlint.config import Settings
-    from torchlint.runner import Job, run
+    from torchlint.run.runner import Job, run
 
     paths = []
     for i in range(6):

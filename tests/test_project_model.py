@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 from typing import Dict, List
 
-from torchlint import runner
+from torchlint.run import runner
 from torchlint.config import Settings
-from torchlint.project import ProjectModel, imported_modules, resolve
+from torchlint.facts.project import ProjectModel, imported_modules, resolve
 
 FACTORY = """\
 from torch.utils.data import DataLoader

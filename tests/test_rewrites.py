@@ -1,5 +1,5 @@
 """`check` makes the fixes of findings on the index on LibCST's tree of just the statements that hold them
-(``torchlint.rewrites``); JSON, the server and `fix` make them on the whole file's tree. The two must agree
+(``torchlint.fix.rewrites``); JSON, the server and `fix` make them on the whole file's tree. The two must agree
 on every finding's message (a refused fix says why) and fix availability (``[*]``)."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def test_statements_answer_as_the_whole_file(path):
 
 
 def test_statement_parse_sees_imports_decorators_and_shared_lines(monkeypatch):
-    from torchlint import rewrites
+    from torchlint.fix import rewrites
 
     seen = []
     real = rewrites.trusted_parse
@@ -58,7 +58,7 @@ def test_statement_parse_sees_imports_decorators_and_shared_lines(monkeypatch):
 
 
 def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatch):
-    from torchlint import rewrites
+    from torchlint.fix import rewrites
 
     calls = []
     real = rewrites.make_rewrites
@@ -73,7 +73,7 @@ def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatc
 
 
 def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
-    from torchlint import rewrites
+    from torchlint.fix import rewrites
 
     seen = []
     real = rewrites.trusted_parse
@@ -109,7 +109,7 @@ def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
 def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
     """TL202's decorator and `with` block are made on LibCST's tree of the def's or loop's top-level
     statement (with the imports), the twin found by its place among that tree's defs or loops."""
-    from torchlint import rewrites
+    from torchlint.fix import rewrites
 
     seen = []
     real = rewrites.trusted_parse
@@ -143,8 +143,8 @@ def test_a_file_whose_first_indent_differs_from_the_statements_is_fixed_on_the_w
     the first indented block: the file's (two spaces here), not the loop's own (four)."""
     import ast
 
-    from torchlint import rewrites
-    from torchlint.ast_index import index_of
+    from torchlint.fix import rewrites
+    from torchlint.facts.index import index_of
 
     source = ("import torch\n\ndef unrelated(model):\n  return model\n\n"
               "model.eval()\nfor x, y in val_loader:\n    out = model(x)\n")
@@ -159,9 +159,9 @@ def test_block_twins_are_by_place_and_none_where_the_lists_differ():
 
     import libcst as cst
 
-    from torchlint.analysis import FileAnalysis
-    from torchlint.ast_index import AstIndex
-    from torchlint.rewrites import _block_twins, _loops
+    from torchlint.fix.analysis import FileAnalysis
+    from torchlint.facts.index import AstIndex
+    from torchlint.fix.rewrites import _block_twins, _loops
 
     source = "def f():\n    while x:\n        pass\nasync def g():\n    for p in params:\n        p.add_(1)\n"
     analysis = FileAnalysis(cst.parse_module(source), source)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from robustness_support import FINDING, FIXED, invoke, with_finding
 
-import torchlint.runner as runner
+import torchlint.run.runner as runner
 from torchlint.config import Settings
-from torchlint.discovery import discover
-from torchlint.fileio import SourceError, read_regular
+from torchlint.run.discovery import discover
+from torchlint.run.fileio import SourceError, read_regular
 
 
 @pytest.fixture

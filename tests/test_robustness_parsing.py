@@ -11,9 +11,9 @@ import pytest
 from robustness_support import FINDING, REPO, invoke, torchlint_subprocess, with_finding
 
 from torchlint.config import Settings
-from torchlint.fileio import decode_source
-from torchlint.guard import MAX_NESTING, parse_problem
-from torchlint.runner import Job, process_source
+from torchlint.run.fileio import decode_source
+from torchlint.run.guard import MAX_NESTING, parse_problem
+from torchlint.run.runner import Job, process_source
 
 
 def check_text(text: str):
@@ -50,7 +50,7 @@ def test_a_dead_worker_costs_its_file_one_tl000_and_nothing_else(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal, sys
         from pathlib import Path
-        import torchlint.runner as runner
+        import torchlint.run.runner as runner
         from torchlint.config import Settings
         real = runner._process_source
         def fragile(source, shown, path, job, project):

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from robustness_support import REPO, with_finding
 
-from torchlint.cache import Cache
+from torchlint.run.cache import Cache
 from torchlint.config import Settings
-from torchlint.fileio import decode_source
+from torchlint.run.fileio import decode_source
 from torchlint.rule import Applicability, Diagnostic
-from torchlint.runner import Job, process_source
+from torchlint.run.runner import Job, process_source
 
 DIAGNOSTIC = Diagnostic("TL501", "per-parameter-optimizer-loop", "msg", "a.py", 5, 48, 5, 70, Applicability.SAFE)
 
@@ -66,7 +66,7 @@ def test_a_folder_in_place_of_an_entry_leaks_no_temporary_file(tmp_path):
 def test_rebinding_a_name_costs_linear_time(monkeypatch):
     """A generated script rebinding one name n times, each binding used: the work grows with n, not n*n
     (counted in binding look-ups, not timed)."""
-    from torchlint.ast_index import AstIndex  # TL104 detects on the index
+    from torchlint.facts.index import AstIndex  # TL104 detects on the index
 
     calls = {"n": 0}
     real = AstIndex.values_of
@@ -90,7 +90,7 @@ def test_workers_die_with_their_parent(tmp_path):
     script = textwrap.dedent("""
         import os, sys, time
         from concurrent.futures import ProcessPoolExecutor
-        from torchlint.runner import die_with_parent
+        from torchlint.run.runner import die_with_parent
         pool = ProcessPoolExecutor(max_workers=2, initializer=die_with_parent, initargs=(os.getpid(),))
         list(pool.map(int, [0, 0]))  # both workers started
         print(" ".join(str(p) for p in pool._processes), flush=True)

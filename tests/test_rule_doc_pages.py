@@ -7,14 +7,14 @@ import re
 import pytest
 
 from fixture_support import expected_paths, flagged_fixtures
-from torchlint import docs
+from torchlint.report import docs
 from torchlint.registry import all_rules, get_rule
 from torchlint.rule import Applicability, FixAvailability
 
 
 def test_docs_pages_match_the_docstrings():
-    """Regenerated from the registry: a new or edited rule fails here until `python -m torchlint.docs` runs."""
-    assert docs.drift() == [], "docs/rules/ is out of date: run `python -m torchlint.docs`"
+    """Regenerated from the registry: a new or edited rule fails here until `python -m torchlint.report.docs` runs."""
+    assert docs.drift() == [], "docs/rules/ is out of date: run `python -m torchlint.report.docs`"
 
 
 def test_drift_detects_an_edited_page(tmp_path):

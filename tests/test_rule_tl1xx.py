@@ -185,7 +185,7 @@ def test_tl103_needs_a_loader_loop_and_a_blocking_move(source, found):
     ],
 )
 def test_tl102_text_stage_is_a_superset_of_chained_factories(text, expected):
-    from torchlint.text_prefilter import may_chain_factory_into_move
+    from torchlint.facts.text_gates import may_chain_factory_into_move
 
     assert may_chain_factory_into_move(text) is expected
 
@@ -194,7 +194,7 @@ def test_tl102_text_stage_is_a_superset_of_chained_factories(text, expected):
                                             ("val_dl", True), ("dl", True), ("handle", False), ("batches", False)])
 def test_tl103_text_stage_matches_every_loader_name(text, expected):
     from torchlint.facts.loaders import LOADER_NAME
-    from torchlint.text_prefilter import may_name_a_loader
+    from torchlint.facts.text_gates import may_name_a_loader
 
     assert may_name_a_loader(f"for x in {text}:\n") is expected
     assert bool(LOADER_NAME.search(text)) is expected
@@ -210,7 +210,7 @@ def test_tl103_text_stage_matches_every_loader_name(text, expected):
     ],
 )
 def test_tl102_text_stage_skips_strings_and_comments(text, expected):
-    from torchlint.text_prefilter import may_chain_factory_into_move
+    from torchlint.facts.text_gates import may_chain_factory_into_move
 
     assert may_chain_factory_into_move(text) is expected
 

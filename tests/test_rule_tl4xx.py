@@ -7,7 +7,7 @@ import ast
 import pytest
 
 from fixture_support import fix, lint
-from torchlint.ast_index import index_of
+from torchlint.facts.index import index_of
 from torchlint.config import Settings
 from torchlint.engine import reports_without_stages
 from torchlint.facts.loaders import loader_facts

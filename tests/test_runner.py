@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from torchlint.runner import LARGE_FILE_BYTES, schedule
+from torchlint.run.runner import LARGE_FILE_BYTES, schedule
 
 
 def test_large_files_share_one_unit_so_they_never_run_at_once():
@@ -22,7 +22,7 @@ def test_without_large_files_every_file_is_its_own_unit():
 
 
 def test_a_warm_run_reads_the_cache_before_starting_workers(tmp_path, monkeypatch):
-    import torchlint.runner as runner
+    import torchlint.run.runner as runner
     from torchlint.config import Settings
 
     sources = {
@@ -59,7 +59,7 @@ def test_a_stopped_pool_is_not_woken_at_exit():
     import concurrent.futures
     import concurrent.futures.process as futures_process
 
-    from torchlint.runner import stop_workers
+    from torchlint.run.runner import stop_workers
 
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=1)
     pool.submit(abs, -1).result()

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.script import condition_around, first_training_loop, runs_on_every_run
 
 

@@ -11,10 +11,10 @@ import textwrap
 import pytest
 
 from fixture_support import FIXTURES
-from torchlint.ast_index import _LEAVES, _children
+from torchlint.facts.index import _LEAVES, _children
 from torchlint.config import Settings
 from torchlint.registry import get_rule
-from torchlint.text_prefilter import CALL_GAP, GAP, finditer_word, search_word
+from torchlint.facts.text_gates import CALL_GAP, GAP, finditer_word, search_word
 
 FIXTURE_SOURCES = [path.read_text(encoding="utf-8") for path in sorted(FIXTURES.rglob("*.py"))]
 
@@ -307,7 +307,7 @@ TEXT_SNIPPETS = [
 
 @pytest.mark.parametrize("code", sorted(PLAIN_TEXT_STAGES))
 def test_literal_first_text_stages_answer_as_their_plain_regexes(code):
-    from torchlint.text_prefilter import may_name_a_loader
+    from torchlint.facts.text_gates import may_name_a_loader
 
     rule = get_rule(code)
     patterns, extra = PLAIN_TEXT_STAGES[code]

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.ast_index import AstIndex
+from torchlint.facts.index import AstIndex
 from torchlint.facts.devices import cuda_evidence, never_uses_cuda
 from torchlint.facts.steps import runs_once_in, step_facts
 

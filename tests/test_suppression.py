@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from torchlint import suppression
+from torchlint.report import suppression
 from torchlint.config import Settings
 from torchlint.engine import lint_source, needs_libcst
 from torchlint.registry import all_rules, rules_by_code
 from torchlint.rule import Applicability
-from torchlint.suppression import Suppressions
+from torchlint.report.suppression import Suppressions
 
 ALL = Settings(select=("ALL",))
 
@@ -21,7 +21,7 @@ def test_a_text_without_noqa_is_not_tokenized(monkeypatch):
     def fail(source):
         raise AssertionError("tokenized")
 
-    monkeypatch.setattr(suppression, "_comments", fail)
+    monkeypatch.setattr(suppression, "comments_by_line", fail)
     s = Suppressions.parse("import torch  # no suppression here\nx = 'no qa'\n")
     assert not s.file_codes and not s.line_codes
     assert not s.is_suppressed("TL101", 1, 2)
@@ -57,9 +57,9 @@ def test_tokenizing_stops_after_the_last_noqa_line(monkeypatch):
 ])
 def test_the_comments_found_equal_a_whole_tokenization(source):
     last_line = suppression._last_noqa_line(source)
-    full = {line: c for line, c in suppression._comments(source).items() if line <= last_line}
-    assert suppression._comments(source, last_line) == full
-    assert all(line <= last_line for line in suppression._comments(source, last_line))
+    full = {line: c for line, c in suppression.comments_by_line(source).items() if line <= last_line}
+    assert suppression.comments_by_line(source, last_line) == full
+    assert all(line <= last_line for line in suppression.comments_by_line(source, last_line))
 
 
 # A line holding only a `\` leaves no trace in LibCST's tree: comments placed from the module's code are a
@@ -119,7 +119,7 @@ _COMMENT_CASES = [
 def _libcst_comment_places(source):
     import libcst as cst
 
-    from torchlint.positions import node_spans
+    from torchlint.fix.positions import node_spans
 
     module = cst.parse_module(source)
     found = []

@@ -8,7 +8,7 @@ import pytest
 from test_cli import SLOW, _runner, invoke, project, write  # noqa: F401 - the fixture is used by name
 from torchlint.cli import cli
 from torchlint.config import Settings
-from torchlint.discovery import DEFAULT_TEST_PATHS, _spec, is_test_file
+from torchlint.run.discovery import DEFAULT_TEST_PATHS, _spec, is_test_file
 
 FINDING = "4:51: TL501"  # SLOW's finding; TL501 is silent in test files
 

@@ -1,4 +1,4 @@
-"""Carrying fixes back into the file by line (torchlint/textmerge.py, StatementTree.carried)."""
+"""Carrying fixes back into the file by line (torchlint/fix/textmerge.py, StatementTree.carried)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from difflib import SequenceMatcher
 
 import pytest
 
-from torchlint.textmerge import _opcodes, carry_fixes
+from torchlint.fix.textmerge import _opcodes, carry_fixes
 
 
 def _apply(a, b, opcodes):
@@ -72,7 +72,7 @@ def test_carrying_keeps_every_line_outside_the_fix():
 def test_a_decorator_added_to_a_def_apart_from_the_line_before_lands_on_the_def():
     """The statements' tree holds the imports and a def that is apart from them in the file with no blank
     line above it: the changed def is put in place of its own lines, the decorator with it."""
-    from torchlint.rewrites import StatementTree
+    from torchlint.fix.rewrites import StatementTree
 
     source = "import torch\nx = 1\ndef f():\n    return 1\n"
     tree = StatementTree(analysis=None, text="import torch\ndef f():\n    return 1\n", file_lines=[0, 2, 3])

@@ -9,8 +9,8 @@ import pytest
 
 from test_cli import invoke, project, write  # noqa: F401 - the fixture is used by name
 from torchlint.config import ConfigError, DEFAULT_TORCH_VERSION, parse_torch_version
-from torchlint.config_tree import ConfigTree, forget_configuration_files
-from torchlint.torch_requirement import Unsure, lowest_allowed, requirement_lines, torch_specifier
+from torchlint.config.tree import ConfigTree, forget_configuration_files
+from torchlint.config.torch_requirement import Unsure, lowest_allowed, requirement_lines, torch_specifier
 
 
 @pytest.mark.parametrize("text, expected", [

@@ -12,25 +12,25 @@ from typing import Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import click
 
-from torchlint.deferred import defer_import
+from torchlint.fix.deferred import defer_import
 
 defer_import("libcst")  # before anything imports it: loaded when the first file reaches LibCST
 defer_import("libcst.matchers")
 
 from torchlint import __version__  # noqa: E402 - after defer_import
-from torchlint.cache import CACHE_DIR_NAME
+from torchlint.run.cache import CACHE_DIR_NAME
 from torchlint.config import (
     DEFAULT_TORCH_VERSION, ConfigError, Settings, parse_inline, parse_selectors, parse_size,
     parse_torch_version,
 )
-from torchlint.config_tree import CliOverrides, ConfigTree, forget_configuration_files
-from torchlint.progress import Progress
-from torchlint.discovery import cached_spec, discover, display_path, exclude_patterns
+from torchlint.config.tree import CliOverrides, ConfigTree, forget_configuration_files
+from torchlint.run.progress import Progress
+from torchlint.run.discovery import cached_spec, discover, display_path, exclude_patterns
 from torchlint.engine import error_diagnostic
-from torchlint.fileio import SourceError, SourceText, decode_source, too_large_message
-from torchlint.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
+from torchlint.run.fileio import SourceError, SourceText, decode_source, too_large_message
+from torchlint.report.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
 from torchlint.registry import all_rules, get_rule
-from torchlint.reporters import (
+from torchlint.report.reporters import (
     color_diff,
     fixable_counts,
     format_json,
@@ -42,7 +42,8 @@ from torchlint.reporters import (
     unified_diff,
 )
 from torchlint.rule import Diagnostic, FixAvailability
-from torchlint.runner import FileResult, Job, process_source, run
+from torchlint.run.job import FileResult, Job
+from torchlint.run.runner import process_source, run
 
 EXIT_CLEAN, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports a program that Ctrl-C stopped
@@ -202,7 +203,7 @@ def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult,
     if len(data) > job.settings.max_file_size:
         return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), job.settings.max_file_size))]), None
     if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
-        from torchlint.notebook import decode_notebook, process_notebook_data
+        from torchlint.run.notebook import decode_notebook, process_notebook_data
 
         path = Path(shown)
         result = process_notebook_data(data, shown, path, job.for_file(path))
@@ -337,7 +338,7 @@ def _show_and_exit(paths: Tuple[str, ...], opts: dict) -> None:
     """--show-files and --show-settings, as Ruff's: what a run would check, or with which settings."""
     if not (opts.get("show_files") or opts.get("show_settings")):
         return
-    from torchlint.settings_report import file_lines, settings_lines
+    from torchlint.config.report import file_lines, settings_lines
 
     def body() -> int:
         settings = _settings_from_options(opts, paths)
@@ -416,8 +417,8 @@ def fix(paths: Tuple[str, ...], apply: bool, diff: bool, show_fixes: bool, **opt
 
 
 def _add_noqa_body(paths: Tuple[str, ...], opts: dict) -> int:
-    from torchlint.fileio import NotWritten, not_round_trip_message, read_regular, write_back
-    from torchlint.noqa import add_noqa
+    from torchlint.run.fileio import NotWritten, not_round_trip_message, read_regular, write_back
+    from torchlint.report.noqa import add_noqa
 
     if paths == ("-",):
         raise ConfigError("--add-noqa writes files: it cannot read stdin")
@@ -552,7 +553,7 @@ def list_rules(output_format: str) -> None:
     if output_format == "json":
         import json
 
-        from torchlint.docs import fix_line
+        from torchlint.report.docs import fix_line
 
         click.echo(json.dumps([
             {"code": r.code, "name": r.name, "fix": r.fix_availability.value, "default": r.default_enabled,
@@ -573,7 +574,7 @@ def list_rules(output_format: str) -> None:
 @click.option("--all", "all_", is_flag=True, help="Print every rule's documentation, TL000 included.")
 def explain(code: Optional[str], all_: bool) -> None:
     """Print the full documentation of a rule, by code (TL201) or name (zero-grad-keeps-zeros)."""
-    from torchlint.docs import all_docs, find_doc
+    from torchlint.report.docs import all_docs, find_doc
 
     def body() -> int:
         if all_ == bool(code):

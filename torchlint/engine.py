@@ -11,18 +11,18 @@ from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex, forget_last_index, index_of
+from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.index import AstIndex, forget_last_index, index_of
 from torchlint.config import Settings
-from torchlint.discovery import is_test_file
-from torchlint.fast_parse import parse_module as trusted_parse
-from torchlint.guard import parse_problem, stdlib_tree
-from torchlint.project import ProjectModel
-from torchlint.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
+from torchlint.run.discovery import is_test_file
+from torchlint.fix.fast_parse import parse_module as trusted_parse
+from torchlint.run.guard import parse_problem, stdlib_tree
+from torchlint.facts.project import ProjectModel
+from torchlint.fix.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
 )
-from torchlint.suppression import Suppressions
+from torchlint.report.suppression import Suppressions
 
 ERROR_CODE = "TL000"  # a file torchlint could not check: never selectable, never suppressible
 MAX_FIX_PASSES = 10
@@ -144,7 +144,7 @@ def _run_rules(
     on the index (``index``, where the caller holds it already); ``module``: LibCST's tree of the file where
     the caller has it (a fix pass's output, a file CPython rejects), else None. The fixes
     findings on the index propose are made on LibCST's tree of just the statements that hold them
-    (``torchlint.rewrites``) where it can (``statements``; JSON's edits, ``with_edits``, need the whole
+    (``torchlint.fix.rewrites``) where it can (``statements``; JSON's edits, ``with_edits``, need the whole
     file's tree), for `fix` (``fixing``) only where LibCST writes those statements back exactly. Returns the
     tree the fixes were made on first (None where LibCST parsed nothing)."""
     crashes: List[RuleCrash] = []
@@ -193,7 +193,7 @@ def _run_rules(
     def keep(found: List[Report]) -> None:
         fix_edits = None
         if with_edits and any(r.fix for r in found):
-            from torchlint.fix_edits import FixEdits  # loads the fixer: only where there is something to show
+            from torchlint.fix.edits import FixEdits  # loads the fixer: only where there is something to show
 
             fix_edits = FixEdits(module, analysis, path, source)
         for report in found:
@@ -244,7 +244,7 @@ def lint_source(
     project: Optional[ProjectModel] = None,
 ) -> LintOutcome:
     """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output);
-    ``project``: the summaries of the project files it imports (``torchlint.project``)."""
+    ``project``: the summaries of the project files it imports (``torchlint.facts.project``)."""
     candidates = rules_that_may_fire(rules, source, settings, path, project)
     if not candidates:
         return LintOutcome([], parsed=False)
@@ -273,7 +273,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
     round_trip: Optional[str] = None  # LibCST's code for `source` (what fixes are carried back against)
     rendered = False  # some pass rendered the whole module (else every fix was put in place in the text)
     remaining: Optional[List[Diagnostic]] = None  # the diagnostics of `current`, where a pass linted it
-    statements = True  # fixes may be made on LibCST's tree of just their statements (``torchlint.rewrites``)
+    statements = True  # fixes may be made on LibCST's tree of just their statements (``torchlint.fix.rewrites``)
     for _ in range(MAX_FIX_PASSES):
         candidates = rules_that_may_fire(rules, current, settings, path, project)
         if not candidates:
@@ -304,7 +304,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         ]
         if not fixable:
             break
-        from torchlint.fixer import FixApplier
+        from torchlint.fix.fixer import FixApplier
 
         if isinstance(site, StatementTree):
             if any(r.fix.imports for r in fixable):  # where LibCST adds an import depends on the whole file
@@ -352,7 +352,7 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
 def _carry_to_original(source: str, round_trip: Optional[str], fixed: str, path: str, outcome: FixOutcome) -> str:
     """The fixes applied to ``source`` itself, byte for byte outside the fixed lines (LibCST's round trip
     ``round_trip`` is not exact for every file); where that cannot be done, no fix at all."""
-    from torchlint.textmerge import carry_fixes
+    from torchlint.fix.textmerge import carry_fixes
 
     if round_trip is None:  # not kept by the caller: LibCST's code for the source, again
         round_trip = cst.parse_module(source).code

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optiona
 import libcst as cst
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
-    from torchlint.ast_index import AstIndex, Extent, StatementLine
+    from torchlint.fix.analysis import FileAnalysis
+    from torchlint.facts.index import AstIndex, Extent, StatementLine
     from torchlint.config import Settings
-    from torchlint.project import ProjectModel
-    from torchlint.suppression import Suppressions
+    from torchlint.facts.project import ProjectModel
+    from torchlint.report.suppression import Suppressions
 
 RULE_CODE = re.compile(r"^TL\d{3}$")
 DOC_HEADINGS = (
@@ -146,7 +146,7 @@ class Diagnostic:
 
 
 class IndexContext:
-    """What a rule sees while detecting on one file's index (``torchlint.ast_index``): the program model
+    """What a rule sees while detecting on one file's index (``torchlint.facts.index``): the program model
     every rule shares, built from the stdlib ``ast``."""
 
     def __init__(self, index: "AstIndex", settings: "Settings", path: str = "<string>",
@@ -154,7 +154,7 @@ class IndexContext:
         self.index = index
         self.settings = settings
         self.path = path
-        # the summaries of the project files this file imports (``torchlint.project``); None where the
+        # the summaries of the project files this file imports (``torchlint.facts.project``); None where the
         # caller has no project (a text alone, the editor's buffer)
         self.project = project
         # the file's text: the index's, or given where CPython's parser rejects the file and there is no
@@ -249,7 +249,7 @@ class Rule:
 
 
 def rule_url(code: str) -> str:
-    """A rule's page in docs/rules/, generated from its docstring (`python -m torchlint.docs`)."""
+    """A rule's page in docs/rules/, generated from its docstring (`python -m torchlint.report.docs`)."""
     return f"https://github.com/torchlint/torchlint/blob/main/docs/rules/{code}.md"
 
 

@@ -23,11 +23,11 @@ from pygls.workspace import PositionCodec
 
 from torchlint import __version__
 from torchlint.config import ConfigError
-from torchlint.config_tree import ConfigTree, forget_configuration_files
+from torchlint.config.tree import ConfigTree, forget_configuration_files
 from torchlint.engine import fix_source, lint_source
-from torchlint.fileio import split_lines
+from torchlint.run.fileio import split_lines
 from torchlint.rule import Applicability, Diagnostic, Edit
-from torchlint.runner import rules_for
+from torchlint.run.job import rules_for
 
 SOURCE = "torchlint"
 FIX_ALL_KIND = "source.fixAll.torchlint"
@@ -281,7 +281,7 @@ def _overlaps(a: types.Range, b: types.Range) -> bool:
 
 
 def _url(code: str) -> str:
-    from torchlint.docs import BASE_URL
+    from torchlint.report.docs import BASE_URL
 
     return f"{BASE_URL}/{code}.md"
 

@@ -24,7 +24,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import call_name, dotted_name, walk
+from torchlint.fix.analysis import call_name, dotted_name, walk
 
 from .context import LoopContext
 from .nofix import NoFix

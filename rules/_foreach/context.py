@@ -8,8 +8,8 @@ from typing import List, Optional, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis, walk
-from torchlint.ast_index import AstIndex
+from torchlint.fix.analysis import FileAnalysis, walk
+from torchlint.facts.index import AstIndex
 
 
 @dataclass

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import call_name
+from torchlint.fix.analysis import call_name
 
 from .syntax import code, split_args
 from .values import TList

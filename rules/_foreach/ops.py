@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import call_name, dotted_name, walk
+from torchlint.fix.analysis import call_name, dotted_name, walk
 
 from .classify import LoopBody
 from .lerp import match_ema

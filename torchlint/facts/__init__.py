@@ -1,4 +1,4 @@
-"""The program model's shared facts, read off one file's index (``torchlint.ast_index``).
+"""The program model's shared facts, read off one file's index (``torchlint.facts.index``).
 
 Each fact is written once, here, and every rule that needs it asks the same function: does this file train
 (``script``), where does its work run and in what precision (``devices``), which loaders feed which loops

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstScope, call_name
+from torchlint.facts.index import AstIndex, AstScope, call_name
 
 # numpy functions that always return an ndarray, whatever their arguments. Anything else (reductions,
 # ufuncs, np.float32(...)) may return a numpy scalar, which torch.from_numpy rejects: not ours to flag.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstScope, call_name, keyword_value
+from torchlint.facts.index import AstIndex, AstScope, call_name, keyword_value
 
 # The standard library's clocks (`timeit.default_timer` is `time.perf_counter`).
 CLOCK_FUNCTIONS = (

@@ -13,7 +13,7 @@ import ast
 import re
 from typing import List, Optional
 
-from torchlint.ast_index import AstIndex, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value
+from torchlint.facts.index import AstIndex, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value
 from torchlint.facts.script import is_main_guard
 
 CUDA = "cuda"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Dict, List, Optional, Set
 
-from torchlint.ast_index import AstIndex, AstScope, call_name, dotted_name, walk
+from torchlint.facts.index import AstIndex, AstScope, call_name, dotted_name, walk
 
 DDP = ("torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel")
 # Calls that keep a module while wrapping it: `torch.compile(DDP(model))` is still the DDP model.

@@ -14,7 +14,7 @@ import ast
 import re
 from typing import Dict, Optional, Sequence, Union
 
-from torchlint.ast_index import AstIndex, call_arguments, dotted_name, is_literal
+from torchlint.facts.index import AstIndex, call_arguments, dotted_name, is_literal
 from torchlint.facts.grad_mode import sets_grad_off, turns_grad_off
 
 _EVAL_LOADER = re.compile(r"(^|_)(val|valid|validation|test|testing|eval|evaluation|dev|holdout)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from typing import Union
 
-from torchlint.ast_index import AstIndex, call_arguments
+from torchlint.facts.index import AstIndex, call_arguments
 
 # Context managers (and decorators) that turn autograd off, by qualified name.
 NO_GRAD_CALLS = frozenset({

@@ -11,7 +11,7 @@ import ast
 import re
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstScope
+from torchlint.facts.index import AstIndex, AstScope
 
 # Names in an `if` test that make it a logging guard: logging words, and `divisible_by(step, every)`, the
 # spelled-out form of `step % every == 0`.

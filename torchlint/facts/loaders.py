@@ -23,14 +23,14 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
-from torchlint.ast_index import (
+from torchlint.facts.index import (
     AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer,
     is_literal, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 
 if TYPE_CHECKING:
-    from torchlint.project import ProjectModel
+    from torchlint.facts.project import ProjectModel
 
 # torch.utils.data.DataLoader's parameters that may be passed by position, in order (torch 1.7 to 2.x);
 # prefetch_factor, persistent_workers and pin_memory_device are keyword-only.

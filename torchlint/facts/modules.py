@@ -16,7 +16,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Set, Tuple
 
-from torchlint.ast_index import Argument, AstIndex, AstScope, arguments, call_name, walk
+from torchlint.facts.index import Argument, AstIndex, AstScope, arguments, call_name, walk
 
 SEQUENTIAL = "torch.nn.Sequential"
 _ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
@@ -345,7 +345,7 @@ def class_attributes(index: AstIndex, klass: ast.ClassDef) -> ClassAttributes:
 
 
 def _class_attributes(klass: ast.ClassDef) -> ClassAttributes:
-    from torchlint.ast_index import source_order
+    from torchlint.facts.index import source_order
 
     facts = ClassAttributes()
     nodes = sorted((n for n in walk(klass) if hasattr(n, "lineno")), key=source_order)

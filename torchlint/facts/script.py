@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from typing import Optional
 
-from torchlint.ast_index import AstIndex, AstLoopInfo
+from torchlint.facts.index import AstIndex, AstLoopInfo
 
 _MAX_CALL_DEPTH = 4  # how far `runs_on_every_run` follows a function to its callers
 # Calls that run the function given them in each process they start.

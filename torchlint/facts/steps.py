@@ -22,7 +22,7 @@ import ast
 from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-from torchlint.ast_index import AstIndex, AstLoopInfo, dotted_name, target_names
+from torchlint.facts.index import AstIndex, AstLoopInfo, dotted_name, target_names
 from torchlint.facts.guards import is_logging_guard
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost

@@ -12,7 +12,7 @@ import tokenize
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Optional, Set, Tuple
 
-from torchlint.fileio import split_lines
+from torchlint.run.fileio import split_lines
 
 _CODES = r"(?P<codes>[A-Za-z]+[0-9]+(?:[\s,]+[A-Za-z]+[0-9]+)*)"
 LINE_NOQA = re.compile(r"#\s*noqa(?::\s*" + _CODES + r")?", re.IGNORECASE)
@@ -37,7 +37,7 @@ def _codes(match: "re.Match[str]") -> FrozenSet[str]:
     return frozenset(re.split(r"[\s,]+", codes.strip().upper())) if codes else ALL
 
 
-def _comments(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
+def comments_by_line(source: str, last_line: Optional[int] = None) -> Dict[int, tuple]:
     """line -> (comment text, whether the comment is alone on its line, its column in characters); with
     ``last_line``, up to that line (the tokenizer stops there: most files have their `# noqa` comments at
     the top, on imports)."""
@@ -73,7 +73,7 @@ class Suppressions:
         last_line = _last_noqa_line(source)
         if not last_line:  # no comment can suppress: skip tokenizing
             return cls(file_codes, line_codes)
-        for line, (comment, alone, column) in _comments(source, last_line).items():
+        for line, (comment, alone, column) in comments_by_line(source, last_line).items():
             whole_file = _FILE_NOQA.match(comment) if alone else None
             if whole_file:
                 file_codes = file_codes | _codes(whole_file)

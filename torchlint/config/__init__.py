@@ -54,7 +54,7 @@ class Settings:
 def parse_torch_version(value: str, where: str = "--torch-version") -> Tuple[int, int]:
     """Any PEP 440 version (``2.4``, ``2.4.0+cu121`` as ``torch.__version__`` prints it, ``2.5.0rc1``);
     rules only tell major.minor apart."""
-    from torchlint.torch_requirement import major_minor, release
+    from torchlint.config.torch_requirement import major_minor, release
 
     numbers = release(str(value))
     if numbers is None:
@@ -68,7 +68,7 @@ def with_declared_torch(settings: Settings, start: Path) -> Settings:
     from ``start``, a resolved folder, upwards); the default stays, with the reason, where there is none."""
     if settings.torch_version_origin != DEFAULT_ORIGIN:
         return settings
-    from torchlint.torch_requirement import declared_torch_version
+    from torchlint.config.torch_requirement import declared_torch_version
 
     declared = declared_torch_version(start)
     if declared.version is None:

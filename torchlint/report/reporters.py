@@ -8,7 +8,7 @@ from typing import Dict, List, Sequence
 
 import click
 
-from torchlint.fileio import split_lines
+from torchlint.run.fileio import split_lines
 from torchlint.rule import Applicability, Diagnostic
 
 

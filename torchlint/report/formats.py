@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from urllib.parse import quote
 
 from torchlint import __version__
-from torchlint.reporters import diagnostic_json, printable
+from torchlint.report.reporters import diagnostic_json, printable
 from torchlint.rule import Applicability, Diagnostic
 
 FORMATS = ("concise", "text", "full", "json", "json-lines", "github", "sarif", "gitlab", "junit")
@@ -49,14 +49,14 @@ class SourceLines:
 
 
 def _read_lines(path: str, cell: Optional[int]) -> List[str]:
-    from torchlint.fileio import SourceError, decode_source, split_lines
+    from torchlint.run.fileio import SourceError, decode_source, split_lines
 
     try:
         data = Path(path).read_bytes()
         if cell is None:
             text = decode_source(data).text
         else:
-            from torchlint.notebook import cell_source
+            from torchlint.run.notebook import cell_source
 
             text = cell_source(json.loads(data.decode("utf-8-sig"))["cells"][cell - 1])
         return [line.rstrip("\r\n") for line in split_lines(text)]  # numbered as the findings are
@@ -179,7 +179,7 @@ def _region(line: int, column: int, end_line: int, end_column: int) -> dict:
 
 
 def format_sarif(diagnostics: Sequence[Diagnostic], sources: SourceLines) -> str:
-    from torchlint.docs import all_docs
+    from torchlint.report.docs import all_docs
 
     docs = all_docs()
     index = {doc.code: i for i, doc in enumerate(docs)}
@@ -307,7 +307,7 @@ def _notebook_text(path: str) -> Optional[str]:
 
 def _notebook_file_line(raw: Optional[str], d: Diagnostic) -> int:
     """The finding's line in the notebook's file; line 1 (the file) where the file cannot be read back."""
-    from torchlint.notebook import file_line
+    from torchlint.run.notebook import file_line
 
     assert d.cell is not None
     return (file_line(raw, d.cell, d.line) if raw is not None else None) or 1

@@ -247,7 +247,7 @@ def _kind(path: Path) -> str:
 
 
 def _kind_name(path: Path) -> str:
-    from torchlint.fileio import file_kind
+    from torchlint.run.fileio import file_kind
 
     return file_kind(os.stat(path).st_mode)
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
-from torchlint.cache import Cache
-from torchlint.discovery import display_path
+from torchlint.run.cache import Cache
+from torchlint.run.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
-from torchlint.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
+from torchlint.run.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
 from torchlint.rule import Diagnostic, Edit
-from torchlint.runner import FileResult, Job, prepare_write, rules_for
+from torchlint.run.job import FileResult, Job, prepare_write, rules_for
 
 _MARKER = "# torchlint-cell {}"
 _MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")

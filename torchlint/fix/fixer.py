@@ -8,8 +8,8 @@ from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis
-from torchlint.fast_parse import parse_module as trusted_parse
+from torchlint.fix.analysis import FileAnalysis
+from torchlint.fix.fast_parse import parse_module as trusted_parse
 from torchlint.rule import ImportRequest, Replacement, Report
 
 
@@ -77,7 +77,7 @@ class FixApplier:
     def fixed_text(self, reports: Sequence[Report], source: str) -> Tuple[str, Optional[List[Tuple[int, int, str]]]]:
         """``source`` with these (non-overlapping) fixes, and the regions it changed where only the changed
         statements were rendered and put in place (``FixEdits.spliced``); None: the whole module was rendered."""
-        from torchlint.fix_edits import FixEdits, spliced_text  # imports this module
+        from torchlint.fix.edits import FixEdits, spliced_text  # imports this module
 
         regions = FixEdits(self.module, self.analysis, self.path, source).spliced(reports)
         if regions is not None:

@@ -13,7 +13,7 @@ from collections import Counter
 from difflib import SequenceMatcher
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
-from torchlint.fileio import split_lines
+from torchlint.run.fileio import split_lines
 
 
 def altered_lines(original: str, base: str) -> Set[int]:

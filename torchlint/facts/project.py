@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
-    from torchlint.cache import Cache
+    from torchlint.run.cache import Cache
 
 # `from .data import build_loader`, `from pkg import (a, b)`, `import data, pkg.model as m`: the module named,
 # its dots, and the names taken (which may be submodules: `from . import data`)
@@ -195,7 +195,7 @@ _made: Dict[Tuple[Path, int, int, int], dict] = {}
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
     """The summary of the project file ``path``: from this process's memory, from the cache (by the file's
     bytes), or made by parsing it. An unreadable or invalid file has an empty summary."""
-    from torchlint.fileio import SourceError, decode_source, read_regular
+    from torchlint.run.fileio import SourceError, decode_source, read_regular
 
     try:
         status = os.stat(path)
@@ -224,9 +224,9 @@ def summarize(text: str) -> dict:
     """``loader_summary`` of a source text (empty where CPython cannot parse it, or it builds no loader)."""
     if "DataLoader" not in text and not _RELATIVE_IMPORT.search(text):
         return {}  # neither a loader nor a re-export
-    from torchlint.ast_index import AstIndex
+    from torchlint.facts.index import AstIndex
     from torchlint.facts.loaders import loader_summary
-    from torchlint.guard import stdlib_tree
+    from torchlint.run.guard import stdlib_tree
 
     tree = stdlib_tree(text)
     if tree is None:

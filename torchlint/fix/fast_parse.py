@@ -32,7 +32,7 @@ def _install() -> None:
     global _installed
     if _installed:
         return
-    CSTNode = cst.CSTNode  # loads libcst itself first (torchlint.deferred)
+    CSTNode = cst.CSTNode  # loads libcst itself first (torchlint.fix.deferred)
     validate_on_init = CSTNode.__post_init__
 
     def __post_init__(self: "cst.CSTNode") -> None:

@@ -1,9 +1,9 @@
 """LibCST's tree of a file (or of some of its statements), as the fixes see it.
 
-Rules detect on the stdlib ``ast`` index (``torchlint.ast_index``); a fix is made on LibCST's tree, and
+Rules detect on the stdlib ``ast`` index (``torchlint.facts.index``); a fix is made on LibCST's tree, and
 ``FileAnalysis`` is what the rewrite side navigates there: one walk records the parent and pre-order number
 of every node, the import table, the calls, defs and loops in source order (the twins of the index's, found
-by place: ``torchlint.rewrites``). There is no LibCST scope analysis: the import table answers the
+by place: ``torchlint.fix.rewrites``). There is no LibCST scope analysis: the import table answers the
 questions the rewrites ask.
 """
 

@@ -24,10 +24,10 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
-from torchlint.analysis import FileAnalysis
-from torchlint.ast_index import AstIndex
-from torchlint.fast_parse import parse_module as trusted_parse
-from torchlint.guard import parse_problem
+from torchlint.fix.analysis import FileAnalysis
+from torchlint.facts.index import AstIndex
+from torchlint.fix.fast_parse import parse_module as trusted_parse
+from torchlint.run.guard import parse_problem
 from torchlint.rule import Report
 
 
@@ -37,7 +37,7 @@ def make_rewrites(reports: Sequence[Report], index: Optional[AstIndex], analysis
     CPython's parser rejects the file: only module rewrites (TL900's) are made there."""
     altered: Set[int] = set()
     if "\f" in analysis.source and analysis.module.code != analysis.source:
-        from torchlint.textmerge import altered_lines
+        from torchlint.fix.textmerge import altered_lines
 
         altered = altered_lines(analysis.source, analysis.module.code)
     twins: Dict[int, Optional[cst.CSTNode]] = {}
@@ -64,10 +64,10 @@ class StatementTree:
         None where a change spans lines that are not adjacent in the file. ``regions``: the changed
         statements of ``text`` (``FixEdits.spliced``: whole lines each), each put in place of its lines in
         the file; else the changed lines are found by a line diff."""
-        from torchlint.fileio import split_lines
+        from torchlint.run.fileio import split_lines
 
         if regions is None:
-            from torchlint.textmerge import carry_fixes
+            from torchlint.fix.textmerge import carry_fixes
 
             return carry_fixes(source, self.text, fixed, dict(enumerate(self.file_lines)))
         starts = [0]
@@ -175,7 +175,7 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.CSTNode]], an
                 report.node = next(iter(made.replacements))
 
 
-# LibCST repeats or drops a form feed in an indentation when it writes a block (``torchlint.textmerge``)
+# LibCST repeats or drops a form feed in an indentation when it writes a block (``torchlint.fix.textmerge``)
 ROUND_TRIP = "LibCST would not write back the form feed in this block's indentation as it was"
 
 
@@ -191,7 +191,7 @@ def _twins(index: AstIndex, analysis: FileAnalysis) -> Dict[int, Optional[cst.Ca
     if len(index.calls) == len(analysis.calls):
         return {id(info.node): twin for info, twin in zip(index.calls, analysis.calls)}
     # never seen: the two parsers disagree on the calls; match them by place instead
-    from torchlint.positions import node_spans
+    from torchlint.fix.positions import node_spans
 
     by_span = {span: node for node, span in node_spans(analysis.module, analysis.calls, analysis.parents,
                                                        analysis.source).items()}

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 from torchlint.config import Settings
-from torchlint.config_tree import ConfigTree
-from torchlint.discovery import exclude_patterns, is_test_file, test_path_patterns
-from torchlint.runner import rules_for
+from torchlint.config.tree import ConfigTree
+from torchlint.run.discovery import exclude_patterns, is_test_file, test_path_patterns
+from torchlint.run.job import rules_for
 
 
 def file_lines(files: Sequence[Path], tree: ConfigTree) -> List[str]:

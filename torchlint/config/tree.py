@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 from torchlint.config import Settings, find_config, load_config, merge_layer, with_declared_torch
-from torchlint.discovery import git_root, package_root
-from torchlint.torch_requirement import declared_torch_version, project_folder
+from torchlint.run.discovery import git_root, package_root
+from torchlint.config.torch_requirement import declared_torch_version, project_folder
 
 
 @dataclass(frozen=True)

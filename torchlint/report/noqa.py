@@ -8,9 +8,9 @@ import warnings
 from collections import defaultdict
 from typing import Dict, List, Sequence, Set, Tuple
 
-from torchlint.fileio import split_lines
+from torchlint.run.fileio import split_lines
 from torchlint.rule import Diagnostic
-from torchlint.suppression import LINE_NOQA, _comments
+from torchlint.report.suppression import LINE_NOQA, comments_by_line
 
 SKIPPED_CODES = {"TL000", "TL900"}  # errors cannot be silenced; a noqa for TL900 would silence itself
 
@@ -45,7 +45,7 @@ def add_noqa(source: str, diagnostics: Sequence[Diagnostic]) -> Tuple[str, int]:
                 if d.code not in wanted[line]:
                     wanted[line].append(d.code)
                 break
-    comments = _comments(source)
+    comments = comments_by_line(source)
     added = 0
     for line, codes in wanted.items():
         raw = lines[line - 1]

@@ -4,7 +4,7 @@ One walk per file (``index_of(tree, source)``), shared by every rule: the import
 ``calls_to`` by qualified name, aliases included), calls in source order with the innermost def and loop that
 run them, loops with the calls that run once per iteration, bindings per scope, parent links, and places and
 code text in LibCST's terms (``span``, ``enclosing_statement``, ``code_for_node``), so that a finding detected
-here is placed, quoted and fixed as LibCST sees it (``torchlint.rewrites``). It records; rules and the shared
+here is placed, quoted and fixed as LibCST sees it (``torchlint.fix.rewrites``). It records; rules and the shared
 facts (``torchlint.facts``) interpret.
 """
 

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
-from torchlint.fileio import split_lines
-from torchlint.fixer import FixApplier, Replacer
-from torchlint.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
+from torchlint.run.fileio import split_lines
+from torchlint.fix.fixer import FixApplier, Replacer
+from torchlint.fix.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
                                  reproduced_exactly)
 from torchlint.rule import Edit, Report
 
 if TYPE_CHECKING:
-    from torchlint.analysis import FileAnalysis
+    from torchlint.fix.analysis import FileAnalysis
 
 
 class FixEdits:

@@ -6,7 +6,7 @@ from typing import List
 
 import libcst as cst
 
-from torchlint.comments import has_comment, without_comment
+from torchlint.fix.comments import has_comment, without_comment
 
 
 def keyword(name: str, value: cst.BaseExpression) -> cst.Arg:

@@ -1,0 +1,1 @@
+"""What a run shows and writes besides fixes: suppression, noqa, output formats, reporters, rule docs."""
