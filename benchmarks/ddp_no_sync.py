@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import json
 import os
-import socket
 import sys
 import tempfile
 
@@ -69,9 +68,9 @@ def _train(form: str, accum: int, steps: int):
     return [p.detach().clone() for p in model.parameters()], counter["all_reduces"]
 
 
-def _worker(rank: int, port: int, accum: int, steps: int, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+def _worker(rank: int, store: str, accum: int, steps: int, out: str) -> None:
+    # a file store, not a TCP port: no port picked here can be taken by another process before the workers bind it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     try:
         results = {form: _train(form, accum, steps) for form in FORMS}
         if rank == 0:
@@ -80,17 +79,12 @@ def _worker(rank: int, port: int, accum: int, steps: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(accum: int = 4, steps: int = 5) -> dict:
     """Train the three forms on two gloo processes; the parameters' largest difference and the counts."""
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "result.pt")
-        mp.spawn(_worker, args=(_free_port(), accum, steps, out), nprocs=WORLD, join=True)
+        store = os.path.join(tmp, "store")
+        mp.spawn(_worker, args=(store, accum, steps, out), nprocs=WORLD, join=True)
         results = torch.load(out)
     plain_params, plain_count = results["plain"]
     report = {"accum": accum, "steps": steps, "forms": {}}
