@@ -711,18 +711,22 @@ def loader_summary(index: AstIndex) -> dict:
             size = max(returned) + 1  # type: ignore[type-var]
             factories[name] = {"tuple": True, "sites": [facts._entry(returned[at][0]) if at in returned else None
                                                         for at in range(size)]}
+    summary = reexport_summary(index.tree)
+    if factories:
+        summary["factories"] = factories
+    return summary
+
+
+def reexport_summary(tree: ast.Module) -> dict:
+    """The part of ``loader_summary`` that needs no index: the names the module takes by a relative import,
+    all a file that never names ``DataLoader`` can hold (no loader is built there, so no factory)."""
     reexports = {}
-    for node in index.tree.body:
+    for node in tree.body:
         if type(node) is ast.ImportFrom and node.level:
             for alias in node.names:
                 if alias.name != "*":
                     reexports[alias.asname or alias.name] = [node.module or "", node.level, alias.name]
-    summary: dict = {}
-    if factories:
-        summary["factories"] = factories
-    if reexports:
-        summary["reexports"] = reexports
-    return summary
+    return {"reexports": reexports} if reexports else {}
 
 
 def import_origins(index: AstIndex) -> Dict[str, Tuple[str, int, Optional[str]]]:

@@ -225,10 +225,12 @@ def summarize(text: str) -> dict:
     if "DataLoader" not in text and not _RELATIVE_IMPORT.search(text):
         return {}  # neither a loader nor a re-export
     from torchlint.facts.index import AstIndex
-    from torchlint.facts.loaders import loader_summary
+    from torchlint.facts.loaders import loader_summary, reexport_summary
     from torchlint.run.guard import stdlib_tree
 
     tree = stdlib_tree(text)
     if tree is None:
         return {}
+    if "DataLoader" not in text:
+        return reexport_summary(tree)  # (no index: most summaries are a package's re-exports)
     return loader_summary(AstIndex(tree, text))
