@@ -305,8 +305,8 @@ import os, sys
 import torchlint.run.runner as runner
 real = runner.process_source
 done = []
-def sabotage(source, shown, path, job):
-    result = real(source, shown, path, job)
+def sabotage(source, shown, path, job, project=None):
+    result = real(source, shown, path, job, project)
     if not done:  # once: between the fixer's read and its write
         done.append(1)
         {action}
@@ -705,8 +705,9 @@ SHAPES: Dict[str, Tuple[Callable[[int], str], Tuple[str, ...], Tuple[int, ...]]]
         lambda n: _LOOP.format(before="", body="        opt.zero_grad(set_to_none=False)\n" * n),
         ("fix", "--unsafe-fixes"), (200, 400, 800)),
     "TL101 N-branch elif chain with `.item()`": (
-        lambda n: _LOOP.format(before="", body="        if x == 0:\n            a = loss.item()\n" + "".join(
-            f"        elif x == {i}:\n            a = loss.item()\n" for i in range(1, n))), ("check",), (200, 400, 800)),
+        # (tested on an attribute, not the loop's target: `if x == 0:` could be a first step, which runs once)
+        lambda n: _LOOP.format(before="", body="        if opt.mode == 0:\n            a = loss.item()\n" + "".join(
+            f"        elif opt.mode == {i}:\n            a = loss.item()\n" for i in range(1, n))), ("check",), (200, 400, 800)),
     "TL202 N closures in one function": (
         lambda n: "import torch\n\ndef build(model):\n" + "".join(
             f"    def evaluate{i}(loader):\n        model.eval()\n        for x in loader:\n            out = model(x)\n"
