@@ -683,25 +683,40 @@ class _Detector:
         """Inside the body of ``if step % N == 0:`` (or ``if should_log:``) within the training loop, or on a
         path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` / ``else`` that
         ends with ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
+        # remembered per (child, loop) on the way up: reads deep in an elif chain share their ancestors
+        memo = self.index.shared.setdefault("tl101.guarded", {})
+        path = []
+        guarded = False
         child = node
         for ancestor in self.index.ancestors(node):
-            kind = type(ancestor)
-            if kind is ast.Raise:
-                return True
-            if kind is ast.If:
-                in_body = any(s is child for s in ancestor.body)
-                if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
-                    return True
-                block = ancestor.body if in_body else ancestor.orelse
-                if any(s is child for s in block) and self._leaves_loop(block, ancestor, loop):
-                    return True
-            elif kind in _WITH_ELSE and any(s is child for s in ancestor.orelse) \
-                    and self._leaves_loop(ancestor.orelse, ancestor, loop):
-                return True
+            key = (child, loop.node)
+            if key in memo:
+                guarded = memo[key]
+                break
+            path.append(key)
+            if self._keeps_out(ancestor, child, loop):
+                guarded = True
+                break
             if ancestor is loop.node:
-                return False
+                break
             child = ancestor
-        return False
+        for key in path:
+            memo[key] = guarded
+        return guarded
+
+    def _keeps_out(self, ancestor: ast.AST, child: ast.AST, loop: AstLoopInfo) -> bool:
+        """``ancestor`` (the parent of ``child``) keeps what ``child`` holds out of most steps (see ``_guarded``)."""
+        kind = type(ancestor)
+        if kind is ast.Raise:
+            return True
+        if kind is ast.If:
+            in_body = any(s is child for s in ancestor.body)
+            if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
+                return True
+            block = ancestor.body if in_body else ancestor.orelse
+            return any(s is child for s in block) and self._leaves_loop(block, ancestor, loop)
+        return kind in _WITH_ELSE and any(s is child for s in ancestor.orelse) \
+            and self._leaves_loop(ancestor.orelse, ancestor, loop)
 
     def _leaves_loop(self, block: List[ast.stmt], owner: ast.AST, loop: AstLoopInfo) -> bool:
         """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /

@@ -398,10 +398,24 @@ class AstIndex:
 
     def function_of(self, node: ast.AST) -> Optional[AstFunction]:
         """The innermost def or lambda around ``node`` (not ``node`` itself)."""
-        for ancestor in self.ancestors(node):
-            if type(ancestor) in _FUNCTION_TYPES:
-                return ancestor  # type: ignore[return-value]
-        return None
+        # remembered for every node on the way up: rules ask it of each ancestor of deep code (an elif
+        # chain nests each branch in the last), which would cost depth x depth
+        memo = self.__dict__.setdefault("_function_memo", {})
+        path = []
+        found: Optional[AstFunction] = None
+        current = self.parents.get(node)
+        while current is not None:
+            if current in memo:
+                found = memo[current]
+                break
+            path.append(current)
+            if type(current) in _FUNCTION_TYPES:
+                found = current  # type: ignore[assignment]
+                break
+            current = self.parents.get(current)
+        for ancestor in path:  # memo: the innermost def or lambda that is or holds the node
+            memo[ancestor] = found
+        return found
 
     def scope_of(self, node: ast.AST) -> AstScope:
         """The innermost def or lambda around ``node``, else the module. For a leaf (a name), which has no
@@ -432,14 +446,30 @@ class AstIndex:
     def enclosing_loops(self, node: ast.AST) -> Iterator[AstLoopInfo]:
         """Loops whose body (or ``else``) holds ``node``, innermost first, up to the first def, lambda or
         class (as ``FileAnalysis.enclosing_loops``: a loop's header is not in the loop)."""
+        return iter(self._loops_around(node))
+
+    def _loops_around(self, node: ast.AST) -> Tuple[AstLoopInfo, ...]:
+        # remembered per (child, parent) step on the way up, as ``function_of``
+        memo = self.__dict__.setdefault("_loops_memo", {})
+        path = []
+        loops: Tuple[AstLoopInfo, ...] = ()
         child = node
-        for ancestor in self.ancestors(node):
+        ancestor = self.parents.get(node)
+        while ancestor is not None:
+            if child in memo:
+                loops = memo[child]
+                break
             kind = type(ancestor)
             if kind in _FUNCTION_TYPES or kind is ast.ClassDef:
-                return
-            if kind in _LOOP_TYPES and child not in _loop_header(ancestor):  # type: ignore[arg-type]
-                yield self.loop_info[ancestor]
-            child = ancestor
+                break
+            path.append((child, self.loop_info[ancestor] if kind in _LOOP_TYPES
+                         and child not in _loop_header(ancestor) else None))  # type: ignore[arg-type]
+            child, ancestor = ancestor, self.parents.get(ancestor)
+        for child, loop in reversed(path):  # memo[child]: the loops around child, innermost first
+            if loop is not None:
+                loops = (loop, *loops)
+            memo[child] = loops
+        return memo.get(node, loops)
 
     def contains(self, outer: ast.AST, inner: ast.AST) -> bool:
         """True when ``inner`` is ``outer`` or lies inside it (by their places in the source)."""

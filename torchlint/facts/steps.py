@@ -105,13 +105,23 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
         ends = memo[loop.node] = ends_after_first_iteration(loop.node)  # type: ignore[index]
     if ends:
         return True
+    # remembered per (child, loop, whether a loop or def was met below it) on the way up: the reads deep
+    # in an elif chain share their ancestors
+    memo = index.shared.setdefault("runs_once_in", {})
+    path = []
+    once = False
     counters: Optional[Set[str]] = None
     moving: Set[str] = set()
     child = node
-    inner: Optional[ast.AST] = None  # the innermost loop around ``node`` met so far
+    inner = False  # a loop or def around ``node`` met so far (below ``loop``)
     for ancestor in index.ancestors(node):
+        key = (child, loop.node, inner)
+        if key in memo:
+            once = memo[key]
+            break
+        path.append(key)
         if ancestor is loop.node:
-            return False
+            break
         kind = type(ancestor)
         if kind is ast.If:
             block = ancestor.body if any(statement is child for statement in ancestor.body) else ancestor.orelse
@@ -119,13 +129,17 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
                 if counters is None:
                     counters, moving = loop_counters(index, loop)
                 if counters and runs_few_times(ancestor.test, counters, moving):
-                    return True
-            if block and inner is None and type(block[-1]) in (ast.Break, ast.Return, ast.Raise):
-                return True  # `if step >= total: finish(); break`: the way out of the loop, taken once
+                    once = True
+                    break
+            if block and not inner and type(block[-1]) in (ast.Break, ast.Return, ast.Raise):
+                once = True  # `if step >= total: finish(); break`: the way out of the loop, taken once
+                break
         elif kind in (ast.For, ast.AsyncFor, ast.While) or kind in _DEFS:
-            inner = ancestor
+            inner = True
         child = ancestor
-    return False
+    for key in path:
+        memo[key] = once
+    return once
 
 
 def runs_once_per_run(index: AstIndex, node: ast.AST, function: Optional[ast.AST]) -> bool:
