@@ -83,6 +83,20 @@ def test_fix_writes_only_the_changed_cell_and_keeps_the_rest(project):
     assert invoke("fix", "--apply", "train.ipynb").output.count("fixed") == 0  # fixing twice changes nothing
 
 
+def test_a_one_line_cell_is_code_and_keeps_every_later_position(project):
+    # a cell of one line has no line ending: its code must not join the marker comment above it
+    cells = (code(["import torch\n", "model = torch.nn.Linear(4, 2).cuda()"]),
+             code("opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)"),
+             code(["for step in range(10):\n", "    loss = model(torch.ones(8, 4, device='cuda')).sum()\n",
+                   "    loss.backward()\n", "    opt.step()\n", "    total = loss.item()"]))
+    target = write(project / "t.ipynb", notebook(*cells))
+    lines = invoke("check", "--select", "TL101,TL501", "t.ipynb").output.splitlines()
+    assert lines[0].startswith("t.ipynb:cell 2:1:51: TL501 [*] ")
+    assert lines[1].startswith("t.ipynb:cell 3:5:13: TL101 ")
+    assert "fixed 1 x TL501" in invoke("fix", "--apply", "--select", "TL501", "t.ipynb").output
+    assert json.loads(target.read_text())["cells"][1]["source"] == "opt = torch.optim.SGD(model.parameters(), lr=0.1)"
+
+
 def test_unsafe_fix_that_reindents_keeps_magics(project):
     cells = (code("import torch\n"),
              code(["def train(model, opt, loader):\n",

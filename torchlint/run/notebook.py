@@ -90,7 +90,7 @@ class NotebookProgram:
             program.cells.append(number)
             cell_lines = split_lines(source)  # each keeps its ending, so a fixed cell keeps CRLF or CR
             # the marker ends as the cell's lines do: LibCST gives the lines a fix adds the first ending it sees
-            lines.append(_MARKER.format(number) + (line_ending(cell_lines[0]) if cell_lines else "\n"))
+            lines.append(_MARKER.format(number) + ((line_ending(cell_lines[0]) if cell_lines else "") or "\n"))
             line_map.append((number, 0))
             for line_number, line in enumerate(cell_lines, start=1):
                 body, ending = line.rstrip("\r\n"), line_ending(line) or "\n"
