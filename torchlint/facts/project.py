@@ -80,7 +80,7 @@ def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Pat
     return Path(found) if found is not None else None
 
 
-@lru_cache(maxsize=8192)
+@lru_cache(maxsize=65536)  # a large tree asks tens of thousands (module, folder) pairs: 8,192 thrashed
 def _resolved(module: str, level: int, folder: str, root: str) -> Optional[str]:
     """``resolve`` on strings, remembered for the run: every file of a tree asks for torch, numpy, its
     siblings, and most answers are "not in the project"."""
@@ -141,11 +141,8 @@ class ProjectModel:
             for file in pending:
                 if file in summaries:
                     continue
-                summaries[file] = summary_of(file, cache, max_size)
-                for module, level, _name in summaries[file].get("reexports", {}).values():
-                    found = resolve(module, level, file, root)
-                    if found is not None and found not in summaries:
-                        following.append(found)
+                summary = summaries[file] = summary_of(file, cache, max_size)
+                following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
         return cls(importer, root, summaries, imports)
 
@@ -176,9 +173,18 @@ class ProjectModel:
 
     def digest(self) -> str:
         """What the file's result may depend on: each summary and the file it came from."""
-        blob = json.dumps(sorted((self._shown(file), summary) for file, summary in self.summaries.items()),
-                          sort_keys=True)
-        return hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+        digest = hashlib.blake2b(digest_size=16)
+        for part in sorted(self._summary_digest(file, summary) for file, summary in self.summaries.items()):
+            digest.update(part.encode())
+        return digest.hexdigest()
+
+    def _summary_digest(self, file: Path, summary: dict) -> str:
+        # remembered per summary made: every importer of a package's __init__ hashes the same summary
+        known = _digests.get((file, self.root))
+        if known is None or known[0] is not summary:
+            blob = json.dumps([self._shown(file), summary], sort_keys=True)
+            known = _digests[(file, self.root)] = (summary, hashlib.blake2b(blob.encode(), digest_size=16).hexdigest())
+        return known[1]
 
     def _shown(self, file: Path) -> str:
         try:
@@ -188,8 +194,24 @@ class ProjectModel:
 
 
 # Summaries made in this process, by file and its size and time: a tree run without a cache summarizes an
-# imported file once, not once per importer.
+# imported file once, not once per importer. With each summary (by identity), the files its re-exports
+# resolve to and its digest: a package's __init__ re-exports hundreds of names, read by every importer.
 _made: Dict[Tuple[Path, int, int, int], dict] = {}
+_reexports: Dict[Tuple[Path, Path], Tuple[dict, List[Path]]] = {}
+_digests: Dict[Tuple[Path, Path], Tuple[dict, str]] = {}
+
+
+def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
+    """The project files ``summary`` (``file``'s) re-exports names from."""
+    known = _reexports.get((file, root))
+    if known is None or known[0] is not summary:
+        targets = []
+        for module, level, _name in summary.get("reexports", {}).values():
+            found = resolve(module, level, file, root)
+            if found is not None:
+                targets.append(found)
+        known = _reexports[(file, root)] = (summary, list(dict.fromkeys(targets)))
+    return known[1]
 
 
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
@@ -216,6 +238,8 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
             cache.put_data(key, summary)
     if len(_made) > 4096:
         _made.clear()
+        _reexports.clear()
+        _digests.clear()
     _made[memo] = summary
     return summary
 
