@@ -156,8 +156,10 @@ class SyncInTrainingLoop(Rule):
     A file that only defines training functions for others to call is checked as before.
 
     Nor is a read right after `torch.cuda.synchronize()` (the statements between queue no GPU work, as in a
-    timing section): the synchronize has waited for the GPU already and is the per-step cost (TL105 reports
-    it), the read waits for nothing; reporting both would count one wait twice. A host value that only goes
+    timing section; the read may sit in an `if` or `with` whose header queues none either, and the
+    synchronize under `if device_type == "cuda":`): the synchronize has waited for the GPU already and is
+    the per-step cost (TL105 reports it), the read waits for nothing; reporting both would count one wait
+    twice. A host value that only goes
     back into a tensor (`torch.tensor(running, device=device)` to all-reduce it) or is only tested against
     `None` is not load-bearing: the read is reported.
 
@@ -458,27 +460,45 @@ class _Detector:
 
     def _after_synchronize(self, call: ast.Call) -> bool:
         """The statement holding ``call`` follows a ``synchronize()`` statement in its block with nothing in
-        between that can queue GPU work (``torch.cuda.synchronize(); t = time.time(); print(loss.item())``):
+        between that can queue GPU work (``torch.cuda.synchronize(); t = time.time(); print(loss.item())``),
+        also inside an ``if`` that so follows one and whose test queues none (``if master: print(...)``):
         the GPU is idle already, so the read waits for nothing. Each block is scanned once."""
         index = self.index
         statement = next((a for a in (call, *index.ancestors(call)) if isinstance(a, ast.stmt)), None)
         if statement is None:
             return False
+        # the ifs around the statement whose blocks are not scanned yet, innermost first: scanned outermost
+        # first, each block starting "waited" where its if follows a synchronize (no recursion: elif chains)
+        owners = []
         owner = index.parent(statement) or index.tree
-        ready = self._synchronized.get(owner)
-        if ready is None:
-            ready = self._synchronized[owner] = set()
-            for block in (getattr(owner, name, None) for name in ("body", "orelse", "finalbody")):
-                waited = False
-                for here in block if type(block) is list else ():
-                    if waited:
-                        ready.add(here)
-                    if type(here) is ast.Expr and type(here.value) is ast.Call \
-                            and call_name(here.value) == "synchronize":
-                        waited = True
-                    elif any(not _queues_no_gpu_work(info.node) for info in index.calls_in(here)):
-                        waited = False
-        return statement in ready
+        while owner not in self._synchronized:
+            owners.append(owner)
+            if type(owner) not in _PASSES_WAIT:
+                break
+            owner = index.parent(owner) or index.tree
+        for owner in reversed(owners):
+            inherited = type(owner) in _PASSES_WAIT \
+                and owner in self._synchronized.get(index.parent(owner) or index.tree, ()) \
+                and all(_queues_no_gpu_work(info.node) for part in _header(owner) for info in index.calls_in(part))
+            self._synchronized[owner] = self._ready_after_synchronize(owner, inherited)
+        return statement in self._synchronized[index.parent(statement) or index.tree]
+
+    def _ready_after_synchronize(self, owner: ast.AST, inherited: bool) -> set:
+        """The statements of ``owner``'s blocks that run after a ``synchronize()`` with no GPU work queued
+        since (``inherited``: the block starts so)."""
+        ready = set()
+        for block in (getattr(owner, name, None) for name in ("body", "orelse", "finalbody")):
+            waited = inherited
+            for here in block if type(block) is list else ():
+                if waited:
+                    ready.add(here)
+                if _synchronizes(here) or (type(here) is ast.If and not here.orelse and _synchronizes(here.body[-1])
+                                           and all(_queues_no_gpu_work(info.node)
+                                                   for info in self.index.calls_in(here.test))):
+                    waited = True  # (`if device_type == "cuda": torch.cuda.synchronize()`: the CPU waits for nothing)
+                elif any(not _queues_no_gpu_work(info.node) for info in self.index.calls_in(here)):
+                    waited = False
+        return ready
 
     def _loop_reads(self, loop: AstLoopInfo) -> "_LoopReads":
         reads = self._reads_by_loop.get(loop.node)
@@ -1104,12 +1124,28 @@ def _accumulate_on_device(call: cst.Call, a: "FileAnalysis", depth: int, keep_re
 # only these separate from the first waits for nothing.
 _NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(SYNC_METHODS) | {
     "int", "float", "bool", "str", "len", "repr", "format", "join", "dict", "items", "keys", "values", "get",
-    "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists",
+    "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists", "open",
 }
 
 
 def _queues_no_gpu_work(call: ast.Call) -> bool:
     return call_name(call) in _NO_GPU_WORK_CALLS
+
+
+def _synchronizes(statement: ast.stmt) -> bool:
+    return type(statement) is ast.Expr and type(statement.value) is ast.Call \
+        and call_name(statement.value) == "synchronize"  # type: ignore[attr-defined]
+
+
+# Compound statements whose blocks start as their own place does, after a synchronize or not (what runs in
+# their header, ``_header``, is asked apart).
+_PASSES_WAIT = (ast.If, ast.With)
+
+
+def _header(statement: ast.AST) -> List[ast.expr]:
+    if type(statement) is ast.If:
+        return [statement.test]  # type: ignore[attr-defined]
+    return [item.context_expr for item in statement.items]  # type: ignore[attr-defined]
 
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)

@@ -259,3 +259,27 @@ def test_elif_and_one_line_bodies_do_not_crash():
 )
 def test_host_values_are_not_tensors(code):
     assert lint("import torch.nn.functional as F\n" + code, "TL101") == []
+
+
+@pytest.mark.parametrize("body, reported", [
+    # the read sits in an `if` that follows the synchronize, and nothing between queues GPU work
+    ("t.cuda.synchronize()\ndt = time.perf_counter() - t0\nrate = 8 / dt\nif master:\n    print(loss.item(), rate)", False),
+    ("t.cuda.synchronize()\nif master:\n    if verbose:\n        print(loss.item())", False),
+    # GPU work before the read inside the if, or in its test: the read waits for that work
+    ("t.cuda.synchronize()\nif master:\n    extra = model(x)\n    print(loss.item())", True),
+    ("t.cuda.synchronize()\nif model(x).sum() > 0:\n    print(loss.item())", True),
+    ("t.cuda.synchronize()\nextra = model(x)\nif master:\n    print(loss.item())", True),
+])
+def test_a_read_in_an_if_after_a_synchronize(body, reported):
+    assert bool(lint(loop(body), "TL101")) is reported
+
+
+@pytest.mark.parametrize("body, reported", [
+    # a synchronize run only on CUDA (`if device_type == "cuda":`), and reads under `with open(...)`
+    ("if kind == 'cuda':\n    t.cuda.synchronize()\nif master:\n    with open(path, 'a') as f:\n"
+     "        f.write(str(loss.item()))", False),
+    ("if kind == 'cuda':\n    t.cuda.synchronize()\nelse:\n    pass\nprint(loss.item())", True),
+    ("t.cuda.synchronize()\nwith t.autocast('cuda'):\n    extra = model(x)\n    print(loss.item())", True),
+])
+def test_a_synchronize_under_a_device_test_and_reads_in_a_with(body, reported):
+    assert bool(lint(loop(body), "TL101")) is reported
