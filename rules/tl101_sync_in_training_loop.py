@@ -275,6 +275,7 @@ class _Detector:
         # a sync in a function a step calls -> (that function, the step loop): named in the message
         self._via: dict = {}
         self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
+        self._guarded_below: dict = {}  # (child, loop) -> whether an ancestor of child up to loop guards it
 
     def run(self) -> None:
         index = self.index
@@ -704,7 +705,7 @@ class _Detector:
         path that leaves the loop (runs once): a ``raise`` statement, or a block of an ``if`` / ``else`` that
         ends with ``raise``, ``return``, ``sys.exit()`` or a ``break`` out of this loop."""
         # remembered per (child, loop) on the way up: reads deep in an elif chain share their ancestors
-        memo = self.index.shared.setdefault("tl101.guarded", {})
+        memo = self._guarded_below
         path = []
         guarded = False
         child = node

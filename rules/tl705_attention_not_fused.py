@@ -319,7 +319,6 @@ def _weights(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, f
         return False
     call: ast.Call = value  # type: ignore[assignment]
     qualified = index.qualified_name(call.func)
-    method = call_name(call)
     if qualified in _DROPOUT or _is_module(index, call, _DROPOUT_MODULE):
         found.dropout = True
         inner = _first_argument(call)

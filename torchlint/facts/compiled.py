@@ -13,7 +13,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Union
 
-from torchlint.facts.index import AstIndex, dotted_name
+from torchlint.facts.index import AstIndex
 
 COMPILE = "torch.compile"
 _DISABLE = ("torch.compiler.disable", "torch._dynamo.disable", "torch._disable_dynamo")

@@ -143,6 +143,23 @@ def is_integer(node: ast.AST) -> bool:
     return type(node) is ast.Constant and type(node.value) is int  # type: ignore[attr-defined]
 
 
+def qualify(imports: Dict[str, str], name: Optional[str]) -> Optional[str]:
+    """A dotted name through an import table (local name -> what it imports): ``t.nn.Conv2d`` ->
+    "torch.nn.Conv2d"; None if its root is not imported. (LibCST's side, ``FileAnalysis``, asks it too.)"""
+    if name is None:
+        return None
+    root, _, rest = name.partition(".")
+    target = imports.get(root)
+    if target is None:
+        return None
+    return f"{target}.{rest}" if rest else target
+
+
+def alias_of(imports: Dict[str, str], module: str) -> Optional[str]:
+    """The first local name an import table binds to ``module``, if any."""
+    return next((local for local, target in imports.items() if target == module), None)
+
+
 class AstIndex:
     def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
@@ -296,18 +313,11 @@ class AstIndex:
 
     # --- questions, with the meaning FileAnalysis gives them ---------------------------------------
     def qualified_name(self, node: ast.AST) -> Optional[str]:
-        name = dotted_name(node)
-        if name is None:
-            return None
-        root, _, rest = name.partition(".")
-        target = self.imports.get(root)
-        if target is None:
-            return None
-        return f"{target}.{rest}" if rest else target
+        return qualify(self.imports, dotted_name(node))
 
     def module_alias(self, module: str) -> Optional[str]:
         """The local name the file first binds to ``module`` ("t" for ``import torch as t``), if any."""
-        return next((local for local, target in self.imports.items() if target == module), None)
+        return alias_of(self.imports, module)
 
     def imports_torch(self) -> bool:
         return any(target.split(".")[0] == "torch" for target in self.imports.values())

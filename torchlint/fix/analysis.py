@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple, Union
 
 import libcst as cst
 
+from torchlint.facts.index import alias_of, qualify
+
 # Nothing here touches libcst at import time: the command line defers loading it until a file reaches the
 # LibCST stage (most runs of `torchlint check one_file.py` never do; see docs/architecture.md).
 if TYPE_CHECKING:
@@ -423,18 +425,8 @@ class FileAnalysis:
     # --- names -----------------------------------------------------------------------------------
     def qualified_name(self, node: cst.CSTNode) -> Optional[str]:
         """``t.nn.Conv2d`` -> "torch.nn.Conv2d" through the import table; None if the root is not imported."""
-        name = dotted_name(node)
-        if name is None:
-            return None
-        root, _, rest = name.partition(".")
-        target = self.imports.get(root)
-        if target is None:
-            return None
-        return f"{target}.{rest}" if rest else target
+        return qualify(self.imports, dotted_name(node))
 
     def module_alias(self, module: str) -> Optional[str]:
         """The local name that refers to ``module`` (e.g. "t" for ``import torch as t``), if any."""
-        for local, target in self.imports.items():
-            if target == module:
-                return local
-        return None
+        return alias_of(self.imports, module)
