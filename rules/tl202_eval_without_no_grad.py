@@ -14,7 +14,7 @@ from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off,
                                         grad_globally_off, grad_off_anywhere_around, grad_off_between,
                                         is_eval_loader, train_receiver)
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.facts.text_gates import has_method_call
+from torchlint.facts.text_gates import has_method_call, lowered
 
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
@@ -200,7 +200,7 @@ class EvalWithoutNoGrad(Rule):
             return False
         if has_method_call(text, "eval") or has_method_call(text, "train"):
             return True
-        lower = text.lower()
+        lower = lowered(text)
         if any(hint in lower for hint in _LOADER_HINTS) and _may_name_eval_loader(lower):
             return True
         return bool(_EVAL_DEF_TEXT.search(text))

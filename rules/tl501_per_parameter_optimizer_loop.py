@@ -16,7 +16,7 @@ from torchlint.config import Settings
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.steps import step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
-from torchlint.facts.text_gates import CALL_GAP, GAP, search_method
+from torchlint.facts.text_gates import CALL_GAP, GAP, lowered, search_method
 
 
 # In-place ops with a `torch._foreach_<op>` twin, named in the message when the loop uses them.
@@ -211,7 +211,7 @@ class PerParameterOptimizerLoop(Rule):
         # `_PARAMS_NAME` ignores case: `param`, `Params`, `PARAMS`, `modelParams` hold `aram` or `ARAM`; the
         # lower-cased text is made only for a file without either, for `pArams` or `PAram`. (A loop over a
         # name bound to parameters names them where it binds them.)
-        if "aram" not in text and "ARAM" not in text and "state_dict" not in text and "param" not in text.lower():
+        if "aram" not in text and "ARAM" not in text and "state_dict" not in text and "param" not in lowered(text):
             return False
         return "for" in text and _may_update(text)
 

@@ -12,7 +12,7 @@ from torchlint.facts.devices import cuda_evidence
 from torchlint.facts.modules import classes_building
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, any_of, lowered, may_train, may_use_cuda
 
 _CONV = re.compile(r"^(Lazy)?Conv(Transpose)?[123]d$")
 _MODEL_ZOOS = ("torchvision.models.", "timm.")
@@ -30,7 +30,7 @@ _BENCHMARK_OPTION_TEXT = re.compile(r"\bbenchmark\s*=", re.IGNORECASE)
 def _decided(text: str) -> bool:
     """A case-insensitive regex scans slowly; on the lowered text two substring tests answer nearly always.
     (Every character ``re`` matches to a letter of "cudnn" or "benchmark" ignoring case lowers to it.)"""
-    low = text.lower()
+    low = lowered(text)
     if "cudnn" in low:
         return True
     return "benchmark" in low and bool(_BENCHMARK_OPTION_TEXT.search(text))

@@ -8,7 +8,7 @@ from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
 from torchlint.facts.script import first_training_loop, loop_header
 from torchlint.rule import IndexContext, Rule
-from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda
+from torchlint.facts.text_gates import TRAINING_WORDS, lowered, may_train, may_use_cuda
 
 # Any word about reduced precision (code, flags or comments, in any case): the author has considered it,
 # or a flag or configuration decides it elsewhere (`args.amp`, `cfg.SOLVER.AMP`, `use_fp16`), or a framework
@@ -27,7 +27,7 @@ def _requires_double(text: str) -> bool:
 
 
 def mentions_reduced_precision(text: str) -> bool:
-    low = text.lower()
+    low = lowered(text)
     if any(word in low for word in _PRECISION_SUBSTRINGS):
         return True
     if "precision" in low and _PRECISION_PHRASES.search(low):

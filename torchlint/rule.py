@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Mapping, Optiona
 
 import libcst as cst
 
+from torchlint.facts.text_gates import contains
+
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
     from torchlint.facts.index import AstIndex, Extent, StatementLine
@@ -255,7 +257,7 @@ def rule_url(code: str) -> str:
 
 def gate_passes(gate: Tuple[Tuple[str, ...], ...], text: str) -> bool:
     """``Rule.text_gate``'s test: each group has one of its words in the text."""
-    return all(any(word in text for word in group) for group in gate)
+    return all(any(contains(text, word) for word in group) for group in gate)
 
 
 @lru_cache(maxsize=None)

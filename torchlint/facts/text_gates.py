@@ -126,18 +126,43 @@ def has_method_call(text: str, name: str) -> bool:
     """``.name(`` in the text, however spaced: the plain substring first (nearly every file that has the
     call spells it so), then the spaced forms. Several rules ask this of the same text (``.to(``,
     ``.step(``): the answers for the last text are kept."""
+    answers = _answers_for(text)
+    key = ("call", name)
+    answer = answers.get(key)
+    if answer is None:
+        answer = answers[key] = ("." + name + "(" in text
+                                 or (name in text and search_method(call_text(name), text) is not None))
+    return answer
+
+
+def contains(text: str, word: str) -> bool:
+    """``word in text``, remembered for the last text: the gates of 30 rules ask 64 words of each file,
+    most of them several times (`backward`, `step`), and a word a file lacks costs a scan of all of it."""
+    answers = _answers_for(text)
+    answer = answers.get(word)
+    if answer is None:
+        answer = answers[word] = word in text
+    return answer
+
+
+def lowered(text: str) -> str:
+    """``text.lower()``, made once per text: four rules' gates read the lowered file."""
+    answers = _answers_for(text)
+    low = answers.get(lowered)
+    if low is None:
+        low = answers[lowered] = text.lower()
+    return low
+
+
+def _answers_for(text: str) -> dict:
     memo = _last_answers
     if memo[0] is not text:
         memo = (text, {})
         _remember(memo)
-    answer = memo[1].get(name)
-    if answer is None:
-        answer = "." + name + "(" in text or (name in text and search_method(call_text(name), text) is not None)
-        memo[1][name] = answer
-    return answer
+    return memo[1]
 
 
-# (text, {name: answer}) of the last text asked about. Replaced whole, never changed in place for another
+# (text, {question: answer}) of the last text asked about. Replaced whole, never changed in place for another
 # text, so that threads sharing it at worst lose an answer, never read one given for another text.
 _last_answers: "tuple" = (None, {})
 
@@ -213,18 +238,24 @@ TRAINING_WORDS = ("backward", "step")
 
 
 def may_train(text: str) -> bool:
-    """The text gate of "this file has a training loop" (``facts.script.first_training_loop``)."""
-    return ("backward" in text and search_word(_BACKWARD_CALL_TEXT, text) is not None) or has_method_call(text, "step")
+    """The text gate of "this file has a training loop" (``facts.script.first_training_loop``); asked by
+    most rules of the same text, so remembered with ``contains``'s answers."""
+    answers = _answers_for(text)
+    answer = answers.get(may_train)
+    if answer is None:
+        answer = answers[may_train] = ((contains(text, "backward") and search_word(_BACKWARD_CALL_TEXT, text) is not None)
+                                       or has_method_call(text, "step"))
+    return answer
 
 
 def may_use_cuda(text: str) -> bool:
     """The text gate of ``facts.devices.cuda_evidence``: ``.cuda()``, ``.to(...)`` or a device."""
-    return "cuda" in text or "device" in text or has_method_call(text, "to")
+    return contains(text, "cuda") or contains(text, "device") or has_method_call(text, "to")
 
 
 def any_of(text: str, *words: str) -> bool:
     """Some word occurs in the text (plain substring searches: faster than a regex alternation)."""
-    return any(word in text for word in words)
+    return any(contains(text, word) for word in words)
 
 
 # --- the input-pipeline rules' gates (TL102, TL103, TL402, TL403) -------------------------------------
