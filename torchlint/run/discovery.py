@@ -52,9 +52,15 @@ def test_path_patterns(settings: Settings) -> Tuple[str, ...]:
 
 def is_test_file(path: str, settings: Settings) -> bool:
     """Whether ``path`` is test code by the ``test-paths`` settings, judged from ``settings.project_root``
-    (so the current folder never matters; a file outside the project is judged by its name alone)."""
+    (so the current folder never matters; a file outside the project is judged by its name alone). Asked
+    two or three times per checked file: remembered (a relative path with the folder it is relative to)."""
     if not path:
         return False
+    return _is_test_file(path, settings, "" if os.path.isabs(path) else os.getcwd())
+
+
+@lru_cache(maxsize=8192)
+def _is_test_file(path: str, settings: Settings, cwd: str) -> bool:
     relative = path
     if settings.project_root is not None:
         absolute = os.path.abspath(path)
