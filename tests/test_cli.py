@@ -378,13 +378,15 @@ def test_console_script_runs_and_never_imports_torch(project):
 
 def test_check_loads_no_fixer_machinery_until_a_file_needs_it(project):
     """Start-up time: `check` imports libcst (and its codemod, matchers, the fixer) only for a file that
-    reaches the LibCST stage; no rule module may touch libcst at import."""
+    reaches the LibCST stage (nor the fixer's own modules); no rule module may touch libcst at import."""
     write(project / "clean.py", CLEAN)
     probe = (
         "import sys\nfrom torchlint.cli import main\n"
         "try:\n    main(['check', '--no-cache', sys.argv[1]])\nexcept SystemExit:\n    pass\n"
         "from torchlint.fix.deferred import is_loaded\n"
         "heavy = [m for m in ('libcst', 'libcst.codemod', 'libcst.matchers', 'torchlint.fix.fixer') if is_loaded(m)]\n"
+        "heavy += [m for m in ('torchlint.fix.analysis', 'torchlint.fix.rewrites')"
+        " if m in sys.modules]\n"
         "print('LOADED', heavy, file=sys.stderr)\n"
     )
     clean = subprocess.run([sys.executable, "-c", probe, str(project / "clean.py")], capture_output=True, text=True)

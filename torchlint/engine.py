@@ -7,22 +7,23 @@ import warnings
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import FrozenSet, List, Optional, Sequence, Set, Tuple, Union
+from typing import TYPE_CHECKING, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 import libcst as cst
 
-from torchlint.fix.analysis import FileAnalysis
-from torchlint.facts.index import AstIndex, forget_last_index, index_of
 from torchlint.config import Settings
 from torchlint.run.discovery import is_test_file
-from torchlint.fix.fast_parse import parse_module as trusted_parse
 from torchlint.run.guard import parse_problem, stdlib_tree
 from torchlint.facts.project import ProjectModel
-from torchlint.fix.rewrites import StatementTree, make_rewrites, make_rewrites_in_statements, refuse_rewrites
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
 )
 from torchlint.report.suppression import Suppressions
+
+if TYPE_CHECKING:  # the index and the fixer's modules are loaded where a file needs them (a clean file: never)
+    from torchlint.facts.index import AstIndex
+    from torchlint.fix.analysis import FileAnalysis
+    from torchlint.fix.rewrites import StatementTree
 
 ERROR_CODE = "TL000"  # a file torchlint could not check: never selectable, never suppressible
 MAX_FIX_PASSES = 10
@@ -90,12 +91,17 @@ def _stdlib_ast(source: str) -> Optional[ast.Module]:
 
 
 def _index_of(source: str) -> Optional[AstIndex]:
+    from torchlint.facts.index import index_of
+
     tree = _stdlib_ast(source)
     return index_of(tree, source) if tree is not None else None
 
 
 def parse(source: str, path: str) -> cst.Module:
     """Parse or raise ``SyntaxProblem`` with a located message."""
+    from torchlint.facts.index import forget_last_index
+    from torchlint.fix.fast_parse import parse_module as trusted_parse
+
     problem = parse_problem(source)  # code that would crash or stall LibCST's native parser, or is not Python
     forget_last_index()  # the stdlib tree need not live beside LibCST's
     if problem is not None:
@@ -153,7 +159,11 @@ def _run_rules(
         index = _index_of(source)
     if index is not None:
         reports.extend(iter_reports(rules, IndexContext(index, settings, path, project=project), crashes))
-    analysis = FileAnalysis(module, source, path) if module is not None else None
+    analysis = None
+    if module is not None:
+        from torchlint.fix.analysis import FileAnalysis
+
+        analysis = FileAnalysis(module, source, path)
     after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
 
@@ -165,6 +175,9 @@ def _run_rules(
         pending = [report for report in found if report.rewrite is not None]
         if not pending:
             return
+        from torchlint.fix.analysis import FileAnalysis
+        from torchlint.fix.rewrites import make_rewrites, make_rewrites_in_statements, refuse_rewrites
+
         if module is None and statements and not with_edits and not after:
             assert index is not None
             tree = make_rewrites_in_statements(pending, index, exact=fixing)
@@ -264,6 +277,9 @@ def lint_source(
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool,
                project: Optional[ProjectModel] = None) -> FixOutcome:
     """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
+    from torchlint.facts.index import forget_last_index
+    from torchlint.fix.rewrites import StatementTree
+
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
     selected = frozenset(rule.code for rule in rules)
     outcome = FixOutcome(source)
