@@ -204,7 +204,7 @@ class TensorCreatedThenMoved(Rule):
         applicability = Applicability.UNSAFE if "unsafe fix" in message else Applicability.SAFE
         make = partial(_move_into_factory, place=place, rename_to="empty" if kind == "Tensor" else None,
                        applicability=applicability, views=views)
-        ctx.report(move, message=message, rewrite=Rewrite(make, refused, move))
+        ctx.report(move, message=message, rewrite=Rewrite(make, refused, move, reads=move))
 
 
 def _is_view(call: ast.expr) -> bool:

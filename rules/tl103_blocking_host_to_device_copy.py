@@ -157,7 +157,7 @@ class BlockingHostToDeviceCopy(Rule):
             message += " (unsafe fix: a loader only by its name, which may reuse its buffers)"
         safe = from_dataloader and not written_after
         make = partial(_pass_non_blocking, applicability=Applicability.SAFE if safe else Applicability.UNSAFE)
-        ctx.report(call, message=message, rewrite=Rewrite(make, refused, call))
+        ctx.report(call, message=message, rewrite=Rewrite(make, refused, call, reads=call))
 
 
 def _pass_non_blocking(call: cst.Call, analysis: FileAnalysis, applicability: Applicability) -> Union[Fix, str]:

@@ -220,7 +220,7 @@ class TensorFromNumpyCopies(Rule):
                 " (the tensor may then share the array's memory)"
         elif not array.fresh:
             message += " (the tensor may then share memory with another array or tensor)"
-        rewrite = Rewrite(partial(_from_numpy, applicability=applicability), message + " ({reason})", call)
+        rewrite = Rewrite(partial(_from_numpy, applicability=applicability), message + " ({reason})", call, reads=call)
         ctx.report(call, message=message, rewrite=rewrite)
 
 

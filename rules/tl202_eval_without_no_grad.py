@@ -315,7 +315,7 @@ class _Detector:
             message = (f"`{name}()` evaluates `{model}(...)` with autograd on; "
                        f"decorate it with `@{torch_name}.no_grad()`")
             if not _GENERATOR_TEXT.search(text) or self.ctx.torch_version >= (2, 0):
-                rewrite = Rewrite(_decorate, message + " ({reason})", block=node)
+                rewrite = Rewrite(_decorate, message + " ({reason})", block=node, reads=node)
             else:
                 message += " (no fix for a generator before PyTorch 2.0)"
         self.ctx.report(index.definition_name(node), message=message, rewrite=rewrite)
@@ -356,7 +356,7 @@ class _Detector:
                    f"wrap it in `with {torch_name}.no_grad():`")
         rewrite = None
         if not _GENERATOR_TEXT.search(text) and not _AWAIT_TEXT.search(text):
-            rewrite = Rewrite(_wrap_loop, message + " ({reason})", block=loop)
+            rewrite = Rewrite(_wrap_loop, message + " ({reason})", block=loop, reads=loop)
         self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
 

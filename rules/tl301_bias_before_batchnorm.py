@@ -219,7 +219,7 @@ class BiasBeforeBatchNorm(Rule):
                 continue
             position = next((at for at, arg in enumerate(arguments(producer)) if arg.value is finding.bias), None)
             ctx.report(producer, message=message, rewrite=Rewrite(functools.partial(_with_bias, position, value),
-                                                                  message + " ({reason})", producer))
+                                                                  message + " ({reason})", producer, reads=producer))
 
 
 # --- a biased Conv/Linear and the BatchNorm after it ----------------------------------------------------

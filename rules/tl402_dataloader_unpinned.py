@@ -107,7 +107,7 @@ class DataloaderUnpinned(Rule):
                 ctx.report(site.call, message=self.message + built_elsewhere(site))
                 continue
             make = functools.partial(_pin, argument_position(site.call, "pin_memory"))
-            ctx.report(site.call, rewrite=Rewrite(make, self.message + " ({reason})", site.call))
+            ctx.report(site.call, rewrite=Rewrite(make, self.message + " ({reason})", site.call, reads=site.call))
 
 
 def _pin(position: Optional[int], call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:

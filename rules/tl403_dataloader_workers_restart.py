@@ -109,7 +109,7 @@ class DataloaderWorkersRestart(Rule):
             elif ctx.torch_version < (1, 7):
                 ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
             else:
-                ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call))
+                ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call, reads=site.call))
 
 
 def _persist(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:

@@ -279,7 +279,8 @@ class PerParameterOptimizerLoop(Rule):
         lift = partial(_lift_loop, torch_version=ctx.torch_version, index=index,
                        in_no_grad=grad_off_in_function(index, node))
         ctx.report(node.iter, message=message,
-                   rewrite=Rewrite(lift, message + "; no automatic fix: {reason}", block=node, statements=reads))
+                   rewrite=Rewrite(lift, message + "; no automatic fix: {reason}", block=node, statements=reads,
+                                   reads=loop.function))
 
     # --- torch.optim.X(..., foreach=False) ------------------------------------------------------------
     def _check_foreach_false(self, ctx: IndexContext) -> None:
@@ -312,7 +313,7 @@ class PerParameterOptimizerLoop(Rule):
                 "per parameter); drop it so PyTorch uses the multi-tensor `torch._foreach_*` kernels on CUDA"
             )
             ctx.report(arg, message=message,
-                       rewrite=Rewrite(_drop_foreach, message + " (not fixed automatically: {reason})", call))
+                       rewrite=Rewrite(_drop_foreach, message + " (not fixed automatically: {reason})", call, reads=call))
 
 
 # --- the rewrites, made on LibCST's tree where a fix is shown or applied ---------------------------------

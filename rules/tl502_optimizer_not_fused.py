@@ -196,7 +196,7 @@ class OptimizerNotFused(Rule):
                 "; after `load_state_dict` of a checkpoint saved without it, set `group[\"fused\"] = True` in "
                 "each param group, or the restored settings turn it off again"
             )
-        ctx.report(call.func, message=message, rewrite=Rewrite(_pass_fused, refused, call))
+        ctx.report(call.func, message=message, rewrite=Rewrite(_pass_fused, refused, call, reads=call))
 
 
 def _pass_fused(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:

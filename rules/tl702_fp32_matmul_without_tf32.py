@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.facts.index import AstIndex
+from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
 from torchlint.facts.script import loop_header
@@ -171,10 +171,17 @@ class Fp32MatmulWithoutTf32(Rule):
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
         anchor = guard.test if in_guard else loop_header(top_loops[0])
         spawns = any(index.qualified_name(info.node.func) in _SPAWN_CALLS for info in index.calls)
-        # what the fix reads besides the imports: the `__main__` block, or the statements that start the file
-        reads = (guard,) if in_guard else _leading_statements(index)
+        # what the fix reads besides the imports: the `__main__` block's header and first statement (it goes
+        # before that), or the statements that start the file, of the first one past the imports only its kind
+        if in_guard:
+            statements, first = (), guard.body[0]
+        else:
+            statements = _leading_statements(index)
+            first = None
+            if statements and type(statements[-1]) in COMPOUND_STATEMENTS and getattr(statements[-1], "body", None):
+                statements, first = statements[:-1], statements[-1].body[0]
         rewrite = Rewrite(partial(self._fix, in_guard=in_guard, spawns=spawns),
-                          message + " (not fixed automatically: {reason})", statements=reads)
+                          message + " (not fixed automatically: {reason})", statements=statements, reads=first)
         ctx.report(anchor, message=message, rewrite=rewrite)
 
     @staticmethod

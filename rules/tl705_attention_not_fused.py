@@ -193,7 +193,7 @@ class AttentionNotFused(Rule):
         if why is not None:
             ctx.report(call, f"{message} (not fixed automatically: {why})")
             return
-        ctx.report(call, message, rewrite=Rewrite(_is_causal, message + " ({reason})", call))
+        ctx.report(call, message, rewrite=Rewrite(_is_causal, message + " ({reason})", call, reads=call))
 
 
 # --- hand-written attention -----------------------------------------------------------------------

@@ -51,11 +51,72 @@ def test_statement_parse_sees_imports_decorators_and_shared_lines(monkeypatch):
     )
     answers = _answers(source, with_edits=False)
     assert [a[0] for a in answers] == ["TL104", "TL104"] and all(a[6] is not None for a in answers)
-    # each statement with the blank lines above it (its leading lines in LibCST's tree)
-    assert seen == ["import numpy as np\nimport torch as t\n\n@t.no_grad()\ndef load(a):\n"
+    # each call's line of statements under the headers around it, decorators included
+    assert seen == ["import numpy as np\nimport torch as t\n@t.no_grad()\ndef load(a):\n"
                     "    return t.tensor(np.zeros(3))\nx = 1; y = t.tensor(np.ones(2))\n"]
     assert answers == _answers(source, with_edits=True)
 
+
+def test_check_parses_a_calls_statement_under_its_headers_and_fix_its_top_level_statement(monkeypatch, tmp_path):
+    """A rewrite that reads only its call (``Rewrite.reads``) lets `check` parse the call's statement and the
+    headers of the blocks around it; `fix` writes the top-level statement back, so it parses all of it."""
+    from torchlint.engine import fix_source
+    from torchlint.fix import rewrites
+
+    seen = []
+    real = rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "trusted_parse", lambda text: seen.append(text) or real(text))
+    source = textwrap.dedent(
+        """\
+        import numpy as np
+        import torch
+
+        class Trainer:
+            def setup(self, model):
+                self.ready = True
+                if model is not None:
+                    # the table
+                    self.table = torch.tensor(np.zeros(3))
+                    self.count = 0
+                else:
+                    self.opt = None
+
+            def other(self):
+                return 2
+        """
+    )
+    answers = _answers(source, with_edits=False)
+    assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None
+    assert seen == ["import numpy as np\nimport torch\nclass Trainer:\n    def setup(self, model):\n"
+                    "        if model is not None:\n            # the table\n"
+                    "            self.table = torch.tensor(np.zeros(3))\n"]
+    assert answers == _answers(source, with_edits=True)
+    seen.clear()
+    fixed = fix_source(source, "sample.py", RULES, Settings(), unsafe=True).source
+    assert "torch.from_numpy(np.zeros(3))" in fixed and fixed.count("\n") == source.count("\n")
+    assert seen and "def other(self):" in seen[0]  # the class, whole
+
+
+def test_a_narrowed_statement_libcst_cannot_parse_falls_back_to_the_top_level_statement(monkeypatch):
+    """Where LibCST refuses the statement under its headers, `check` parses the top-level statement, as
+    `fix` does (a line of statements starting inside another is grouped with it, so this is a safeguard)."""
+    import libcst as cst
+    from torchlint.fix import rewrites
+
+    seen = []
+    real = rewrites.trusted_parse
+
+    def parse(text):
+        seen.append(text)
+        if len(seen) == 1:
+            raise cst.ParserSyntaxError("refused", lines=[text], raw_line=1, raw_column=0)
+        return real(text)
+
+    monkeypatch.setattr(rewrites, "trusted_parse", parse)
+    source = "import numpy as np, torch\ndef f():\n    z = (1,\n 2); y = torch.tensor(np.ones(2))\n    return y\n"
+    answers = _answers(source, with_edits=False)
+    assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None
+    assert seen[0].endswith("y = torch.tensor(np.ones(2))\n") and seen[1].endswith("    return y\n")
 
 def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatch):
     from torchlint.fix import rewrites
@@ -63,10 +124,15 @@ def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatc
     calls = []
     real = rewrites.make_rewrites
     monkeypatch.setattr(rewrites, "make_rewrites", lambda *a: calls.append(1) or real(*a))  # the engine imports it per use
-    # line 3 starts inside the statement of line 2: alone it is no Python
+    # line 3 starts inside the statement of line 2: alone it is no Python. (`check` parses the line of
+    # statements that holds the call, `z = ...; y = ...`; `fix` writes top-level statements back whole.)
+    from torchlint.engine import fix_source
+
     source = "import numpy as np, torch\nz = (1,\n 2); y = torch.tensor(np.ones(2))\n"
+    fixed = fix_source(source, "sample.py", RULES, Settings(), unsafe=False).source
+    assert fixed.endswith("y = torch.from_numpy(np.ones(2))\n") and calls == [1]
     answers = _answers(source, with_edits=False)
-    assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None and calls == [1]
+    assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None
 
 
 def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
@@ -94,18 +160,21 @@ def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
 
         if __name__ == "__main__":
             main()
+            print("done")
         """
     )
     only = [rule for rule in RULES if rule.code == "TL702"]
     answers = _answers(source, with_edits=False, rules=only)
     assert [a[0] for a in answers] == ["TL702"] and answers[0][6] is not None
-    assert seen == ['import torch\nimport torch.nn as nn\n\nif __name__ == "__main__":\n    main()\n']
+    # the fix goes before the `__main__` block's first statement: its header and that statement are enough
+    assert seen == ['import torch\nimport torch.nn as nn\nif __name__ == "__main__":\n    main()\n']
     assert answers == _answers(source, with_edits=True, rules=only)
 
 
 def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
-    """TL202's decorator and `with` block are made on LibCST's tree of the def's or loop's top-level
-    statement (with the imports), the twin found by its place among that tree's defs or loops."""
+    """TL202's decorator and `with` block are made on LibCST's tree of the def or loop under the headers
+    around it (`check`) or of its top-level statement (`fix`), with the imports, the twin found by its place
+    among that tree's defs or loops."""
     from torchlint.fix import rewrites
 
     seen = []
@@ -120,6 +189,9 @@ def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
                 model.train()
 
         class Runner:
+            def name(self):
+                return "runner"
+
             def validate(self, model, val_loader):
                 model.eval()
                 for x, y in val_loader:
@@ -129,9 +201,11 @@ def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
     only = [rule for rule in RULES if rule.code == "TL202"]
     answers = _answers(source, with_edits=False, rules=only)
     assert [a[0] for a in answers] == ["TL202"] and answers[0][6] is not None
-    assert seen == ["import torch\n\nclass Runner:\n" + source.split("class Runner:\n")[1]]
+    assert seen == ["import torch\nclass Runner:\n" + source.split("\n\n")[-1]]
     assert answers == _answers(source, with_edits=True, rules=only)
+    seen.clear()
     fixed = fix_source(source, "sample.py", only, Settings(), unsafe=False).source
+    assert seen[0] == "import torch\n\nclass Runner:\n" + source.split("class Runner:\n")[1]
     assert "    @torch.no_grad()\n    def validate" in fixed and fixed.count("no_grad") == 1
 
 

@@ -99,6 +99,11 @@ class Rewrite:
     # imports always come), so `check` and `fix` can work on LibCST's tree of just those; a module rewrite
     # (neither `call` nor `block`) with none reads the whole file.
     statements: Tuple[ast.stmt, ...] = ()
+    # All that `make` reads of the tree besides `statements` and the import table, where that is less than
+    # the top-level statement around it: a node (the call itself, a block, the first statement of a block it
+    # inserts into). `check`, which only asks whether the fix can be made, then parses the statement that
+    # holds it and the headers of the blocks around that (``fix.rewrites``); `fix` parses its top-level one.
+    reads: Optional[ast.AST] = None
 
 
 @dataclass

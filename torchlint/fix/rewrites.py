@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 import libcst as cst
 
 from torchlint.fix.analysis import FileAnalysis
-from torchlint.facts.index import AstIndex
+from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, Extent
 from torchlint.fix.fast_parse import parse_module as trusted_parse
 from torchlint.run.guard import parse_problem
 from torchlint.rule import Report
@@ -96,19 +96,33 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
     the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the
     file). ``exact``: the fixes will be written, so LibCST must write these statements back as they are."""
     if any(report.rewrite is None or (report.rewrite.call is None and report.rewrite.block is None
-                                      and not report.rewrite.statements) for report in reports):
+                                      and report.rewrite.reads is None and not report.rewrite.statements)
+           for report in reports):
         return None
     if "\f" in index.source or parse_problem(index.source) is not None:
         return None  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
+    if not exact and any(report.rewrite.reads is not None for report in reports):  # type: ignore[union-attr]
+        tree = _statement_tree(reports, index, exact, narrow=True)  # (``Rewrite.reads``)
+        if tree is not None:
+            return tree
+    return _statement_tree(reports, index, exact, narrow=False)
+
+
+def _statement_tree(reports: Sequence[Report], index: AstIndex, exact: bool, narrow: bool) -> Optional[StatementTree]:
     tops = {id(node): node for node in index.tree.body if isinstance(node, (ast.Import, ast.ImportFrom))}
+    paths: List[Tuple[int, int]] = []
     for report in reports:
         rewrite = report.rewrite
+        assert rewrite is not None
         tops.update((id(top), top) for top in rewrite.statements)
-        target = rewrite.call or rewrite.block
+        if narrow and rewrite.reads is not None:
+            paths.extend(_path_lines(index, rewrite.reads))
+            continue
+        target = rewrite.reads or rewrite.call or rewrite.block
         if target is not None:
             top = _top_level(index, target)
             tops[id(top)] = top
-    ranges = _merged(sorted(_line_range(index, node) for node in tops.values()))
+    ranges = _merged(sorted([_line_range(index, node) for node in tops.values()] + paths))
     text = "".join(index.lines_text(first, last) for first, last in ranges)
     try:
         module = trusted_parse(text)
@@ -136,6 +150,47 @@ def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
     analysis.imports = dict(index.imports)
     _make(reports, twins, analysis, index, set())
     return StatementTree(analysis, text, [line - 1 for line in lines])
+
+
+# The compound statements whose header alone, with the statement of their body that leads to a call, is
+# still Python: the other statements of the body are left out (an `else:`, `except:` or `case` branch is not
+# narrowed: its statement is taken whole).
+_NARROWED = frozenset({ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.For, ast.AsyncFor, ast.While,
+                       ast.With, ast.AsyncWith, ast.If, ast.Try, *((ast.TryStar,) if hasattr(ast, "TryStar") else ())})
+
+
+def _path_lines(index: AstIndex, node: ast.AST) -> List[Tuple[int, int]]:
+    """The lines LibCST needs to see ``node`` in its statement: the headers of the defs, classes, loops and
+    blocks around it (from the top level in), and its own statement (its line of statements) whole."""
+    chain = [above for above in (node, *index.ancestors(node)) if isinstance(above, ast.stmt)]
+    chain.reverse()  # the top-level statement first
+    ranges = []
+    for outer, inner in zip(chain, chain[1:]):
+        body = outer.body  # type: ignore[attr-defined]
+        if type(outer) not in _NARROWED or not any(statement is inner for statement in body):
+            ranges.append(_whole_lines(outer))
+            return ranges
+        first_body_line = _first_line(body[0])
+        if first_body_line <= outer.lineno:  # `if x: y = f()`: header and body on one line
+            ranges.append(_whole_lines(outer))
+            return ranges
+        ranges.append((_first_line(outer), first_body_line - 1))
+    innermost = chain[-1]
+    if type(innermost) in COMPOUND_STATEMENTS:  # a block, or a call in its header (`for b in f(x):`)
+        ranges.append(_whole_lines(innermost))
+    else:
+        line = index.statement_line(innermost)
+        first, last = (line.first, line.last) if isinstance(line, Extent) else (line, line)
+        ranges.append((first.lineno, last.end_lineno))  # type: ignore[attr-defined]
+    return ranges
+
+
+def _first_line(statement: ast.stmt) -> int:
+    return min([statement.lineno, *(d.lineno for d in getattr(statement, "decorator_list", ()))])
+
+
+def _whole_lines(statement: ast.stmt) -> Tuple[int, int]:
+    return _first_line(statement), statement.end_lineno  # type: ignore[return-value]
 
 
 def refuse_rewrites(reports: Sequence[Report], reason: str) -> None:
