@@ -43,11 +43,14 @@ class TensorCreatedThenMoved(Rule):
     `randint`, `randperm`, followed by `.cuda()`, `.to("cuda")`, `.to(device)` or `.to(device=...)`; also
     the legacy `torch.Tensor(n, m).cuda()` with sizes. View methods between the factory and the move
     (`unsqueeze`, `squeeze`, `view`, `reshape`, `flatten`, `unflatten`: `torch.arange(n).unsqueeze(0).to(device)`)
-    are looked through: they give the same values on either device.
+    are looked through: they give the same values on either device. Sizes unpacked into the factory
+    (`torch.randn(count, *shape).to(device)`) are sizes too: a factory takes its device, dtype and generator
+    only by keyword, so `*shape` cannot hold them.
 
     Silent when the destination is provably the CPU (`"cpu"`, `torch.device("cpu")`, a name bound to one)
     or cannot be read as a device at all (`.to(x)` where `x` may be a dtype or a tensor), when the factory
-    takes `**kwargs`, `out=`, `layout=` or `pin_memory=` (pinning before a copy is deliberate), a
+    takes `**kwargs` (they may name any of these), `out=`, `layout=` or `pin_memory=` (pinning before a
+    copy is deliberate), a
     `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
     tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
     files, `tests/` folders). Silent inside a loop where the line runs once: in a loop that leaves after its
@@ -55,7 +58,16 @@ class TensorCreatedThenMoved(Rule):
     `if i < 5:`). Also silent, because there is nothing to gain or the claim could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
-      host); the two spellings cost the same.
+      host); the two spellings cost the same. `torch.Tensor(*x)` is one of them: unpacked, `x` may hold
+      sizes or rows of data.
+    - host data through the typed legacy constructors or `from_numpy`, moved every step
+      (`torch.FloatTensor(self.states[idx]).to(device)` in a replay buffer's `sample()`,
+      `torch.from_numpy(schedule).to(t.device)[t]`): `torch.as_tensor(a, dtype=torch.float32,
+      device=device)` is the same program at the same cost. It wraps the array as `from_numpy` does (sharing
+      a float32 array's memory, as `FloatTensor(a)` does) and runs `.to(device, dtype)`, whose blocking
+      copy converts a float64 array on the CPU before copying it, as `FloatTensor(a)` did: one conversion
+      and one copy either way. What would pay, keeping the buffer or the schedule on the GPU, is a change of
+      design: whether the array is the same in every step, or written between steps, is not in the call.
     - `torch.zeros_like(x).cuda()` and the other `*_like` factories: they make the tensor on `x`'s device,
       which may already be the GPU (then the move is a no-op).
     - `torch.normal(mean, std)`: its tensor overloads take no `device=`.
@@ -157,8 +169,10 @@ class TensorCreatedThenMoved(Rule):
         scope = info.function if info.function is not None else index.tree
         qualified = index.qualified_name(factory.func) or ""
         kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
-        if kind not in FACTORIES or has_star(factory) or has_star(move):
-            return
+        if kind not in FACTORIES or has_star(move) or any(keyword.arg is None for keyword in factory.keywords):
+            return  # `**kwargs` may hold `device=`, `out=`, `generator=`...
+        if kind == "Tensor" and any(type(arg) is ast.Starred for arg in factory.args):
+            return  # `torch.Tensor(*x)`: sizes or data, which the call does not say
         if any(keyword.arg in _KEEP_AS_IS for keyword in factory.keywords):
             return
         if to_destination(index, move, scope) != CUDA:

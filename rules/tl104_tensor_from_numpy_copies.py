@@ -86,7 +86,9 @@ class TensorFromNumpyCopies(Rule):
 
     Not flagged, because there is nothing to gain:
     - `torch.Tensor(a)`, `torch.FloatTensor(a)` and the other legacy constructors: they already share the
-      array when its dtype matches theirs, and otherwise convert, which `as_tensor` would do too.
+      array when its dtype matches theirs, and otherwise convert, which `as_tensor` would do too. Moved on
+      to a device (`torch.FloatTensor(a).to(device)`, `torch.from_numpy(a).to(device)`), they cost what
+      `torch.as_tensor(a, dtype=..., device=...)` costs (TL102 says why).
     - `device=` anything but the CPU: the host-to-device copy happens either way.
     - `pin_memory=True`: the copy into pinned memory is the point.
     - an explicit `dtype=` that certainly differs from the array's (`np.zeros(n)` is float64): the

@@ -14,6 +14,7 @@ from torchlint.facts.index import AstIndex, AstLoopInfo, AstScope, call_argument
 from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.grad_mode import grad_off_in_function
+from torchlint.facts.modules import class_attributes, self_attribute
 from torchlint.facts.steps import step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import CALL_GAP, GAP, lowered, search_method
@@ -68,7 +69,9 @@ class PerParameterOptimizerLoop(Rule):
     by them: `for name, p in params.items(): ema_params[name].mul_(d)...` after
     `ema_params = OrderedDict(ema.named_parameters())`) whose body updates the parameters, their gradients or their
     per-parameter state in place (`p.add_(...)`, `p.data.add_(...)`, `p -= lr * p.grad`,
-    `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)` or `v *= d; v += (1 - d) * w`),
+    `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)` or `v *= d; v += (1 - d) * w`,
+    or its assignment form `ema_p.data = ema_p.data * d + p.data * (1 - d)`: arithmetic that reads the assigned
+    parameter and its partner in the loop),
     in a `torch.optim.Optimizer.step` override or in free-standing training code. The message says about how many
     kernel launches per parameter the loop body makes, as far as it can be read from the code.
 
@@ -80,7 +83,10 @@ class PerParameterOptimizerLoop(Rule):
     and in test functions (they run once; test files are not checked at all), in helpers that change the
     weights of the module they are given and return it (`scale_module(m, s)`, used as
     `self.out = scale_module(nn.Conv2d(...), 0.1)`: a model builder, run once; not where the loop reads
-    `.grad`), on loops that collect tensors into lists for later `torch._foreach_*` calls
+    `.grad`), on loops over a name the file binds, at least once, to a list of flat tensors that each join a
+    group of parameters into one (`[nn.Parameter(_flatten_dense_tensors(group)) ...]`, `parameters_to_vector`,
+    `torch.cat`, also built by a def of the file: a mixed-precision trainer's flat master weights; the loop
+    runs once per group, not once per parameter, whatever the list is called), on loops that collect tensors into lists for later `torch._foreach_*` calls
     (also lists kept in a dict by device and dtype; the parameters such a loop still handles one by one,
     sparse gradients, are the ones the foreach ops do not take), in functions compiled with `torch.compile`
     (as a decorator, or `step = torch.compile(step)`: the compiler fuses the loop's ops over all parameters
@@ -165,11 +171,19 @@ class PerParameterOptimizerLoop(Rule):
     Where it cannot lift a loop exactly it reports the loop without a fix and says why: control flow that
     depends on tensor values or differs per parameter (`if p.dim() > 1:`), calls it does not know, state it
     does not see created (`self.state[p]["buf"]` without the loop's `if len(state) == 0:`), a first step that
-    differs (`if "buf" not in state: ... else: ...`), `p.data = ...`, a `state_dict()` loop that does not skip
+    differs (`if "buf" not in state: ... else: ...`), `p.data = ...` (below), a `state_dict()` loop that does not skip
     integer buffers, names read after the loop, nested loops, `break`/`return`. Comments are kept: the
     comment lines above a lifted statement and a comment at the end of its line go, each on a line of its
     own, above its batched form; a comment inside a lifted statement (within its brackets) means no fix, as
     the rewrite would drop it.
+
+    An update that assigns `.data` (`ema_p.data = ema_p.data * d + p.data * (1 - d)`) is reported without a
+    fix: the in-place foreach form is not the same program. The assignment gives each parameter a new tensor,
+    of the dtype the arithmetic promotes to (a half-precision average of a float model becomes float); an
+    in-place update keeps the parameter's storage and dtype. Anything that still holds the old storage (a view
+    of it, a flat buffer it lives in) keeps the old values after the assignment and would see the new ones
+    after `torch._foreach_lerp_`, and the dtype would no longer change. Written as `ema_p.copy_(...)` the
+    loop can be lifted.
 
     Dropping `foreach=False` is a **safe** fix: `foreach=None` (the default) lets PyTorch pick the
     multi-tensor implementation where every parameter is a plain tensor on a device that supports it (CUDA
@@ -572,12 +586,119 @@ def _is_params_expr(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int
         return False
     last = name.split(".")[-1]
     if _PARAMS_NAME.search(last) and not _NOT_PARAMS_NAME.search(last):
-        return True
+        # taken for parameters by its name, unless the file binds it to a list of flat tensors
+        return not _may_hold_flat_tensors(index, expr, scope)
     if kind is ast.Name:
         value, bound_in = index.single_value_and_scope(expr.id, scope)
         if value is not None:
             return _is_params_expr(index, value, bound_in, depth + 1)
     return False
+
+
+# Calls that join several tensors into one new flat tensor (a mixed-precision trainer's master copy of a
+# group of parameters), and what keeps such a tensor one tensor.
+_FLATTENING = {"torch._utils._flatten_dense_tensors", "torch.nn.utils.parameters_to_vector",
+               "torch.nn.utils.convert_parameters.parameters_to_vector", "torch.cat", "torch.concat",
+               "torch.concatenate"}
+_PARAMETER_CLASSES = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
+_SAME_TENSOR_METHODS = {"view", "reshape", "float", "half", "bfloat16", "double", "detach", "clone",
+                        "contiguous", "to", "cuda", "requires_grad_"}
+
+
+def _may_hold_flat_tensors(index: AstIndex, expr: ast.expr, scope: AstScope) -> bool:
+    """A name (or ``self.<attr>``) that the file binds, at least once, to a list of flat tensors: each
+    element joins several tensors into one (``make_master_params(...)`` returning
+    ``[nn.Parameter(_flatten_dense_tensors([...]))]``). A loop over it runs once per group, not once per
+    parameter, so its name does not make it a list of parameters."""
+    attr = self_attribute(expr)
+    if attr is not None:
+        function = scope if scope is not index.tree else None
+        klass = index.class_of.get(function) if function is not None else None
+        values = class_attributes(index, klass).assigned.get(attr, []) if klass is not None else []
+    elif type(expr) is ast.Name:
+        values = index.values_of(expr.id, scope) or index.values_of(expr.id, index.tree)
+    else:
+        return False
+    return any(value is not None and _is_flat_list(index, value, index.function_of(value) or index.tree)
+               for value in values)
+
+
+def _is_flat_list(index: AstIndex, expr: ast.AST, scope: AstScope) -> bool:
+    """A list display or comprehension of flat tensors, or a call of a module-level def of the file whose
+    every ``return`` gives one (also a name it binds to a list and only appends flat tensors to)."""
+    kind = type(expr)
+    if kind is ast.List:
+        return bool(expr.elts) and all(_is_flat_tensor(index, e, scope, 0) for e in expr.elts)  # type: ignore[attr-defined]
+    if kind is ast.ListComp:
+        return _is_flat_tensor(index, expr.elt, scope, 0)  # type: ignore[attr-defined]
+    if kind is not ast.Call or type(expr.func) is not ast.Name or expr.func.id in index.imports:  # type: ignore[attr-defined]
+        return False
+    defs = [f for f in index.functions if f.name == expr.func.id  # type: ignore[attr-defined]
+            and index.function_of(f) is None and index.class_of.get(f) is None]
+    if len(defs) != 1:
+        return False
+    function = defs[0]
+    returns = [node for node in _own_nodes(function) if type(node) is ast.Return]
+    return bool(returns) and all(node.value is not None and (  # type: ignore[attr-defined]
+        _is_flat_list(index, node.value, function) if type(node.value) in (ast.List, ast.ListComp)  # type: ignore[attr-defined]
+        else type(node.value) is ast.Name and _appends_only_flat(index, function, node.value.id))  # type: ignore[attr-defined]
+        for node in returns)
+
+
+def _appends_only_flat(index: AstIndex, function: ast.AST, name: str) -> bool:
+    """In ``function``, ``name`` is bound only to list displays (``[]`` or of flat tensors) and otherwise
+    used only as ``name.append(<flat tensor>)`` or returned."""
+    values = index.values_of(name, function)
+    if not values or not all(type(v) is ast.List and (not v.elts or _is_flat_list(index, v, function))  # type: ignore[union-attr]
+                             for v in values):
+        return False
+    allowed: Set[int] = set()
+    for node in _own_nodes(function):
+        kind = type(node)
+        if kind is ast.Return and type(node.value) is ast.Name and node.value.id == name:  # type: ignore[attr-defined]
+            allowed.add(id(node.value))  # type: ignore[attr-defined]
+        elif kind is ast.Assign and any(type(t) is ast.Name and t.id == name for t in node.targets):  # type: ignore[attr-defined]
+            if len(node.targets) != 1:  # type: ignore[attr-defined]
+                return False
+            allowed.add(id(node.targets[0]))  # type: ignore[attr-defined]
+        elif kind is ast.Call and call_name(node) == "append" and type(node.func) is ast.Attribute \
+                and type(node.func.value) is ast.Name and node.func.value.id == name:  # type: ignore[attr-defined]
+            if len(node.args) != 1 or node.keywords or not _is_flat_tensor(index, node.args[0], function, 0):  # type: ignore[attr-defined]
+                return False
+            allowed.add(id(node.func.value))  # type: ignore[attr-defined]
+    return all(id(node) in allowed for node in _own_nodes(function) if type(node) is ast.Name and node.id == name)
+
+
+def _own_nodes(function: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``function``'s body, not those of defs, lambdas or classes inside it."""
+    stack = list(function.body)  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        yield node
+        if type(node) not in _NESTED_SCOPES:
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _is_flat_tensor(index: AstIndex, expr: ast.AST, scope: AstScope, depth: int) -> bool:
+    """A tensor that joins several tensors into one (``_flatten_dense_tensors(...)``,
+    ``parameters_to_vector(...)``, ``torch.cat(...)``), wrapped in ``nn.Parameter`` or viewed, converted or
+    detached; or a name bound only to such tensors in ``scope``."""
+    if depth > 4:
+        return False
+    kind = type(expr)
+    if kind is ast.Name:
+        values = index.values_of(expr.id, scope)  # type: ignore[attr-defined]
+        return bool(values) and all(v is not None and _is_flat_tensor(index, v, scope, depth + 1) for v in values)
+    if kind is not ast.Call:
+        return False
+    qualified = index.qualified_name(expr.func)  # type: ignore[attr-defined]
+    if qualified in _FLATTENING:
+        return True
+    if qualified in _PARAMETER_CLASSES:
+        return bool(expr.args) and _is_flat_tensor(index, expr.args[0], scope, depth + 1)  # type: ignore[attr-defined]
+    func = expr.func  # type: ignore[attr-defined]
+    return type(func) is ast.Attribute and func.attr in _SAME_TENSOR_METHODS and _is_flat_tensor(
+        index, func.value, scope, depth + 1)
 
 
 def _is_zip_of_params(index: AstIndex, iterable: ast.expr, scope: AstScope) -> bool:
@@ -644,6 +765,10 @@ class _LoopBody:
                 root = self._root(target)
                 if root in self.params and self._is_step(node.value):
                     self.updates += 1  # p.data = p.data - lr * p.grad
+                elif root in self.params and self._averages(root, node.value):
+                    self.updates += 1  # e.data = e.data * m + p.data * (1 - m)
+                    self.inplace_ops.extend(_AUG_OPS[type(n.op)] for n in ast.walk(node.value)
+                                            if type(n) is ast.BinOp and type(n.op) in _AUG_OPS and self._tensorish(n))
 
     def _bind(self, name: str, value: ast.expr) -> None:
         if self._is_state(value):
@@ -770,6 +895,14 @@ class _LoopBody:
         return any(type(n) is ast.Attribute and n.attr == "grad" for n in walk(expr)) or bool(
             set(_names_in(expr)) & (self.state_names - {"<state>"})
         )
+
+    def _averages(self, root: str, expr: ast.AST) -> bool:
+        """Arithmetic that mixes the assigned parameter ``root`` with another loop parameter (its partner
+        in a ``zip``): ``e.data * m + p.data * (1 - m)``, the assignment form of an EMA update."""
+        if not (type(expr) is ast.BinOp and self._tensorish(expr)):
+            return False
+        names = {node.id for node in ast.walk(expr) if type(node) is ast.Name}
+        return root in names and bool(names & (self.params - {root}))
 
     def _computes(self, expr: ast.AST) -> bool:
         """True where ``expr`` computes a new tensor from tracked ones (not a plain copy or detach)."""
