@@ -28,6 +28,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -172,15 +173,19 @@ def build_regressions(before: Path, after: Path, timeout: float) -> List[str]:
     ]
 
 
+# `<path>:<line> <CODE> right|arguable|wrong  # note`; a path may hold spaces (`Char05 DDPG/DDPG.py`) or `#`
+_LABEL = re.compile(r"^(?P<file>.+?):(?P<line>\d+)\s+(?P<code>TL\d{3})\s+(?P<verdict>right|arguable|wrong)\b")
+
+
 def read_labels(path: Path) -> Dict[Tuple[str, int, str], str]:
     labels = {}
-    for raw in path.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
             continue
-        where, code, verdict = line.split()[:3]
-        file, line_no = where.rsplit(":", 1)
-        labels[(file, int(line_no), code)] = verdict
+        match = _LABEL.match(raw.strip())
+        if match is None:
+            raise SystemExit(f"{path}:{number}: not a verdict (<path>:<line> <CODE> right|arguable|wrong): {raw!r}")
+        labels[(match["file"], int(match["line"]), match["code"])] = match["verdict"]
     return labels
 
 
