@@ -57,9 +57,10 @@ def test_statement_parse_sees_imports_decorators_and_shared_lines(monkeypatch):
     assert answers == _answers(source, with_edits=True)
 
 
-def test_check_parses_a_calls_statement_under_its_headers_and_fix_its_top_level_statement(monkeypatch, tmp_path):
-    """A rewrite that reads only its call (``Rewrite.reads``) lets `check` parse the call's statement and the
-    headers of the blocks around it; `fix` writes the top-level statement back, so it parses all of it."""
+def test_a_calls_statement_is_parsed_under_its_headers_and_fixed_in_place(monkeypatch, tmp_path):
+    """A rewrite that reads only its call (``Rewrite.reads``) lets `check` and `fix` parse the call's
+    statement and the headers of the blocks around it; `fix` carries the changed statement back into its
+    lines of the file."""
     from torchlint.engine import fix_source
     from torchlint.fix import rewrites
 
@@ -93,8 +94,10 @@ def test_check_parses_a_calls_statement_under_its_headers_and_fix_its_top_level_
     assert answers == _answers(source, with_edits=True)
     seen.clear()
     fixed = fix_source(source, "sample.py", RULES, Settings(), unsafe=True).source
-    assert "torch.from_numpy(np.zeros(3))" in fixed and fixed.count("\n") == source.count("\n")
-    assert seen and "def other(self):" in seen[0]  # the class, whole
+    assert fixed == source.replace("torch.tensor(np.zeros(3))", "torch.from_numpy(np.zeros(3))")
+    assert seen[0] == ("import numpy as np\nimport torch\nclass Trainer:\n    def setup(self, model):\n"
+                       "        if model is not None:\n            # the table\n"
+                       "            self.table = torch.tensor(np.zeros(3))\n")
 
 
 def test_a_narrowed_statement_libcst_cannot_parse_falls_back_to_the_top_level_statement(monkeypatch):
@@ -118,22 +121,47 @@ def test_a_narrowed_statement_libcst_cannot_parse_falls_back_to_the_top_level_st
     assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None
     assert seen[0].endswith("y = torch.tensor(np.ones(2))\n") and seen[1].endswith("    return y\n")
 
-def test_a_statement_libcst_cannot_parse_alone_falls_back_to_the_file(monkeypatch):
+def test_a_line_that_starts_inside_the_statement_before_is_parsed_with_it(monkeypatch):
+    """Line 3 starts inside the statement of line 2: alone it is no Python. `check` and `fix` parse the line
+    of statements that holds the call, `z = ...; y = ...`, and the fix lands in place."""
+    from torchlint.engine import fix_source
     from torchlint.fix import rewrites
 
-    calls = []
-    real = rewrites.make_rewrites
-    monkeypatch.setattr(rewrites, "make_rewrites", lambda *a: calls.append(1) or real(*a))  # the engine imports it per use
-    # line 3 starts inside the statement of line 2: alone it is no Python. (`check` parses the line of
-    # statements that holds the call, `z = ...; y = ...`; `fix` writes top-level statements back whole.)
-    from torchlint.engine import fix_source
-
+    seen = []
+    real = rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "trusted_parse", lambda text: seen.append(text) or real(text))
     source = "import numpy as np, torch\nz = (1,\n 2); y = torch.tensor(np.ones(2))\n"
-    fixed = fix_source(source, "sample.py", RULES, Settings(), unsafe=False).source
-    assert fixed.endswith("y = torch.from_numpy(np.ones(2))\n") and calls == [1]
     answers = _answers(source, with_edits=False)
     assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None
+    fixed = fix_source(source, "sample.py", RULES, Settings(), unsafe=False).source
+    assert fixed == source.replace("torch.tensor(", "torch.from_numpy(")
+    assert seen == [source, source]
 
+
+def test_statements_libcst_cannot_parse_alone_fall_back_to_the_file(monkeypatch):
+    """Where LibCST refuses both the narrowed statement and the top-level one, the whole file is parsed."""
+    import libcst as cst
+    from torchlint.engine import fix_source
+    from torchlint.fix import rewrites
+
+    calls, seen = [], []
+    real_make, real_parse = rewrites.make_rewrites, rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "make_rewrites", lambda *a: calls.append(1) or real_make(*a))  # imported per use
+
+    def parse(text):  # refuses the narrowed statement, then the top-level one, of each run
+        seen.append(text)
+        if len(seen) <= 2:
+            raise cst.ParserSyntaxError("refused", lines=[text], raw_line=1, raw_column=0)
+        return real_parse(text)
+
+    monkeypatch.setattr(rewrites, "trusted_parse", parse)
+    source = "import numpy as np, torch\ndef f():\n    y = torch.tensor(np.ones(2))\n    return y\n"
+    answers = _answers(source, with_edits=False)
+    assert [a[0] for a in answers] == ["TL104"] and answers[0][6] is not None and calls == [1]
+    assert seen[0] != seen[1] and "return y" in seen[1]
+    seen.clear()
+    assert fix_source(source, "sample.py", RULES, Settings(), unsafe=False).source == source.replace(
+        "torch.tensor(", "torch.from_numpy(")
 
 def test_a_module_rewrite_reads_only_the_statements_it_names(monkeypatch):
     from torchlint.fix import rewrites
@@ -203,9 +231,7 @@ def test_a_rewrite_of_a_def_or_loop_reads_only_its_statement(monkeypatch):
     assert [a[0] for a in answers] == ["TL202"] and answers[0][6] is not None
     assert seen == ["import torch\nclass Runner:\n" + source.split("\n\n")[-1]]
     assert answers == _answers(source, with_edits=True, rules=only)
-    seen.clear()
     fixed = fix_source(source, "sample.py", only, Settings(), unsafe=False).source
-    assert seen[0] == "import torch\n\nclass Runner:\n" + source.split("class Runner:\n")[1]
     assert "    @torch.no_grad()\n    def validate" in fixed and fixed.count("no_grad") == 1
 
 

@@ -101,8 +101,8 @@ class Rewrite:
     statements: Tuple[ast.stmt, ...] = ()
     # All that `make` reads of the tree besides `statements` and the import table, where that is less than
     # the top-level statement around it: a node (the call itself, a block, the first statement of a block it
-    # inserts into). `check`, which only asks whether the fix can be made, then parses the statement that
-    # holds it and the headers of the blocks around that (``fix.rewrites``); `fix` parses its top-level one.
+    # inserts into). `check` and `fix` then parse the statement that holds it and the headers of the blocks
+    # around that (``fix.rewrites``), not its whole top-level statement.
     reads: Optional[ast.AST] = None
 
 

@@ -9,7 +9,10 @@ LibCST parses about six times slower than ``ast`` and most findings sit in one f
 function, the same class and the same imports either way; ``tests/test_rewrites.py`` holds the two answers
 equal, finding by finding, on every fixture. A rewrite of a def or loop (``Rewrite.block``) gets its
 twin by its place among the statements' defs or loops; a rewrite names the other top-level statements it
-reads (``Rewrite.statements``), and a module rewrite without them needs the whole file.
+reads (``Rewrite.statements``), and a module rewrite without them needs the whole file. A rewrite that reads
+less than its top-level statement names what it reads (``Rewrite.reads``: its call, its def, the first
+statement of the block it inserts before): then just that statement is parsed, under the headers of the
+defs, classes and blocks around it (a 300-line `main()` with one `Adam(...)` in it: a few lines).
 """
 
 from __future__ import annotations
@@ -92,16 +95,18 @@ class StatementTree:
 def make_rewrites_in_statements(reports: Sequence[Report], index: AstIndex,
                                 exact: bool = False) -> Optional[StatementTree]:
     """As ``make_rewrites``, on a LibCST parse of the top-level statements that hold the reports' calls
-    (and the file's top-level imports): the tree, or None, with nothing made, where that cannot answer as
-    the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller parses the
-    file). ``exact``: the fixes will be written, so LibCST must write these statements back as they are."""
+    (and the file's top-level imports), or where a rewrite says it reads less (``Rewrite.reads``), of just
+    that statement under the headers around it: the tree, or None, with nothing made, where that cannot
+    answer as the whole file would: a module rewrite, or statements LibCST does not parse alone (the caller
+    parses the file). ``exact``: the fixes will be written, so LibCST must write these statements back as
+    they are."""
     if any(report.rewrite is None or (report.rewrite.call is None and report.rewrite.block is None
                                       and report.rewrite.reads is None and not report.rewrite.statements)
            for report in reports):
         return None
     if "\f" in index.source or parse_problem(index.source) is not None:
         return None  # what LibCST refuses anywhere in the file: the whole file's parse reports it, as before
-    if not exact and any(report.rewrite.reads is not None for report in reports):  # type: ignore[union-attr]
+    if any(report.rewrite.reads is not None for report in reports):  # type: ignore[union-attr]
         tree = _statement_tree(reports, index, exact, narrow=True)  # (``Rewrite.reads``)
         if tree is not None:
             return tree
