@@ -171,3 +171,28 @@ def test_a_decorator_that_trains_makes_its_function_train():
         "for x in loader:\n    step(x)\n"
     )
     assert len(lint(source, "TL401")) == 1
+
+
+def test_a_move_of_a_converted_batch_counts_for_tl402_only():
+    """``im.float().to(device)`` copies the batch (or a converted copy of it): TL402 follows it, with a note that
+    a conversion that changes the dtype is not pinned; TL103's moves stay the batch's own."""
+    source = HEADER + (
+        "def fit(model, ds, optimizer, device='cuda'):\n"
+        "    loader = DataLoader(ds, num_workers=2)\n"
+        "    for im in loader:\n"
+        "        im = im.float().to(device)\n"
+        "        model(im).backward()\n"
+        "        optimizer.step()\n"
+    )
+    f = facts(source)
+    (loop,) = f.training_loops(f.sites[0])
+    assert f.batch_moves(loop) == []
+    assert len(f.batch_moves(loop, converted=True)) == 1
+    (diagnostic,) = lint(source, "TL402")
+    assert "`im.float()` before the move makes a new pageable tensor" in diagnostic.message
+    assert "pin_memory=True" in fix(source, "TL402")
+    plain = source.replace("im.float().to(device)", "im.to(device)")
+    (diagnostic,) = lint(plain, "TL402")
+    assert "before the move" not in diagnostic.message
+    # an argument to the conversion is no dtype method without arguments: not followed
+    assert lint(source.replace("im.float()", "im.float(1)"), "TL402") == []

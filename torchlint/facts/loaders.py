@@ -559,9 +559,11 @@ class LoaderFacts:
                     names.update(target_names(target))
         return names
 
-    def batch_moves(self, loop: AstLoopInfo) -> List[ast.Call]:
+    def batch_moves(self, loop: AstLoopInfo, converted: bool = False) -> List[ast.Call]:
         """``.to(<CUDA>)``/``.cuda()`` calls in the loop body whose receiver is (part of) the batch, or the
-        value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``)."""
+        value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``). With
+        ``converted``, also a move of a dtype conversion of it (``im.float().to(device)``, see
+        ``conversion_before_move``)."""
         index = self.index
         names = self.batch_names(loop)
         if not names:
@@ -578,6 +580,8 @@ class LoaderFacts:
             if call_name(call) not in {"to", "cuda"} or type(call.func) is not ast.Attribute:
                 continue
             owner = call.func.value  # type: ignore[attr-defined]
+            if converted and conversion_before_move(call) is not None:
+                owner = owner.func.value  # type: ignore[attr-defined]
             if not is_batch_part(owner):
                 continue
             root = root_name(owner)
@@ -804,6 +808,20 @@ def root_name(expr: ast.AST) -> Optional[str]:
             expr = expr.func.value  # type: ignore[attr-defined]
         else:
             return None
+
+
+# Tensor methods that convert the dtype and take no argument: on a host tensor of another dtype each makes a new
+# (pageable) host tensor; on one of that dtype already it returns the tensor itself.
+DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "byte", "char", "bool"})
+
+
+def conversion_before_move(move: ast.Call) -> Optional[ast.Call]:
+    """``im.float()`` in ``im.float().to(device)``: a dtype conversion without arguments that the move copies."""
+    owner = move.func.value if type(move.func) is ast.Attribute else None  # type: ignore[attr-defined]
+    if type(owner) is ast.Call and type(owner.func) is ast.Attribute and owner.func.attr in DTYPE_METHODS \
+            and not owner.args and not owner.keywords:  # type: ignore[attr-defined]
+        return owner  # type: ignore[return-value]
+    return None
 
 
 def is_batch_part(expr: ast.AST) -> bool:
