@@ -28,6 +28,7 @@ from torchlint.facts.index import (
     is_literal, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
+from torchlint.facts.options import option_default
 
 if TYPE_CHECKING:
     from torchlint.facts.project import ProjectModel
@@ -281,7 +282,61 @@ class LoaderFacts:
         entry["in_memory"] = self.is_in_memory_dataset(site)
         entry["on_cuda"] = self.dataset_on_cuda()
         entry["default_collate"] = loader_argument(site.call, "collate_fn") is None
+        parameter = self._workers_parameter(site)
+        if parameter is not None:
+            entry["num_workers_parameter"] = parameter
         return entry
+
+    def _workers_parameter(self, site: LoaderSite) -> Optional[dict]:
+        """``num_workers=n`` where ``n`` is a parameter of the factory that builds the loader, never rebound
+        in it: its name, place among the positional parameters (None: keyword-only) and integer default
+        (None: none, or not an integer literal), for the caller's file to bind at the call."""
+        index = self.index
+        value = loader_argument(site.call, "num_workers")
+        function = index.function_of(site.call)
+        if type(value) is not ast.Name or type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return None
+        name = value.id  # type: ignore[attr-defined]
+        if index.values_of(name, function) != [None]:
+            return None  # rebound in the factory, or no parameter of it
+        arguments = function.args  # type: ignore[union-attr]
+        positional = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+        defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+        if name not in positional and name not in {a.arg for a in arguments.kwonlyargs}:
+            return None
+        default = defaults.get(name)
+        return {"name": name, "position": positional.index(name) if name in positional else None,
+                "default": default.value if default is not None and is_integer(default) else None}  # type: ignore[attr-defined]
+
+    def worker_count(self, site: LoaderSite) -> Optional["WorkerCount"]:
+        """The loader's ``num_workers`` where it is provably an integer in the default run: the value
+        ``setting`` reads; the default of an argparse option of the file (``args.workers``, ``facts.options``:
+        the command line may pass another value); for a project file's factory whose loader takes
+        ``num_workers`` from a parameter, what the call here passes (or the parameter's default), read the
+        same way. None where it cannot tell."""
+        workers = self.setting(site, "num_workers")
+        if type(workers) is int:
+            return WorkerCount(workers)
+        if workers != UNKNOWN:
+            return None
+        index = self.index
+        if site.imported is None:
+            value = loader_argument(site.call, "num_workers")
+            return _count_of(index, value, index.scope_of(site.call)) if isinstance(value, ast.expr) else None
+        parameter = site.imported.get("num_workers_parameter")
+        call = site.call
+        if not parameter or has_star(call):
+            return None
+        value = keyword_value(call, parameter["name"])
+        position = parameter["position"]
+        if value is None and position is not None and position < len(call.args):
+            value = call.args[position]
+        if value is None:
+            default = parameter["default"]
+            return WorkerCount(default, parameter=parameter["name"]) if type(default) is int else None
+        found = _count_of(index, value, index.scope_of(call))
+        return WorkerCount(found.count, found.option, parameter["name"]) if found is not None else None
 
     def _factory_returns(self, direct: Dict[ast.AST, LoaderSite]) -> Dict[str, Dict[Optional[int], List[LoaderSite]]]:
         """The file's module-level functions that build and return a loader (``def build_loader(...): return
@@ -699,6 +754,26 @@ def call_setting(index: AstIndex, call: ast.Call, name: str) -> Union[int, bool,
     if is_literal(value, True):  # type: ignore[arg-type]
         return True
     return False if is_literal(value, False) else UNKNOWN  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class WorkerCount:
+    """A loader's worker count as ``LoaderFacts.worker_count`` reads it."""
+
+    count: int
+    option: Optional[ast.expr] = None  # the option it is the default of (``args.workers``)
+    parameter: Optional[str] = None  # the parameter of another file's factory that takes it there
+
+
+def _count_of(index: AstIndex, value: ast.expr, scope: AstScope) -> Optional[WorkerCount]:
+    """An integer ``value`` (``int_value``), or the integer default of the argparse option it reads."""
+    number = int_value(index, value)
+    if number is not None:
+        return WorkerCount(number)
+    default = option_default(index, value, scope)
+    if default is not None and is_integer(default):
+        return WorkerCount(default.value, value)  # type: ignore[attr-defined]
+    return None
 
 
 def loader_summary(index: AstIndex) -> dict:
