@@ -130,8 +130,10 @@ class DataloaderWorkersRestart(Rule):
                     text = index.code_for_node(found.option, next(
                         a for a in index.ancestors(found.option) if isinstance(a, ast.stmt)))
                     why = f"`{text}` is {found.count} by default"
-                else:
+                elif site.imported is not None:
                     why = f"{found.count} workers at this call"
+                else:
+                    why = f"its factory's calls here give it {found.count} workers or more"
                 condition = f"{found.parameter or text} > 0"
                 message = (f"this DataLoader starts its worker processes again for every epoch ({why}); pass "
                            f"`persistent_workers={condition}` to keep them")

@@ -46,6 +46,12 @@ PARSER = "p = argparse.ArgumentParser()\np.add_argument('-j', '--workers', type=
     (PARSER + "def run(a):\n    use(a.workers)\n", None),
     # not a parser of argparse
     ("p = make_parser()\np.add_argument('--workers', default=7)\na = p.parse_args()\nuse(a.workers)\n", None),
+    # an option of another parser that happens to have the same name, in another function: not this one's
+    ("def other():\n    p = argparse.ArgumentParser()\n    p.add_argument('--workers', default=9)\n"
+     "p = argparse.ArgumentParser()\na = p.parse_args()\nuse(a.workers)\n", None),
+    # the options of a parser listed in `parents=`, also one a function of the file returns
+    ("def base():\n    q = argparse.ArgumentParser(add_help=False)\n    q.add_argument('--workers', default=5)\n"
+     "    return q\np = argparse.ArgumentParser(parents=[base()])\na = p.parse_args()\nuse(a.workers)\n", 5),
     # store_const and friends make no plain default
     ("p = argparse.ArgumentParser()\np.add_argument('--workers', action='store_const', const=4, default=0)\n"
      "a = p.parse_args()\nuse(a.workers)\n", None),

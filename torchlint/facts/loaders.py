@@ -323,10 +323,28 @@ class LoaderFacts:
         index = self.index
         if site.imported is None:
             value = loader_argument(site.call, "num_workers")
-            return _count_of(index, value, index.scope_of(site.call)) if isinstance(value, ast.expr) else None
+            if not isinstance(value, ast.expr):
+                return None
+            found = _count_of(index, value, index.scope_of(site.call))
+            if found is not None:
+                return found
+            # a factory of this file that passes its parameter on: every call of it here gives a positive count
+            parameter = self._workers_parameter(site)
+            if parameter is None or not site.built_by:
+                return None
+            counts = [self._count_at_call(call, parameter) for call in site.built_by]
+            if any(count is None for count in counts):
+                return None
+            return WorkerCount(min(count.count for count in counts), None, parameter["name"])  # type: ignore[union-attr]
         parameter = site.imported.get("num_workers_parameter")
-        call = site.call
-        if not parameter or has_star(call):
+        if not parameter:
+            return None
+        found = self._count_at_call(site.call, parameter)
+        return WorkerCount(found.count, found.option, parameter["name"]) if found is not None else None
+
+    def _count_at_call(self, call: ast.Call, parameter: dict) -> Optional["WorkerCount"]:
+        """The count a call of a factory gives its ``num_workers`` parameter (``_workers_parameter``)."""
+        if has_star(call):
             return None
         value = keyword_value(call, parameter["name"])
         position = parameter["position"]
@@ -334,9 +352,8 @@ class LoaderFacts:
             value = call.args[position]
         if value is None:
             default = parameter["default"]
-            return WorkerCount(default, parameter=parameter["name"]) if type(default) is int else None
-        found = _count_of(index, value, index.scope_of(call))
-        return WorkerCount(found.count, found.option, parameter["name"]) if found is not None else None
+            return WorkerCount(default) if type(default) is int else None
+        return _count_of(self.index, value, self.index.scope_of(call))
 
     def _factory_returns(self, direct: Dict[ast.AST, LoaderSite]) -> Dict[str, Dict[Optional[int], List[LoaderSite]]]:
         """The file's module-level functions that build and return a loader (``def build_loader(...): return

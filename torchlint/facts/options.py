@@ -4,7 +4,8 @@ An attribute of a namespace counts as an option only where the file shows where 
 a name bound to ``parser.parse_args(...)`` of an ``argparse.ArgumentParser(...)`` of the file, directly or
 through the parameters of the file's functions that every call of them fills so (also through
 ``torch.multiprocessing.spawn(main_worker, args=(..., args))``, which passes the process index first). The
-option is the one ``add_argument`` call on that parser (or on a group of it) whose destination is the
+option is the one ``add_argument`` call on that parser (on a group of it, or on a parser its ``parents=``
+lists: a name, or a call of a function of the file that returns one) whose destination is the
 attribute (``dest=``, else the first long option with dashes made underscores, else the short one). It
 says nothing where the file may change the value: an assignment to an attribute of that name anywhere in the
 file, ``set_defaults``, subparsers, an ``action`` or ``nargs`` that makes it no plain value."""
@@ -149,20 +150,12 @@ def _passed_for_parameter(index: AstIndex, function: AstScope, name: str
 
 
 def _default(index: AstIndex, parser: ast.Call, dest: str) -> Optional[ast.expr]:
-    """The default of the one option with destination ``dest`` that ``parser`` (or a group of it) adds."""
-    owners = _owner_names(index, parser)
-    if owners is None:
+    """The default of the one option with destination ``dest`` that ``parser`` adds (itself, through a group
+    of it, or through a parser of its ``parents=``)."""
+    options = _options_of(index, parser, 0)
+    if options is None:
         return None
-    declared = []
-    for info in index.calls_by_name.get("add_argument", ()):
-        call = info.node
-        func = call.func
-        if type(func) is not ast.Attribute or type(func.value) is not ast.Name:
-            continue
-        if func.value.id not in owners:  # type: ignore[attr-defined]
-            continue
-        if _destination(call) == dest:
-            declared.append(call)
+    declared = [call for call in options if _destination(call) == dest]
     if len(declared) != 1:
         return None
     call = declared[0]
@@ -171,24 +164,63 @@ def _default(index: AstIndex, parser: ast.Call, dest: str) -> Optional[ast.expr]
     return keyword_value(call, "default")
 
 
-def _owner_names(index: AstIndex, parser: ast.Call) -> Optional[Set[str]]:
-    """The names that hold ``parser`` or an argument group of it; None where it has subparsers or defaults
-    set apart from its options (``set_defaults``)."""
-    names = {name for scope, bound in index.bindings.items() for name, values in bound.items()
-             if any(v is parser for v in values)}
-    for scope, bound in index.bindings.items():
-        for name, values in bound.items():
-            for value in values:
-                if type(value) is ast.Call and type(value.func) is ast.Attribute \
-                        and value.func.attr in _GROUPS and type(value.func.value) is ast.Name \
-                        and value.func.value.id in names:  # type: ignore[attr-defined]
-                    names = names | {name}
-    for name in ("add_subparsers", "set_defaults"):
-        for info in index.calls_by_name.get(name, ()):
+def _options_of(index: AstIndex, parser: ast.Call, depth: int) -> Optional[List[ast.Call]]:
+    """The ``add_argument`` calls on ``parser`` or a group of it, and those of the parsers its ``parents=``
+    lists; None where it (or a parent) has subparsers or ``set_defaults``, or a parent the file does not show."""
+    if depth > 3:
+        return None
+    options: List[ast.Call] = []
+    for method in ("add_argument", "add_subparsers", "set_defaults"):
+        for info in index.calls_by_name.get(method, ()):
             func = info.node.func
-            if type(func) is ast.Attribute and type(func.value) is ast.Name and func.value.id in names:  # type: ignore[attr-defined]
+            if type(func) is not ast.Attribute or type(func.value) is not ast.Name:  # type: ignore[attr-defined]
+                continue
+            if _owner(index, func.value.id, info.function or index.tree, 0) is not parser:  # type: ignore[attr-defined]
+                continue
+            if method != "add_argument":
                 return None
-    return names
+            options.append(info.node)
+    parents = keyword_value(parser, "parents")
+    if parents is not None:
+        if type(parents) is not ast.List:
+            return None
+        for element in parents.elts:  # type: ignore[attr-defined]
+            parent = _parent_parser(index, element, index.scope_of(parser))
+            more = _options_of(index, parent, depth + 1) if parent is not None else None
+            if more is None:
+                return None
+            options += more
+    return options
+
+
+def _owner(index: AstIndex, name: str, scope: AstScope, depth: int) -> Optional[ast.Call]:
+    """The ``ArgumentParser(...)`` that ``name`` holds in ``scope``, directly or as a group of it."""
+    value, where = index.single_value_and_scope(name, scope)
+    if type(value) is not ast.Call or depth > 3:
+        return None
+    if index.qualified_name(value.func) in _PARSERS:  # type: ignore[attr-defined]
+        return value  # type: ignore[return-value]
+    func = value.func  # type: ignore[attr-defined]
+    if type(func) is ast.Attribute and func.attr in _GROUPS and type(func.value) is ast.Name:
+        return _owner(index, func.value.id, where, depth + 1)
+    return None
+
+
+def _parent_parser(index: AstIndex, expr: ast.expr, scope: AstScope) -> Optional[ast.Call]:
+    """A parser listed in ``parents=``: a name bound to one, or a call of a module-level function of the file
+    that returns one (``parents=[get_arguments()]``)."""
+    if type(expr) is ast.Name:
+        return _owner(index, expr.id, scope, 0)
+    if type(expr) is not ast.Call or type(expr.func) is not ast.Name:  # type: ignore[attr-defined]
+        return None
+    name = expr.func.id  # type: ignore[attr-defined]
+    function = next((f for f in index.functions if f.name == name and index.parent(f) is index.tree), None)
+    if function is None:
+        return None
+    returns = [node for node in walk(function) if type(node) is ast.Return and index.function_of(node) is function]
+    found = {id(p): p for p in (_owner(index, r.value.id, function, 0) if type(r.value) is ast.Name else None
+                                for r in returns)}
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _destination(call: ast.Call) -> Optional[str]:
