@@ -312,6 +312,7 @@ def _has_matmuls(index: AstIndex, source: str) -> bool:
 _OPAQUE_TORCH = ("torch.load", "torch.hub.", "torch.jit.load", "torch.jit.script", "torch.package.",
                  "torch.export.load", "torch.compile")
 _BUILTINS = frozenset(dir(builtins))
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")  # they take the optimizer, not modules
 _NUMBER_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "round", "abs", "complex"})  # never a module
 _STDLIB = frozenset(sys.stdlib_module_names)
 
@@ -338,7 +339,8 @@ class _MatmulFree:
         index = self.index
         trained = [loop for loop in index.loops if loop.is_training]
         roots = [info for info in index.calls
-                 if (index.qualified_name(info.node.func) or "").startswith("torch.optim.")]
+                 if (index.qualified_name(info.node.func) or "").startswith("torch.optim.")
+                 and not (index.qualified_name(info.node.func) or "").startswith(_NOT_OPTIMIZERS)]
         modules = [arg.func.value for info in roots for arg in info.node.args[:1]
                    if type(arg) is ast.Call and type(arg.func) is ast.Attribute and not arg.args
                    and arg.func.attr in ("parameters", "named_parameters")]

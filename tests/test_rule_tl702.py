@@ -73,6 +73,11 @@ _CONV_ONLY = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures
 
 def test_a_program_of_convolutions_only_gets_no_finding():
     assert _found(_CONV_ONLY) == []
+    # a scheduler takes the optimizer, not a module: still convolutions only
+    scheduled = _CONV_ONLY.replace(
+        "    for epoch in range(epochs):\n",
+        "    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 5)\n    for epoch in range(epochs):\n", 1)
+    assert "StepLR" in scheduled and _found(scheduled) == []
 
 
 import pytest  # noqa: E402
