@@ -58,6 +58,12 @@ _SINK_METHODS = {
     "write", "insert", "record", "put", "setdefault",
 }
 _SINK_FUNCTIONS = {"print"}
+# TensorBoard's writers and the methods that make a NumPy value of a tensor argument (torch's summary.scalar /
+# histogram and tensorboardX's call make_np: `.cpu().numpy()`): (position, keyword) of that argument.
+_SUMMARY_WRITERS = {"torch.utils.tensorboard.SummaryWriter", "torch.utils.tensorboard.writer.SummaryWriter",
+                    "tensorboardX.SummaryWriter", "tensorboardX.writer.SummaryWriter"}
+_SUMMARY_METHODS = {"add_scalar": (1, "scalar_value"), "add_scalars": (1, "tag_scalar_dict"),
+                    "add_histogram": (1, "values")}
 # torch functions that make a tensor of a host number: a sync whose value only goes back into one is a round trip.
 _BACK_TO_TENSOR = {"torch.tensor", "torch.as_tensor", "torch.scalar_tensor"}
 # Calls that pass a value through unchanged in kind (a number stays a number): follow them outwards.
@@ -79,10 +85,12 @@ _FSTRING_TEXTS = tuple(re.compile(first + r"[\"']") for first in (
 
 def _may_sync_or_format(text: str) -> bool:
     """``.item()``/``.tolist()``/``.cpu()``/``.numpy()``, ``float(``/``int(``/``bool(``/``print(``, ``%``,
-    ``.format(`` or an f-string: the plain spellings first (nearly every file that has one has those)."""
+    ``.format(``, a SummaryWriter's ``.add_scalar(``/``.add_scalars(``/``.add_histogram(`` or an f-string: the
+    plain spellings first (nearly every file that has one has those)."""
     if "%" in text or "print(" in text or any("." + name + "(" in text for name in SYNC_METHODS):
         return True
-    if any(search_method(call_text(name), text) for name in (*SYNC_METHODS, "format") if name in text):
+    if any(search_method(call_text(name), text) for name in (*SYNC_METHODS, "format", *_SUMMARY_METHODS)
+           if name in text):
         return True
     if any(search_word(pattern, text) for pattern in _CONVERSION_CALL_TEXTS):
         return True
@@ -93,11 +101,18 @@ class SyncInTrainingLoop(Rule):
     """## What it does
     Flags host-device synchronisations inside a training loop (a loop whose own body calls `.backward()` or
     `optimizer.step()`, including loops nested in that body): `.item()`, `.tolist()`, `.cpu()`, `.numpy()`,
-    `float()` / `int()` / `bool()` of a tensor, and `print()` of a tensor (also inside an f-string).
+    `float()` / `int()` / `bool()` of a tensor, `print()` of a tensor (also inside an f-string), and a tensor
+    handed to a TensorBoard writer: `add_scalar(tag, value)`, `add_scalars(tag, {...})` and
+    `add_histogram(tag, values)` of a `SummaryWriter` (of `torch.utils.tensorboard` or tensorboardX, in
+    any import spelling; recognised by the call that builds it, `writer = SummaryWriter(...)` or
+    `self.writer = SummaryWriter(...)`, never by its name) turn the tensor into a NumPy value
+    (`.detach().cpu().numpy()`) before they return.
 
     A call only counts as a tensor conversion when its argument is evidently a tensor in that function: a name
     on which `.backward()` is called, or one bound to a model output (`model(x)`), a loss (`criterion(...)`,
-    `F.cross_entropy(...)`), a `torch.*` result, or a tensor method of those (`out.argmax(1)`, `x.sum()`).
+    `F.cross_entropy(...)`), a `torch.*` result, or a tensor method of those (`out.argmax(1)`, `x.sum()`);
+    `.grad` of such a tensor or of a parameter that a loop over `m.parameters()` / `m.named_parameters()`
+    draws (`for name, p in model.named_parameters(): ... p.grad.norm()`).
     `float(lr)` and `print(epoch)` are not flagged. NumPy arrays and raw batches straight from the
     `for x, y in loader` target (still on the CPU) are not flagged either.
     Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: their speed does
@@ -292,6 +307,9 @@ class _Detector:
         for loop in index.loops:
             if self.is_training(loop) and not any(self.is_training(o) for o in index.enclosing_loops(loop.node)):
                 self.check_formatting(loop)  # outermost training loops only
+        for method in _SUMMARY_METHODS:
+            for info in index.calls_by_name.get(method, ()):
+                self.check_summary(info.node, method)
         self.flush()
 
     def report(self, node: ast.AST, message: str, what: str, rewrite: Optional[Rewrite] = None) -> None:
@@ -600,6 +618,62 @@ class _Detector:
             self.report(node, f"{what} into a string reads the tensor on the host and waits for the GPU every "
                               "training step; format it every N steps", what)
 
+    def check_summary(self, call: ast.Call, method: str) -> None:
+        """``writer.add_scalar(tag, value)`` (``add_scalars``, ``add_histogram``) on a TensorBoard
+        ``SummaryWriter``: it turns a tensor value into a NumPy one (``make_np``: ``.detach().cpu().numpy()``)
+        before it returns, so a tensor passed every step is a sync every step."""
+        index = self.index
+        if type(call.func) is not ast.Attribute or not self._is_summary_writer(call.func.value, index.scope_of(call)):
+            return
+        loop = self._training_loop(call)
+        if loop is None or self._guarded(call, loop):
+            return
+        position, keyword = _SUMMARY_METHODS[method]
+        value = next((v for k, v in call_arguments(call) if k == keyword), None)
+        if value is None and not any(type(a) is ast.Starred for a in call.args[:position + 1]) \
+                and len(call.args) > position:
+            value = call.args[position]
+        if value is None:
+            return
+        values = [v for v in value.values] if method == "add_scalars" and type(value) is ast.Dict else [value]
+        if method == "add_scalars" and type(value) is not ast.Dict:
+            return  # a dict built elsewhere: its values are not in sight
+        scope = index.scope_of(call)
+        shown = next((v for v in values if not chain_has_sync(v) and self.is_tensor(v, scope)
+                      and not self._is_raw_batch(v, loop, call)), None)
+        if shown is None:
+            return
+        writer = self._short(call.func.value, call)
+        text = self._short(shown, call)
+        what = f"`{writer}.{method}(..., {text})`"
+        self.report(call, f"{what} copies the tensor `{text}` to the host (`.cpu().numpy()` inside the "
+                          f"SummaryWriter), which waits for the GPU every training step; log it every N steps "
+                          "(`if step % log_every == 0:`)", what)
+
+    def _is_summary_writer(self, expr: ast.AST, scope: AstScope) -> bool:
+        """A name bound only to ``SummaryWriter(...)`` (``torch.utils.tensorboard`` or tensorboardX, any
+        import spelling), in ``scope`` or, where ``scope`` does not bind it, at module level; or ``self.<x>``
+        that the class of the method assigns only such a writer."""
+        index = self.index
+        if type(expr) is ast.Name:
+            for where in (scope, index.tree):
+                values = index.values_of(expr.id, where)
+                if values:
+                    return all(type(v) is ast.Call and index.qualified_name(v.func) in _SUMMARY_WRITERS
+                               for v in values)
+            return False
+        if type(expr) is ast.Attribute and type(expr.value) is ast.Name and expr.value.id == "self" \
+                and type(scope) in (ast.FunctionDef, ast.AsyncFunctionDef):
+            klass = index.class_of.get(scope)
+            if klass is None:
+                return False
+            assigned = [node.value for node in walk(klass) if type(node) is ast.Assign for target in node.targets
+                        if type(target) is ast.Attribute and target.attr == expr.attr
+                        and type(target.value) is ast.Name and target.value.id == "self"]
+            return bool(assigned) and all(type(v) is ast.Call and index.qualified_name(v.func) in _SUMMARY_WRITERS
+                                          for v in assigned)
+        return False
+
     def _printed_tensor(self, value: ast.expr, scope: AstScope, loop: AstLoopInfo, call: ast.Call):
         if type(value) is ast.JoinedStr:
             for part in value.values:
@@ -646,6 +720,8 @@ class _Detector:
             return bool(values) and len(known) == len(values) and bool(fresh) and all(
                 self.is_tensor(v, scope, depth + 1) for v in fresh)
         if kind is ast.Attribute:
+            if expr.attr == "grad":  # `p.grad` of a tensor, or of a parameter a loop over `.parameters()` draws
+                return self.is_tensor(expr.value, scope, depth + 1) or self._is_parameter(expr.value, scope)
             return expr.attr in {"loss", "logits"} and self.is_tensor(expr.value, scope, depth + 1)
         if kind is ast.BinOp:
             return self.is_tensor(expr.left, scope, depth + 1) or self.is_tensor(expr.right, scope, depth + 1)
@@ -657,6 +733,33 @@ class _Detector:
         if kind is ast.Subscript:
             return self.is_tensor(expr.value, scope, depth + 1)
         return False
+
+    def _is_parameter(self, expr: ast.AST, scope: AstScope) -> bool:
+        """``p`` bound only as the target of loops over ``m.parameters()`` (``for p in ...``) or
+        ``m.named_parameters()`` (``for name, p in ...``) in ``scope``: a parameter, a tensor."""
+        if type(expr) is not ast.Name:
+            return False
+        index = self.index
+        values = index.values_of(expr.id, scope)
+        if not values or any(v is not None for v in values):
+            return False
+        loops = [loop.node for loop in index.loops if (loop.function or index.tree) is scope
+                 and type(loop.node) in (ast.For, ast.AsyncFor) and expr.id in target_names(loop.node.target)]
+        if len(loops) != len(values):
+            return False  # also bound otherwise (a `with ... as p`, an unpacking)
+        for node in loops:
+            source = node.iter
+            if type(source) is not ast.Call or type(source.func) is not ast.Attribute or source.args \
+                    or source.func.attr not in ("parameters", "named_parameters"):
+                return False
+            target = node.target
+            if source.func.attr == "parameters":
+                if type(target) is not ast.Name:
+                    return False
+            elif not (type(target) is ast.Tuple and len(target.elts) == 2 and type(target.elts[1]) is ast.Name
+                      and target.elts[1].id == expr.id):
+                return False
+        return True
 
     def _backward_receivers(self, scope: AstScope) -> Set[str]:
         """Names in ``scope`` on which ``.backward()`` is called: those are tensors."""

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import functools
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING, List, Optional, Union
 
 import libcst as cst
 
 from torchlint.fix.arguments import with_keyword
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.loaders import ABSENT, argument_position, built_elsewhere, loader_facts
+from torchlint.facts.loaders import ABSENT, argument_position, built_elsewhere, conversion_before_move, loader_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, may_move_to_device, may_train
 
@@ -22,7 +23,7 @@ class DataloaderUnpinned(Rule):
     """## What it does
     Flags a `torch.utils.data.DataLoader(...)` without `pin_memory=True` (or with `pin_memory=False`) when
     a training loop of the same file iterates it and copies its batches to a CUDA device (`.cuda()`,
-    `.to(device)`, `.to("cuda")`). The loop is tied to the loader as in TL401: by the loader's name,
+    `.to(device)`, `.to("cuda")`), also after a dtype conversion (`im.float().to(device)`). The loop is tied to the loader as in TL401: by the loader's name,
     through `enumerate`/`tqdm`, an alias, a function of the file that takes the loader as a parameter, or
     `next()` on `iter(loader)` or on a generator of the file that yields from it (then the batch is what
     `next()` returns). A loader built by a factory of another file of the checked project (`from data
@@ -30,6 +31,12 @@ class DataloaderUnpinned(Rule):
     fix belongs in that file). This rule also speaks for TL103 there: `non_blocking=True` gains nothing
     on a loader that is not pinned, so TL103 stays silent on its batches, and this finding's fix comes
     first.
+
+    A conversion without arguments before the move (`.float()`, `.half()`, `.long()`...) returns the
+    pinned tensor itself where the batch has that dtype already, so pinning speeds the copy up; where it
+    changes the dtype it makes a new pageable host tensor, which pinning does not reach. Where every move
+    of the loop is such a conversion the message says so: convert after the move
+    (`im.to(device).float()`, which also copies fewer bytes for a narrower source dtype).
 
     Silent where `pin_memory` comes through `**kwargs` or a variable (`pin_memory=args.pin_mem`), where the
     destination is provably the CPU, for `TensorDataset` loaders and files whose `Dataset` classes move data
@@ -101,13 +108,29 @@ class DataloaderUnpinned(Rule):
                 continue
             if facts.is_in_memory_dataset(site) or facts.batches_may_be_on_cuda(site):
                 continue
-            if not any(facts.batch_moves(loop) for loop in facts.training_loops(site)):
+            loops = facts.training_loops(site)
+            moves = [move for loop in loops for move in facts.batch_moves(loop, converted=True)]
+            if not moves:
                 continue
+            message = self.message + self._converted_note(ctx, moves)
             if site.imported is not None:  # built in another file: the fix would be there
-                ctx.report(site.call, message=self.message + built_elsewhere(site))
+                ctx.report(site.call, message=message + built_elsewhere(site))
                 continue
             make = functools.partial(_pin, argument_position(site.call, "pin_memory"))
-            ctx.report(site.call, rewrite=Rewrite(make, self.message + " ({reason})", site.call, reads=site.call))
+            ctx.report(site.call, message=message, rewrite=Rewrite(make, message + " ({reason})", site.call, reads=site.call))
+
+    @staticmethod
+    def _converted_note(ctx: IndexContext, moves: List[ast.Call]) -> str:
+        """Where every move copies a dtype conversion of the batch (``im.float().to(device)``): pinning reaches
+        it only where the conversion keeps the dtype (it then returns the pinned tensor itself)."""
+        conversions = [conversion_before_move(move) for move in moves]
+        if not all(conversions):
+            return ""
+        first = conversions[0]
+        statement = next(a for a in ctx.index.ancestors(first) if isinstance(a, ast.stmt))
+        text = ctx.index.code_for_node(first, statement)
+        return (f" (`{text}` before the move makes a new pageable tensor where it changes the dtype, which "
+                "pinning does not reach: convert after the move)")
 
 
 def _pin(position: Optional[int], call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:

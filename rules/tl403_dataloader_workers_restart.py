@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Union
+import ast
+from functools import partial
+from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
@@ -30,8 +32,20 @@ class DataloaderWorkersRestart(Rule):
     another file of the checked project (reported at the factory's call, naming where it is built, without
     a fix: a loader built by a call inside the epoch loop is rebuilt every epoch and not flagged).
 
+    The worker count may also come from the command line: `num_workers=args.workers` where `args` is what
+    `parser.parse_args()` of an `argparse.ArgumentParser` of the file returns (also handed to the file's
+    functions as a parameter, or through `torch.multiprocessing.spawn(main_worker, args=(..., args))`) and
+    `--workers` has a positive integer default; the file must assign no attribute of that name
+    (`args.workers = ...`) and use no `set_defaults` or subparsers on that parser. A project file's factory
+    that passes its own parameter on (`def get_loader(..., num_workers=2): return DataLoader(...,
+    num_workers=num_workers)`) is read at its call here: the integer, option or default the call gives it.
+    Either way the count may be 0 in another run or at another call, where `persistent_workers=True` raises
+    a `ValueError`: the message and the fix say `persistent_workers=args.workers > 0` (or
+    `num_workers > 0` in the factory), which keeps them where there are workers and changes nothing where
+    there are none.
+
     Silent where `num_workers` or `persistent_workers` come through `**kwargs` or a variable the rule cannot
-    read (`num_workers=args.workers` may be 0, and `persistent_workers=True` with no workers raises), for
+    read (a config value, an option the file reassigns), for
     loaders rebuilt every epoch (persistent workers die with their loader), for loaders no training loop
     of the file iterates (also those built in another module in a way the project model does not follow:
     the rule stays silent rather than guess), and in tests.
@@ -72,10 +86,14 @@ class DataloaderWorkersRestart(Rule):
       once, not every epoch.
     - Worker processes and their memory stay alive between epochs, also while the evaluation loop runs.
 
+    Where the count comes from an option, the fix passes `persistent_workers=<option> > 0` instead of
+    `True`: the same in every run with workers, and `False` (the old behaviour) in a run without.
+
     ## PyTorch versions
     `persistent_workers=` exists from PyTorch 1.7; with `--torch-version` below 1.7 the fix would not run,
     so the rule reports without fixing there. It requires `num_workers > 0` (a `ValueError` otherwise),
-    which is why the rule only fixes loaders whose worker count it can read.
+    which is why the rule only fixes loaders whose worker count it can read, and passes a condition where
+    the count may be 0 in another run.
     """
 
     code = "TL403"
@@ -97,24 +115,42 @@ class DataloaderWorkersRestart(Rule):
     def detect(self, ctx: IndexContext) -> None:
         facts = loader_facts(ctx.index, ctx.project)
         for site in facts.sites:
-            workers = facts.setting(site, "num_workers")
-            if type(workers) is not int or workers <= 0:
+            found = facts.worker_count(site)
+            if found is None or found.count <= 0:
                 continue
             if facts.setting(site, "persistent_workers") not in (ABSENT, False):
                 continue
             if not any(facts.repeated_iteration(site, loop) for loop in facts.training_loops(site)):
                 continue
+            message, condition = self.message, None
+            if found.option is not None or found.parameter is not None:
+                # positive here, maybe 0 elsewhere (the command line, another call): `True` would raise there
+                index = ctx.index
+                if found.option is not None:
+                    text = index.code_for_node(found.option, next(
+                        a for a in index.ancestors(found.option) if isinstance(a, ast.stmt)))
+                    why = f"`{text}` is {found.count} by default"
+                elif site.imported is not None:
+                    why = f"{found.count} workers at this call"
+                else:
+                    why = f"its factory's calls here give it {found.count} workers or more"
+                condition = f"{found.parameter or text} > 0"
+                message = (f"this DataLoader starts its worker processes again for every epoch ({why}); pass "
+                           f"`persistent_workers={condition}` to keep them")
             if site.imported is not None:  # built in another file: the fix would be there
-                ctx.report(site.call, message=self.message + built_elsewhere(site))
+                ctx.report(site.call, message=message + built_elsewhere(site))
             elif ctx.torch_version < (1, 7):
-                ctx.report(site.call, message=self.message + " (PyTorch 1.7 or later)")
+                ctx.report(site.call, message=message + " (PyTorch 1.7 or later)")
             else:
-                ctx.report(site.call, rewrite=Rewrite(_persist, self.message + " ({reason})", site.call, reads=site.call))
+                make = partial(_persist, condition)
+                ctx.report(site.call, message=message, rewrite=Rewrite(make, message + " ({reason})", site.call, reads=site.call))
 
 
-def _persist(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
-    """``persistent_workers=True`` on the LibCST twin."""
-    fixed = with_keyword(call, "persistent_workers", cst.Name("True"))
+def _persist(condition: Optional[str], call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
+    """``persistent_workers=True`` on the LibCST twin, or ``persistent_workers=<condition>`` (``args.workers >
+    0``) where the worker count comes from the command line and may be 0 (where ``True`` would raise)."""
+    value = cst.Name("True") if condition is None else cst.parse_expression(condition)
+    fixed = with_keyword(call, "persistent_workers", value)
     if loses_comment({call: fixed}):
         return DROPS_COMMENT
     return Fix.replace(call, fixed, Applicability.UNSAFE)

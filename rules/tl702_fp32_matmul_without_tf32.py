@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import ast
+import builtins
 import re
+import sys
 from functools import partial
 from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex
+from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, spells_name
 from torchlint.config import Settings
 from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
 from torchlint.facts.script import loop_header
@@ -102,8 +104,15 @@ class Fp32MatmulWithoutTf32(Rule):
     below 1.12 the rule is silent (matmuls already used TF32). It has defaulted to False since 1.12, which also
     added `torch.set_float32_matmul_precision` ("highest", the default; "high" allows TF32; "medium" also
     allows bf16). cuDNN convolutions are a different story: `torch.backends.cudnn.allow_tf32` has defaulted to
-    True since 1.7 and still does, so a convolution-only network already gets TF32 and gains little here (the
-    message says so where the file builds no `nn.Linear`, `matmul`, `bmm` or attention). PyTorch 2.9 added the
+    True since 1.7 and still does, so a convolution-only network already gets TF32 and gains nothing here. The
+    rule is silent where the program provably runs no matmul: the file names no `nn.Linear`, `matmul`, `bmm`,
+    `@`, attention or recurrent layer, builds convolutions, and every module its optimizers train and every
+    callable its training loops call is built, through the file's own classes, functions and lambdas, only
+    from `torch.nn` layers, `torch` functions, builtins and the standard library (`math`). Where part of it
+    comes from elsewhere (a torchvision or timm model, a class of another file of the project, a module
+    passed in as a parameter, `torch.load`, a call of another package in the step) it cannot tell: the
+    finding stays, and the message notes that the file builds convolutions and no matmul layers.
+    PyTorch 2.9 added the
     `fp32_precision` settings (`torch.backends.cuda.matmul.fp32_precision = "tf32"`,
     `torch.backends.cudnn.conv.fp32_precision`, `torch.backends.fp32_precision`) and plans to deprecate the
     `allow_tf32` flags; `torch.set_float32_matmul_precision("high")` sets the new matmul setting to "tf32"
@@ -166,6 +175,8 @@ class Fp32MatmulWithoutTf32(Rule):
             "(Ampere or newer), keeping fp32 weights and ranges"
         )
         if not _has_matmuls(index, ctx.source) and _has_convolutions(index):
+            if _MatmulFree(index).holds():
+                return  # convolutions only, which cuDNN runs in TF32 by default: the setting changes nothing
             message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
@@ -301,3 +312,225 @@ def _has_matmuls(index: AstIndex, source: str) -> bool:
     if "@" in source and re.search(r"\w\s*@\s*\w", source):
         return True
     return any(name in index.calls_by_name for name in _MATMUL_CALLS)
+
+
+# --- a program whose step provably runs no matmul ------------------------------------------------------------
+# torch functions that bring in a module the file does not show (a pickled or downloaded model).
+_OPAQUE_TORCH = ("torch.load", "torch.hub.", "torch.jit.load", "torch.jit.script", "torch.package.",
+                 "torch.export.load", "torch.compile")
+_BUILTINS = frozenset(dir(builtins))
+_NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")  # they take the optimizer, not modules
+_NUMBER_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "round", "abs", "complex"})  # never a module
+_STDLIB = frozenset(sys.stdlib_module_names)
+
+
+class _MatmulFree:
+    """Whether the training steps of a file that builds convolutions and names no matmul provably run none:
+    the modules its optimizers train and the callables its training loops call are built, through the
+    file's own classes and functions, only from `torch.nn` layers (none of them a matmul layer: the file
+    names none), `torch` functions, builtins and the standard library. Anything else (an imported model, a
+    class of another project file, a parameter whose value the file does not show, `torch.load`) cannot
+    be told: the answer is no."""
+
+    def __init__(self, index: AstIndex) -> None:
+        self.index = index
+        self.classes = {node.name: node for node in index.tree.body if type(node) is ast.ClassDef}
+        self.defs = {node.name: node for node in index.tree.body
+                     if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef)}
+        self.imported = {alias.asname or alias.name.split(".")[0]
+                         for node in index.import_statements for alias in node.names}
+        self._done: dict = {}  # a class, def or lambda -> its answer (False while being checked: no cycles)
+        self._receivers: dict = {}  # (name, scope) -> whether the values it holds are no hidden module
+
+    def holds(self) -> bool:
+        index = self.index
+        trained = [loop for loop in index.loops if loop.is_training]
+        roots = [info for info in index.calls
+                 if (index.qualified_name(info.node.func) or "").startswith("torch.optim.")
+                 and not (index.qualified_name(info.node.func) or "").startswith(_NOT_OPTIMIZERS)]
+        modules = [arg.func.value for info in roots for arg in info.node.args[:1]
+                   if type(arg) is ast.Call and type(arg.func) is ast.Attribute and not arg.args
+                   and arg.func.attr in ("parameters", "named_parameters")]
+        if not trained or not modules or len(modules) != len(roots):
+            return False
+        return all(self._module(m, index.scope_of(m)) for m in modules) and all(
+            self._call(info.node, info.function or index.tree, loop)
+            for loop in trained for statement in loop.node.body for info in index.calls_in(statement))
+
+    # a value that is (or builds) a module
+    def _module(self, expr: ast.AST, scope: AstScope, depth: int = 0) -> bool:
+        index = self.index
+        if depth > 6:
+            return False
+        kind = type(expr)
+        if kind is ast.Name:
+            values = self._values(expr.id, scope)
+            return values is not None and all(
+                value is not None and self._module(value, where, depth + 1) for value, where in values)
+        if kind is ast.Call:
+            func = expr.func
+            if type(func) is ast.Attribute and func.attr in ("to", "cuda", "train", "float", "half", "bfloat16"):
+                return self._module(func.value, scope, depth + 1)  # its arguments: a device, a dtype
+            qualified = index.qualified_name(func) or ""
+            if qualified.startswith("torch.nn.") and not qualified.startswith(_OPAQUE_TORCH):
+                return self._arguments(expr, scope, depth)
+            if type(func) is ast.Name and func.id not in self.imported and func.id in self.classes \
+                    and not self._bound_locally(func.id, scope):
+                return self._definition(self.classes[func.id]) and self._arguments(expr, scope, depth)
+            return False
+        return False
+
+    def _arguments(self, call: ast.Call, scope: AstScope, depth: int) -> bool:
+        """Every module an argument may hand the built module is one of these too (``DDPM(eps_model=Net())``);
+        numbers, strings and tuples of them hand none."""
+        for _, value in call_arguments(call):
+            if not self._plain_or_module(value, scope, depth + 1):
+                return False
+        return True
+
+    def _plain_or_module(self, value: ast.AST, scope: AstScope, depth: int) -> bool:
+        kind = type(value)
+        if kind is ast.Constant:
+            return True
+        if kind in (ast.Tuple, ast.List):
+            return all(self._plain_or_module(e, scope, depth) for e in value.elts)
+        if kind is ast.UnaryOp:
+            return self._plain_or_module(value.operand, scope, depth)
+        if kind is ast.BinOp:
+            return self._plain_or_module(value.left, scope, depth) and self._plain_or_module(value.right, scope, depth)
+        if kind is ast.Name:
+            values = self._values(value.id, scope)
+            return values is not None and all(
+                v is not None and self._plain_or_module(v, where, depth + 1) for v, where in values)
+        if kind is ast.Call:
+            func = value.func
+            if type(func) is ast.Name and func.id in _NUMBER_BUILTINS and not self._bound_locally(func.id, scope) \
+                    and func.id not in self.imported:
+                return True  # `int(opt.ngpu)`: a number, whatever it reads
+            return self._module(value, scope, depth)
+        return False
+
+    def _values(self, name: str, scope: AstScope) -> Optional[list]:
+        """(value, scope) of each binding of ``name`` seen from ``scope``; None for an import or a name the
+        file does not bind (a builtin, a global set elsewhere)."""
+        index = self.index
+        for where in (scope, index.tree):
+            values = index.values_of(name, where)
+            if values:
+                return [(value, where) for value in values]
+        return None
+
+    def _bound_locally(self, name: str, scope: AstScope) -> bool:
+        return bool(self.index.values_of(name, scope)) or bool(self.index.values_of(name, self.index.tree))
+
+    # a class, def or lambda of the file
+    def _definition(self, node: ast.AST) -> bool:
+        done = self._done.get(node)
+        if done is not None:
+            return done
+        self._done[node] = False
+        index = self.index
+        answer = True
+        if type(node) is ast.ClassDef:
+            for base in node.bases:
+                qualified = index.qualified_name(base) or ""
+                if not (qualified in ("torch.nn.Module", "object")
+                        or (type(base) is ast.Name and base.id in self.classes and base.id not in self.imported
+                            and self._definition(self.classes[base.id]))):
+                    answer = False
+            calls = index.calls_within(node)
+        elif type(node) is ast.Lambda:
+            calls = index.calls_in(node.body)
+        else:
+            calls = index.calls_within(node)  # type: ignore[arg-type]
+        answer = answer and all(self._call(info.node, info.function or index.tree, None) for info in calls)
+        self._done[node] = answer
+        return answer
+
+    def _call(self, call: ast.Call, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
+        """A call that runs no matmul the file does not show: a `torch` function or layer, a builtin, the
+        standard library, a class or function of the file (checked in turn), a module the file builds so,
+        or a method of a value that is no module the file cannot see (a tensor, an optimizer, the loader or
+        progress bar the loop iterates)."""
+        index = self.index
+        func = call.func
+        qualified = index.qualified_name(func) or ""
+        root = _root_name(func)
+        if root is not None and root in self.imported:
+            if qualified.startswith("torch."):
+                return not qualified.startswith(_OPAQUE_TORCH)
+            return qualified.split(".")[0] in _STDLIB
+        if type(func) is ast.Name:
+            name = func.id
+            if not self._bound_locally(name, scope):
+                if name in self.classes:
+                    return self._definition(self.classes[name])
+                return name in _BUILTINS
+            values = self._values(name, scope)
+            if values is None:
+                return False
+            for value, where in values:
+                if value is None and type(where) in (ast.FunctionDef, ast.AsyncFunctionDef) \
+                        and where.name == name and where in self.defs.values():  # type: ignore[union-attr]
+                    continue
+                if value is None:
+                    if name in self.defs and where is index.tree:
+                        if not self._definition(self.defs[name]):
+                            return False
+                        continue
+                    return False
+                if type(value) is ast.Lambda:
+                    if not self._definition(value):
+                        return False
+                elif not self._module(value, where):
+                    return False
+            return True
+        if type(func) is ast.Attribute:
+            receiver = func.value
+            if type(receiver) is ast.Call:
+                return self._call(receiver, scope, loop) if type(receiver.func) is not ast.Attribute \
+                    or receiver.func.attr != "__init__" else True
+            if type(receiver) is ast.Name:
+                if receiver.id == "self" or receiver.id == "super":
+                    return True  # the class's own modules and methods: checked with the class
+                return self._receiver(receiver, scope, loop)
+            if type(receiver) is ast.Attribute and _root_name(receiver) == "self":
+                return True
+            return _root_name(receiver) is None  # `x[0].to(...)`, `(a + b).sum()`: tensors
+        return False
+
+    def _receiver(self, name: ast.Name, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
+        key = (name.id, scope)
+        if key in self._receivers:
+            return self._receivers[key]  # type: ignore[no-any-return]
+        self._receivers[key] = True  # `x = x.to(device)`: the rebinding's own receiver is the earlier value
+        answer = self._receiver_values(name, scope, loop)
+        self._receivers[key] = answer
+        return answer
+
+    def _receiver_values(self, name: ast.Name, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
+        values = self._values(name.id, scope)
+        if values is None:
+            return name.id in _BUILTINS
+        for value, where in values:
+            if value is None:
+                if type(where) in (ast.FunctionDef, ast.AsyncFunctionDef) and name.id in {
+                        a.arg for a in (*where.args.posonlyargs, *where.args.args, *where.args.kwonlyargs)}:  # type: ignore[union-attr]
+                    return False  # a parameter: its value comes from elsewhere
+                continue  # a loop target or an unpacked value: a batch, a tensor
+            if loop is not None and type(loop.node) is ast.For and spells_name(loop.node.iter, name.id):
+                continue  # what the loop iterates: the data, not a module
+            if type(value) is ast.Call:
+                qualified = self.index.qualified_name(value.func) or ""
+                if qualified.startswith("torch.") and not qualified.startswith(_OPAQUE_TORCH):
+                    continue  # an optimizer, a tensor, a scaler
+                if self._module(value, where) or self._call(value, where, None):
+                    continue
+                return False
+        return True
+
+
+def _root_name(node: ast.AST) -> Optional[str]:
+    while type(node) is ast.Attribute:
+        node = node.value
+    return node.id if type(node) is ast.Name else None

@@ -142,3 +142,50 @@ def test_a_file_that_trains_nowhere_reads_no_other_file(tmp_path):
     assert list(runner.project_of(tmp_path / "use.py", trains, job, None).summaries) == [tmp_path / "data.py"]
     no_loader_rules = runner.Job(Settings(select=("TL101",), root=tmp_path, project_root=tmp_path))
     assert runner.project_of(tmp_path / "use.py", trains, no_loader_rules, None).summaries == {}
+
+
+PASSING_FACTORY = """\
+from torch.utils.data import DataLoader
+
+
+def build_loader(dataset, batch_size, workers=2):
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
+"""
+
+
+def test_a_factory_that_passes_its_parameter_on_is_read_at_its_call(tmp_path):
+    """`num_workers=workers` in the factory: the call here decides the count (a literal, an argparse option's
+    default, or the parameter's default); the message names the condition for the factory's file."""
+    cases = {
+        "build_loader(dataset, 32, workers=4)": "4 workers at this call",
+        "build_loader(dataset, 32, 6)": "6 workers at this call",
+        "build_loader(dataset, 32)": "2 workers at this call",
+        "build_loader(dataset, 32, workers=args.workers)": "`args.workers` is 3 by default",
+    }
+    for at, (call, why) in enumerate(cases.items()):
+        root = tmp_path / str(at)
+        train = TRAIN.format(imports="import argparse\nfrom data import build_loader", call="build_loader")
+        train = train.replace("build_loader(dataset, 32)", call)
+        train += ("\nparser = argparse.ArgumentParser()\nparser.add_argument('--workers', type=int, default=3)\n"
+                  "main(None, None, None, parser.parse_args())\n")
+        train = train.replace("def main(model, optimizer, dataset):", "def main(model, optimizer, dataset, args):")
+        _tree(root, {"data.py": PASSING_FACTORY, "train.py": train})
+        found = [line for line in _check_messages(root, "train.py") if "TL403" in line]
+        assert found == [f"TL403 this DataLoader starts its worker processes again for every epoch ({why}); "
+                         "pass `persistent_workers=workers > 0` to keep them (the DataLoader is built in data.py:5)"
+                         ], (call, found)
+
+
+def test_a_factory_parameter_bound_to_zero_or_to_what_the_file_cannot_read_is_silent(tmp_path):
+    for at, call in enumerate(["build_loader(dataset, 32, workers=0)", "build_loader(dataset, 32, workers=n)",
+                               "build_loader(dataset, 32, *rest)"]):
+        root = tmp_path / str(at)
+        train = TRAIN.format(imports="from data import build_loader", call="build_loader")
+        _tree(root, {"data.py": PASSING_FACTORY, "train.py": train.replace("build_loader(dataset, 32)", call)})
+        assert [line for line in _check_messages(root, "train.py") if "TL403" in line] == [], call
+
+
+def _check_messages(root: Path, *names: str) -> List[str]:
+    job = runner.Job(_settings(root), cache_dir=None)
+    return [f"{d.code} {d.message}" for result in runner.run([root / name for name in names], job)
+            for d in result.diagnostics]

@@ -283,3 +283,38 @@ def test_a_read_in_an_if_after_a_synchronize(body, reported):
 ])
 def test_a_synchronize_under_a_device_test_and_reads_in_a_with(body, reported):
     assert bool(lint(loop(body), "TL101")) is reported
+
+
+@pytest.mark.parametrize("imports, build", [
+    ("from torch.utils.tensorboard import SummaryWriter", "SummaryWriter()"),
+    ("from torch.utils.tensorboard import SummaryWriter as TB", "TB('runs')"),
+    ("import torch.utils.tensorboard as tbd", "tbd.SummaryWriter()"),
+    ("from torch.utils.tensorboard.writer import SummaryWriter", "SummaryWriter()"),
+    ("import tensorboardX", "tensorboardX.SummaryWriter()"),
+])
+def test_summary_writer_of_a_tensor_every_step_is_a_sync_by_what_builds_it(imports, build):
+    source = imports + "\n" + loop("board.add_scalar('loss', loss, 0)", before=f"board = {build}")
+    (finding,) = lint(source, "TL101")
+    assert "`board.add_scalar(..., loss)` copies the tensor `loss` to the host" in finding.message
+    assert finding.fix is None
+
+
+@pytest.mark.parametrize("body, before", [
+    ("board.add_scalar('loss', loss, 0)", "board = Board()"),  # the file's own class, not TensorBoard's
+    ("board.add_scalar('lr', lr, 0)", "board = SummaryWriter()"),  # a host number
+    ("board.add_scalar('loss', loss.item(), 0)", "board = SummaryWriter()"),  # reported at `.item()`, once
+    ("if step % 10 == 0:\n    board.add_scalar('loss', loss, step)", "board = SummaryWriter()"),  # an interval
+    ("board.add_histogram('y', y, 0)", "board = SummaryWriter()"),  # the raw batch: on the CPU
+])
+def test_summary_writer_near_misses(body, before):
+    source = ("from torch.utils.tensorboard import SummaryWriter\nclass Board:\n    pass\n"
+              + loop(body, before=before + "\nstep = 0"))
+    assert [f.message for f in lint(source, "TL101") if "add_" in f.message] == []
+
+
+def test_grad_of_a_parameter_drawn_from_parameters_is_a_tensor():
+    body = "for name, p in model.named_parameters():\n    print(p.grad.norm())"
+    (finding,) = lint(loop(body), "TL101")
+    assert "`p.grad.norm()`" in finding.message
+    # `p` bound otherwise too: not known to be a parameter
+    assert lint(loop(body + "\n    p = lr"), "TL101") == []

@@ -171,3 +171,57 @@ def test_a_decorator_that_trains_makes_its_function_train():
         "for x in loader:\n    step(x)\n"
     )
     assert len(lint(source, "TL401")) == 1
+
+
+def test_a_move_of_a_converted_batch_counts_for_tl402_only():
+    """``im.float().to(device)`` copies the batch (or a converted copy of it): TL402 follows it, with a note that
+    a conversion that changes the dtype is not pinned; TL103's moves stay the batch's own."""
+    source = HEADER + (
+        "def fit(model, ds, optimizer, device='cuda'):\n"
+        "    loader = DataLoader(ds, num_workers=2)\n"
+        "    for im in loader:\n"
+        "        im = im.float().to(device)\n"
+        "        model(im).backward()\n"
+        "        optimizer.step()\n"
+    )
+    f = facts(source)
+    (loop,) = f.training_loops(f.sites[0])
+    assert f.batch_moves(loop) == []
+    assert len(f.batch_moves(loop, converted=True)) == 1
+    (diagnostic,) = lint(source, "TL402")
+    assert "`im.float()` before the move makes a new pageable tensor" in diagnostic.message
+    assert "pin_memory=True" in fix(source, "TL402")
+    plain = source.replace("im.float().to(device)", "im.to(device)")
+    (diagnostic,) = lint(plain, "TL402")
+    assert "before the move" not in diagnostic.message
+    # an argument to the conversion is no dtype method without arguments: not followed
+    assert lint(source.replace("im.float()", "im.float(1)"), "TL402") == []
+
+
+def test_workers_from_an_option_get_a_condition_that_holds_with_no_workers():
+    """`num_workers=args.workers` (default 3): the fix passes `persistent_workers=args.workers > 0`, which a run
+    with `--workers 0` accepts, where `persistent_workers=True` raises."""
+    source = HEADER + (
+        "import argparse\n"
+        "parser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--workers', type=int, default=3)\n"
+        "def fit(model, ds, optimizer, args):\n"
+        "    loader = DataLoader(ds, num_workers=args.workers)\n"
+        "    for epoch in range(2):\n"
+        "        for x in loader:\n"
+        "            model(x.cuda()).backward()\n"
+        "            optimizer.step()\n"
+        "fit(None, None, None, parser.parse_args())\n"
+    )
+    (diagnostic,) = lint(source, "TL403")
+    assert "`args.workers` is 3 by default" in diagnostic.message
+    fixed = fix(source, "TL403")
+    assert "DataLoader(ds, num_workers=args.workers, persistent_workers=args.workers > 0)" in fixed
+    torch = pytest.importorskip("torch")
+    workers = 0  # what `--workers 0` gives
+    torch.utils.data.DataLoader(list(range(4)), num_workers=workers, persistent_workers=workers > 0)
+    with pytest.raises(ValueError):
+        torch.utils.data.DataLoader(list(range(4)), num_workers=workers, persistent_workers=True)
+    # reassigned after parsing: the count is not the default any more
+    changed = source.replace("    loader =", "    args.workers = args.workers // 4\n    loader =")
+    assert lint(changed, "TL403") == []

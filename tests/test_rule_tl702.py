@@ -65,3 +65,44 @@ def test_mixed_precision_or_a_precision_framework_keeps_it_silent():
 def test_inference_only_scripts_are_not_training():
     source = "import torch\nmodel = Net().cuda()\nfor x in loader:\n    print(model(x.cuda()))\n"
     assert _found(source) == []
+
+
+_CONV_ONLY = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL702"
+                  / "clean_convolutions_only.py").read()
+
+
+def test_a_program_of_convolutions_only_gets_no_finding():
+    assert _found(_CONV_ONLY) == []
+    # a scheduler takes the optimizer, not a module: still convolutions only
+    scheduled = _CONV_ONLY.replace(
+        "    for epoch in range(epochs):\n",
+        "    schedule = torch.optim.lr_scheduler.StepLR(optimizer, 5)\n    for epoch in range(epochs):\n", 1)
+    assert "StepLR" in scheduled and _found(scheduled) == []
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("before, after", [
+    # a model the file does not show (torchvision's resnets end in a Linear)
+    ('Denoiser(1, width=int("64"))', "torchvision.models.resnet18()"),
+    # a module of another file of the project, whose layers the file does not show
+    ('Denoiser(1, width=int("64"))', "UNet(1)"),
+    # a matmul layer in the file: the old finding, without the note on convolutions
+    ("nn.Conv2d(width, channels, 1))", "nn.Conv2d(width, channels, 1), nn.Flatten(), nn.Linear(4, 4))"),
+    # a pickled model
+    ('NoisePredictor(Denoiser(1, width=int("64")), sigma=0.25)', 'torch.load("model.pt")'),
+    # a call of another package in the step
+    ("loss = model(x)", "loss = model(x) + lpips.LPIPS()(x, x).mean()"),
+    # a module handed in from outside: its value is not in the file
+    ('def main(epochs=10, device="cuda"):\n    model = NoisePredictor(Denoiser(1, width=int("64")), sigma=0.25)',
+     'def main(model, epochs=10, device="cuda"):\n    model = model'),
+    # the model's class derives from a class of another package
+    ("class Denoiser(nn.Module):", "class Denoiser(timm.models.ResNet):"),
+])
+def test_conv_programs_that_may_run_matmuls_keep_the_finding(before, after):
+    assert before in _CONV_ONLY
+    source = ("import torchvision\nimport lpips\nimport timm\nfrom unet import UNet\n"
+              + _CONV_ONLY.replace(before, after))
+    [finding] = _found(source)
+    assert finding.code == "TL702"

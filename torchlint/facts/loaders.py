@@ -28,6 +28,7 @@ from torchlint.facts.index import (
     is_literal, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
+from torchlint.facts.options import option_default
 
 if TYPE_CHECKING:
     from torchlint.facts.project import ProjectModel
@@ -281,7 +282,78 @@ class LoaderFacts:
         entry["in_memory"] = self.is_in_memory_dataset(site)
         entry["on_cuda"] = self.dataset_on_cuda()
         entry["default_collate"] = loader_argument(site.call, "collate_fn") is None
+        parameter = self._workers_parameter(site)
+        if parameter is not None:
+            entry["num_workers_parameter"] = parameter
         return entry
+
+    def _workers_parameter(self, site: LoaderSite) -> Optional[dict]:
+        """``num_workers=n`` where ``n`` is a parameter of the factory that builds the loader, never rebound
+        in it: its name, place among the positional parameters (None: keyword-only) and integer default
+        (None: none, or not an integer literal), for the caller's file to bind at the call."""
+        index = self.index
+        value = loader_argument(site.call, "num_workers")
+        function = index.function_of(site.call)
+        if type(value) is not ast.Name or type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return None
+        name = value.id  # type: ignore[attr-defined]
+        if index.values_of(name, function) != [None]:
+            return None  # rebound in the factory, or no parameter of it
+        arguments = function.args  # type: ignore[union-attr]
+        positional = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+        defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
+        defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+        if name not in positional and name not in {a.arg for a in arguments.kwonlyargs}:
+            return None
+        default = defaults.get(name)
+        return {"name": name, "position": positional.index(name) if name in positional else None,
+                "default": default.value if default is not None and is_integer(default) else None}  # type: ignore[attr-defined]
+
+    def worker_count(self, site: LoaderSite) -> Optional["WorkerCount"]:
+        """The loader's ``num_workers`` where it is provably an integer in the default run: the value
+        ``setting`` reads; the default of an argparse option of the file (``args.workers``, ``facts.options``:
+        the command line may pass another value); for a project file's factory whose loader takes
+        ``num_workers`` from a parameter, what the call here passes (or the parameter's default), read the
+        same way. None where it cannot tell."""
+        workers = self.setting(site, "num_workers")
+        if type(workers) is int:
+            return WorkerCount(workers)
+        if workers != UNKNOWN:
+            return None
+        index = self.index
+        if site.imported is None:
+            value = loader_argument(site.call, "num_workers")
+            if not isinstance(value, ast.expr):
+                return None
+            found = _count_of(index, value, index.scope_of(site.call))
+            if found is not None:
+                return found
+            # a factory of this file that passes its parameter on: every call of it here gives a positive count
+            parameter = self._workers_parameter(site)
+            if parameter is None or not site.built_by:
+                return None
+            counts = [self._count_at_call(call, parameter) for call in site.built_by]
+            if any(count is None for count in counts):
+                return None
+            return WorkerCount(min(count.count for count in counts), None, parameter["name"])  # type: ignore[union-attr]
+        parameter = site.imported.get("num_workers_parameter")
+        if not parameter:
+            return None
+        found = self._count_at_call(site.call, parameter)
+        return WorkerCount(found.count, found.option, parameter["name"]) if found is not None else None
+
+    def _count_at_call(self, call: ast.Call, parameter: dict) -> Optional["WorkerCount"]:
+        """The count a call of a factory gives its ``num_workers`` parameter (``_workers_parameter``)."""
+        if has_star(call):
+            return None
+        value = keyword_value(call, parameter["name"])
+        position = parameter["position"]
+        if value is None and position is not None and position < len(call.args):
+            value = call.args[position]
+        if value is None:
+            default = parameter["default"]
+            return WorkerCount(default) if type(default) is int else None
+        return _count_of(self.index, value, self.index.scope_of(call))
 
     def _factory_returns(self, direct: Dict[ast.AST, LoaderSite]) -> Dict[str, Dict[Optional[int], List[LoaderSite]]]:
         """The file's module-level functions that build and return a loader (``def build_loader(...): return
@@ -559,9 +631,11 @@ class LoaderFacts:
                     names.update(target_names(target))
         return names
 
-    def batch_moves(self, loop: AstLoopInfo) -> List[ast.Call]:
+    def batch_moves(self, loop: AstLoopInfo, converted: bool = False) -> List[ast.Call]:
         """``.to(<CUDA>)``/``.cuda()`` calls in the loop body whose receiver is (part of) the batch, or the
-        value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``)."""
+        value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``). With
+        ``converted``, also a move of a dtype conversion of it (``im.float().to(device)``, see
+        ``conversion_before_move``)."""
         index = self.index
         names = self.batch_names(loop)
         if not names:
@@ -578,6 +652,8 @@ class LoaderFacts:
             if call_name(call) not in {"to", "cuda"} or type(call.func) is not ast.Attribute:
                 continue
             owner = call.func.value  # type: ignore[attr-defined]
+            if converted and conversion_before_move(call) is not None:
+                owner = owner.func.value  # type: ignore[attr-defined]
             if not is_batch_part(owner):
                 continue
             root = root_name(owner)
@@ -697,6 +773,26 @@ def call_setting(index: AstIndex, call: ast.Call, name: str) -> Union[int, bool,
     return False if is_literal(value, False) else UNKNOWN  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class WorkerCount:
+    """A loader's worker count as ``LoaderFacts.worker_count`` reads it."""
+
+    count: int
+    option: Optional[ast.expr] = None  # the option it is the default of (``args.workers``)
+    parameter: Optional[str] = None  # the parameter of another file's factory that takes it there
+
+
+def _count_of(index: AstIndex, value: ast.expr, scope: AstScope) -> Optional[WorkerCount]:
+    """An integer ``value`` (``int_value``), or the integer default of the argparse option it reads."""
+    number = int_value(index, value)
+    if number is not None:
+        return WorkerCount(number)
+    default = option_default(index, value, scope)
+    if default is not None and is_integer(default):
+        return WorkerCount(default.value, value)  # type: ignore[attr-defined]
+    return None
+
+
 def loader_summary(index: AstIndex) -> dict:
     """What other files of the project may use of this one, as plain data (JSON): its module-level loader
     factories (``def build_loader(...): return DataLoader(...)``) with the settings of the loader each
@@ -804,6 +900,20 @@ def root_name(expr: ast.AST) -> Optional[str]:
             expr = expr.func.value  # type: ignore[attr-defined]
         else:
             return None
+
+
+# Tensor methods that convert the dtype and take no argument: on a host tensor of another dtype each makes a new
+# (pageable) host tensor; on one of that dtype already it returns the tensor itself.
+DTYPE_METHODS = frozenset({"float", "double", "half", "bfloat16", "long", "int", "short", "byte", "char", "bool"})
+
+
+def conversion_before_move(move: ast.Call) -> Optional[ast.Call]:
+    """``im.float()`` in ``im.float().to(device)``: a dtype conversion without arguments that the move copies."""
+    owner = move.func.value if type(move.func) is ast.Attribute else None  # type: ignore[attr-defined]
+    if type(owner) is ast.Call and type(owner.func) is ast.Attribute and owner.func.attr in DTYPE_METHODS \
+            and not owner.args and not owner.keywords:  # type: ignore[attr-defined]
+        return owner  # type: ignore[return-value]
+    return None
 
 
 def is_batch_part(expr: ast.AST) -> bool:
