@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 from functools import partial
-from typing import TYPE_CHECKING, Optional, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Tuple, Union
 
 import libcst as cst
 
@@ -16,7 +16,8 @@ from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
 from torchlint.facts.steps import runs_once_in, runs_once_per_run
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.facts.text_gates import FACTORY_NAMES, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device
+from torchlint.facts.text_gates import (CONVERSION_METHODS, FACTORY_NAMES, FILL_METHODS, RANDOM_FILL_METHODS,
+                                        VIEW_METHODS, may_chain_factory_into_move, may_move_to_device)
 
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
@@ -30,7 +31,16 @@ _DETERMINISTIC = {"zeros", "ones", "empty", "full", "eye"}
 _COMPUTED = {"arange", "linspace", "logspace"}
 # Drawn from the device's generator: other numbers than the CPU generator's.
 _RANDOM = {"rand", "randn", "randint", "randperm"}
-FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"}
+# The typed legacy constructors with sizes (`torch.FloatTensor(n, m)`, uninitialised): `torch.empty(n, m,
+# dtype=...)`, whose dtype they fix (they take no `device=` but the CPU's).
+_LEGACY_DTYPES = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
+                  "BFloat16Tensor": "bfloat16", "LongTensor": "int64", "IntTensor": "int32", "ShortTensor": "int16",
+                  "CharTensor": "int8", "ByteTensor": "uint8", "BoolTensor": "bool"}
+FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"} | set(_LEGACY_DTYPES)
+# What may stand between the factory and the move, the GPU tensor taking it as well: views, in-place fills
+# (`torch.FloatTensor(n, m).zero_().cuda()`; a random one draws from the device's generator) and dtype
+# conversions without arguments (`.float()`).
+_PASSED_THROUGH = frozenset(VIEW_METHODS + FILL_METHODS + RANDOM_FILL_METHODS + CONVERSION_METHODS)
 # Arguments of a factory that make the move part of the point, or that the fix cannot carry over.
 _KEEP_AS_IS = {"pin_memory", "out", "layout"}
 _FLOAT_DTYPES = {"float", "float32", "float64", "double", "half", "float16", "bfloat16"}
@@ -41,9 +51,12 @@ class TensorCreatedThenMoved(Rule):
     Flags a tensor factory whose result is immediately moved to a CUDA device: `torch.zeros(...)`,
     `ones`, `empty`, `full`, `eye`, `arange`, `linspace`, `logspace` and the random `rand`, `randn`,
     `randint`, `randperm`, followed by `.cuda()`, `.to("cuda")`, `.to(device)` or `.to(device=...)`; also
-    the legacy `torch.Tensor(n, m).cuda()` with sizes. View methods between the factory and the move
-    (`unsqueeze`, `squeeze`, `view`, `reshape`, `flatten`, `unflatten`: `torch.arange(n).unsqueeze(0).to(device)`)
-    are looked through: they give the same values on either device. Sizes unpacked into the factory
+    the legacy `torch.Tensor(n, m).cuda()` and the typed `torch.FloatTensor(n, m)`, `LongTensor`, ...
+    with sizes. What stands between the factory and the move is looked through where the GPU tensor can take
+    it as well: view methods (`unsqueeze`, `squeeze`, `view`, `reshape`, `flatten`, `unflatten`:
+    `torch.arange(n).unsqueeze(0).to(device)`), in-place fills (`zero_`, `fill_`, and the random `normal_`,
+    `uniform_`, `random_`, `bernoulli_`...: `torch.FloatTensor(b, n).zero_().to(device)`) and dtype
+    conversions without arguments (`.float()`, `.long()`, `.bool()`...). Sizes unpacked into the factory
     (`torch.randn(count, *shape).to(device)`) are sizes too: a factory takes its device, dtype and generator
     only by keyword, so `*shape` cannot hold them.
 
@@ -93,6 +106,7 @@ class TensorCreatedThenMoved(Rule):
     positions = torch.arange(seq_len).to(device)
     noise = torch.randn(batch, latent_dim).to(device)
     buffer = torch.Tensor(batch, 4).cuda()
+    state = torch.FloatTensor(batch, hidden).fill_(0).to(device)
     ```
 
     ## Use instead
@@ -101,22 +115,27 @@ class TensorCreatedThenMoved(Rule):
     positions = torch.arange(seq_len, device=device)
     noise = torch.randn(batch, latent_dim, device=device)
     buffer = torch.empty(batch, 4, device="cuda")
+    state = torch.empty(batch, hidden, dtype=torch.float32, device=device).fill_(0)
     ```
 
     ## Fix safety
     The fix moves the destination into the factory as `device=` (replacing a `device=` the factory already
     had) and drops the `.cuda()`/`.to()` (view methods in between stay, now on the GPU tensor:
-    `torch.arange(n, device=device).unsqueeze(0)`); `torch.Tensor(n, m).cuda()` becomes `torch.empty(n, m,
-    device="cuda")` (both uninitialised, both of the default dtype). `.cuda()` becomes `device="cuda"`,
+    `torch.arange(n, device=device).unsqueeze(0)`, and so do fills and conversions); `torch.Tensor(n,
+    m).cuda()` becomes `torch.empty(n, m, device="cuda")` (both uninitialised, both of the default dtype),
+    and a typed constructor `torch.empty` with its dtype (`torch.FloatTensor(n, m)`: `dtype=torch.float32`,
+    whatever the default dtype; `LongTensor`: `torch.int64`). `.cuda()` becomes `device="cuda"`,
     the current CUDA device, as `.cuda()` means.
 
     It is **safe** for the deterministic factories (`zeros`, `ones`, `empty`, `full`, `eye`, `torch.Tensor`
-    with sizes, and `arange` with integer literals or an integer `dtype=`) when the destination is certainly
+    and the typed constructors with sizes, and `arange` with integer literals or an integer `dtype=`), with
+    deterministic fills and conversions only, when the destination is certainly
     a device: a string literal, `torch.device(...)`, an integer ordinal, a name bound in the file to one
     of those, or any `.to(device=...)` keyword.
 
     It is **unsafe** when:
-    - the factory is random (`rand*`, `randint`, `randperm`): the CUDA generator draws other
+    - the factory is random (`rand*`, `randint`, `randperm`) or a random fill follows it (`normal_`,
+      `uniform_`...): the CUDA generator draws other
       numbers than the CPU generator, so the values change (and the CPU generator's state is no longer
       advanced, which shifts every later CPU draw);
     - the factory computes floating-point values (`linspace`, `logspace`, a float `arange`): the device
@@ -158,20 +177,23 @@ class TensorCreatedThenMoved(Rule):
             for info in index.calls_by_name.get(name, ()):
                 func = info.node.func
                 if type(func) is ast.Attribute and type(func.value) is ast.Call:
-                    factory, views = func.value, 0
-                    while _is_view(factory):  # `torch.zeros(n).unsqueeze(0).to(device)`
-                        factory, views = factory.func.value, views + 1  # type: ignore[attr-defined]
+                    factory, between = func.value, []
+                    while _passed_through(factory):  # `torch.zeros(n).unsqueeze(0).to(device)`
+                        between.append(factory.func.attr)  # type: ignore[attr-defined]
+                        factory = factory.func.value  # type: ignore[attr-defined]
                     if type(factory) is ast.Call:
-                        self._check(ctx, index, info, factory, views)
+                        self._check(ctx, index, info, factory, between)
 
-    def _check(self, ctx: IndexContext, index: AstIndex, info: AstCallInfo, factory: ast.Call, views: int) -> None:
+    def _check(self, ctx: IndexContext, index: AstIndex, info: AstCallInfo, factory: ast.Call,
+               between: List[str]) -> None:
         move = info.node
         scope = info.function if info.function is not None else index.tree
         qualified = index.qualified_name(factory.func) or ""
         kind = qualified[len("torch."):] if qualified.startswith("torch.") else ""
         if kind not in FACTORIES or has_star(move) or any(keyword.arg is None for keyword in factory.keywords):
             return  # `**kwargs` may hold `device=`, `out=`, `generator=`...
-        if kind == "Tensor" and any(type(arg) is ast.Starred for arg in factory.args):
+        legacy = kind == "Tensor" or kind in _LEGACY_DTYPES
+        if legacy and any(type(arg) is ast.Starred for arg in factory.args):
             return  # `torch.Tensor(*x)`: sizes or data, which the call does not say
         if any(keyword.arg in _KEEP_AS_IS for keyword in factory.keywords):
             return
@@ -187,11 +209,19 @@ class TensorCreatedThenMoved(Rule):
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
         if keyword_value(factory, "generator") is not None:
             return  # a generator fixes where the numbers are drawn (a CPU one cannot draw on the GPU)
-        if kind in _RANDOM and _manages_cpu_rng(index, info):
+        random = kind in _RANDOM or any(method in RANDOM_FILL_METHODS for method in between)
+        if random and _manages_cpu_rng(index, info):
             return  # forks or restores the RNG around the draw: the CPU numbers are the point
+        if legacy and not _sizes_only(factory):
+            return  # data, not sizes: it is built on the host either way
         statement = next(node for node in index.ancestors(move) if isinstance(node, ast.stmt))
         shown = f"`{index.code_for_node(factory.func, statement)}(...)`"
         message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; pass `device=` to the factory"
+        dtype = _LEGACY_DTYPES.get(kind)
+        if legacy:
+            typed = f"dtype=torch.{dtype}, " if dtype is not None else ""
+            message = (f"{shown} makes the tensor on the CPU and then copies it to the GPU; use "
+                       f"`torch.empty(..., {typed}device=...)`")
         requires_grad = keyword_value(factory, "requires_grad")
         if requires_grad is not None and not is_literal(requires_grad, False):
             ctx.report(move, message=(
@@ -203,12 +233,8 @@ class TensorCreatedThenMoved(Rule):
             ctx.report(move, message=message + " (no fix: the destination cannot be carried over as it is written)")
             return
         place, certain = destination
-        if kind == "Tensor":
-            if not _sizes_only(factory):
-                return  # data, not sizes: it is built on the host either way
-            message = f"{shown} makes the tensor on the CPU and then copies it to the GPU; use `torch.empty(..., device=...)`"
         refused = message + " ({reason})"  # the fix would drop a comment in the move's brackets
-        if kind in _RANDOM:
+        if random:
             message += " (unsafe fix: the GPU's generator draws other numbers)"
         elif kind in _COMPUTED and not (kind == "arange" and _integer_arange(index, factory)):
             message += " (unsafe fix: the GPU kernel may round floating-point values differently)"
@@ -216,17 +242,20 @@ class TensorCreatedThenMoved(Rule):
             device = call_arguments(move)[place][1]  # type: ignore[index]
             message += f" (unsafe fix: `{index.code_for_node(device, statement)}` may not be a device)"
         applicability = Applicability.UNSAFE if "unsafe fix" in message else Applicability.SAFE
-        make = partial(_move_into_factory, place=place, rename_to="empty" if kind == "Tensor" else None,
-                       applicability=applicability, views=views)
+        make = partial(_move_into_factory, place=place, rename_to="empty" if legacy else None,
+                       applicability=applicability, views=len(between), dtype=dtype)
         ctx.report(move, message=message, rewrite=Rewrite(make, refused, move, reads=move))
 
 
-def _is_view(call: ast.expr) -> bool:
-    """``x.unsqueeze(0)``, ``x.view(1, -1)``...: a view of ``x`` with its values, which the factory's tensor
-    can take on the GPU as well (not ``expand``: a moved copy of an expanded tensor is writable, the view
-    is not)."""
-    return (type(call) is ast.Call and type(call.func) is ast.Attribute  # type: ignore[attr-defined]
-            and call.func.attr in VIEW_METHODS and not has_star(call))  # type: ignore[attr-defined]
+def _passed_through(call: ast.expr) -> bool:
+    """``x.unsqueeze(0)``, ``x.view(1, -1)``, ``x.zero_()``, ``x.float()``...: what gives the same values on
+    either device, so the factory's tensor can take it on the GPU (not ``expand``: a moved copy of an expanded
+    tensor is writable, the view is not; a conversion only without arguments: ``.long(memory_format=...)``
+    is left alone)."""
+    if not (type(call) is ast.Call and type(call.func) is ast.Attribute  # type: ignore[attr-defined]
+            and call.func.attr in _PASSED_THROUGH and not has_star(call)):  # type: ignore[attr-defined]
+        return False
+    return call.func.attr not in CONVERSION_METHODS or not (call.args or call.keywords)  # type: ignore[attr-defined]
 
 
 # Explicit management of the RNG state (a plain `manual_seed` at the start of a script is not: nearly every
@@ -312,15 +341,16 @@ def _integer_arange(index: AstIndex, factory: ast.Call) -> bool:
 
 
 def _move_into_factory(move: cst.Call, a: FileAnalysis, place: Optional[int], rename_to: Optional[str],
-                       applicability: Applicability, views: int = 0) -> Union[Fix, str]:
+                       applicability: Applicability, views: int = 0, dtype: Optional[str] = None) -> Union[Fix, str]:
     """The factory with ``device=`` the move's argument at ``place`` (``"cuda"`` where None), in place of the
-    move (its parentheses kept); ``views`` view calls between them stay on the factory's result."""
+    move (its parentheses kept); the ``views`` calls between them (views, fills, conversions) stay on the
+    factory's result; ``dtype``: the one a typed legacy constructor fixed, now passed to ``torch.empty``."""
     moved = move.func.value  # type: ignore[attr-defined]
     factory = moved
     for _ in range(views):
         factory = factory.func.value  # type: ignore[attr-defined]
     device = move.args[place].value if place is not None else cst.SimpleString('"cuda"')
-    new_factory, imports = _with_device(a, factory, device, rename_to)
+    new_factory, imports = _with_device(a, factory, device, rename_to, dtype)
     if views:
         new_factory = moved.deep_replace(factory, new_factory)  # type: ignore[assignment]
     replacement = new_factory.with_changes(lpar=move.lpar, rpar=move.rpar)
@@ -330,17 +360,24 @@ def _move_into_factory(move: cst.Call, a: FileAnalysis, place: Optional[int], re
 
 
 def _with_device(
-    a: FileAnalysis, factory: cst.Call, device: cst.BaseExpression, rename_to: Optional[str]
+    a: FileAnalysis, factory: cst.Call, device: cst.BaseExpression, rename_to: Optional[str],
+    dtype: Optional[str] = None,
 ) -> Tuple[cst.Call, Tuple[ImportRequest, ...]]:
-    new = with_keyword(factory, "device", device.deep_clone())
     func = factory.func
     imports: Tuple[ImportRequest, ...] = ()
+    module: Optional[cst.BaseExpression] = None  # how the file spells torch, where the fix names it
     if rename_to is not None:
         if isinstance(func, cst.Attribute):
+            module = func.value
             func = func.with_changes(attr=cst.Name(rename_to))
         else:  # `from torch import Tensor`: spell the new factory through the module
             alias = a.module_alias("torch")
             if alias is None:
                 alias, imports = "torch", (ImportRequest("torch"),)
-            func = cst.Attribute(value=cst.Name(alias), attr=cst.Name(rename_to))
+            module = cst.Name(alias)
+            func = cst.Attribute(value=module, attr=cst.Name(rename_to))
+    new = factory
+    if dtype is not None and module is not None:
+        new = with_keyword(new, "dtype", cst.Attribute(value=module.deep_clone(), attr=cst.Name(dtype)))
+    new = with_keyword(new, "device", device.deep_clone())
     return new.with_changes(func=func), imports

@@ -181,7 +181,9 @@ def test_tl103_needs_a_loader_loop_and_a_blocking_move(source, found):
         ("x = (torch.ones(3)).cuda()", True),
         ("x = torch.zeros(3, name=')').cuda()", True),  # a parenthesis in a string
         ("x = torch.zeros(3)\ny = x.cuda()", False),
-        ("x = torch.zeros(3).float().cuda()", False),
+        ("x = torch.zeros(3).float().cuda()", True),  # a conversion, a fill, a view: looked through
+        ("x = torch.FloatTensor(3, 4).zero_().to(device)", True),  # a typed legacy constructor
+        ("x = torch.zeros(3).add(1).cuda()", False),
     ],
 )
 def test_tl102_text_stage_is_a_superset_of_chained_factories(text, expected):

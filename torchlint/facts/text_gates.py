@@ -263,14 +263,28 @@ def any_of(text: str, *words: str) -> bool:
 # `x .to (dev)`, `(torch.zeros(3)\n .cuda())`, `torch.zeros (3)`.
 # One literal-led search per factory: `re` finds a literal prefix far faster than an alternation.
 FACTORY_NAMES = ("zeros", "ones", "empty", "full", "eye", "Tensor", "arange", "linspace", "logspace", "rand")
-_FACTORY_TEXTS = tuple(re.compile(name + (r"\w*" if name == "rand" else "") + CALL_GAP + r"\(") for name in FACTORY_NAMES)
+# The typed legacy constructors given sizes (`torch.FloatTensor(n, m)`); their names hold "Tensor", the gate's
+# word, but not as a word of their own.
+LEGACY_TENSOR_TYPES = ("FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor",
+                       "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor")
+_FACTORY_TEXTS = tuple((name, re.compile(name + (r"\w*" if name == "rand" else "") + CALL_GAP + r"\("))
+                       for name in FACTORY_NAMES + LEGACY_TENSOR_TYPES)
 # A factory imported under another name (`from torch import zeros as z`): `z(3).cuda()` is one too.
 _FROM_TORCH_TEXT = re.compile(r"from" + GAP + r"torch\b[\w.\s\\]*import\b")  # with search_word
-_FACTORY_ALIAS_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
+_FACTORY_ALIAS_TEXT = re.compile(r"\b(?:zeros|ones|empty|full|eye|\w*Tensor|arange|linspace|logspace|rand\w*)" + GAP + r"as\b")
 _MOVE_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:cuda|to)" + CALL_GAP + r"\(")  # `(torch.zeros(3)).cuda()`
 # View methods TL102 looks through between the factory and the move: `torch.zeros(n).unsqueeze(0).to(device)`.
 VIEW_METHODS = ("unsqueeze", "squeeze", "view", "reshape", "flatten", "unflatten")
-_VIEW_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:" + "|".join(VIEW_METHODS) + r")" + CALL_GAP + r"\(")
+# ...and what fills the new tensor in place (`torch.FloatTensor(n, m).zero_().to(device)`), deterministically
+# or from the generator, and the dtype conversions without arguments (`torch.zeros(n).float().to(device)`):
+# the GPU tensor can take them as well.
+FILL_METHODS = ("zero_", "fill_")
+RANDOM_FILL_METHODS = ("normal_", "uniform_", "random_", "bernoulli_", "exponential_", "geometric_",
+                       "log_normal_", "cauchy_")
+CONVERSION_METHODS = ("float", "double", "half", "bfloat16", "long", "int", "short", "char", "byte", "bool")
+_VIEW_AFTER = re.compile(CALL_GAP + r"\." + GAP + r"(?:"
+                         + "|".join(VIEW_METHODS + FILL_METHODS + RANDOM_FILL_METHODS + CONVERSION_METHODS)
+                         + r")" + CALL_GAP + r"\(")
 _SCAN_LIMIT = 4000  # characters of arguments scanned; a longer call counts as a match
 
 
@@ -298,7 +312,7 @@ def may_chain_factory_into_move(text: str) -> bool:
     """Text gate of TL102: a factory call whose closing parenthesis is followed by ``.to(``/``.cuda(``.
     The arguments are scanned with their strings and comments skipped; anything the scan cannot follow (an
     unterminated string, a call longer than the limit) counts as a match, so the gate never misses one."""
-    for name, factory in zip(FACTORY_NAMES, _FACTORY_TEXTS):
+    for name, factory in _FACTORY_TEXTS:
         if name in text:
             for match in finditer_word(factory, text):
                 end = _closing_paren(text, match.end())
