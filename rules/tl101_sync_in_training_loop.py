@@ -20,7 +20,7 @@ from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
 from torchlint.facts.devices import never_uses_cuda
-from torchlint.facts.steps import StepFacts, runs_once_in, step_facts
+from torchlint.facts.steps import StepFacts, runs_once_in, step_facts, step_place
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, call_text, may_train, search_method, search_word
@@ -271,7 +271,7 @@ class _Detector:
         self._loads_of_name: dict = {}
         self._mentions_by_block: dict = {}
         self._codes: dict = {}  # statement -> its StatementCode, for quoting
-        self.steps: StepFacts = step_facts(ctx.index)
+        self.steps: StepFacts = step_facts(ctx.index, ctx.project)
         # a sync in a function a step calls -> (that function, the step loop): named in the message
         self._via: dict = {}
         self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
@@ -304,7 +304,7 @@ class _Detector:
         if via is None:
             return ""
         function, loop = via
-        return f" (`{function.name}()` runs every step: the training loop at line {loop.node.lineno} reaches it)"
+        return f" (`{function.name}()` runs every step: the training loop at {step_place(loop)} reaches it)"
 
     def flush(self) -> None:
         for found in self._found.values():
