@@ -216,6 +216,9 @@ class AstIndex:
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
         self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
+        # (class, attribute) -> every value a method of the class binds `self.<attribute>` to, in source order
+        # (None for a binding without one: a tuple target, `+=`, a loop or `with` target)
+        self.self_attributes: Dict[Tuple[ast.ClassDef, str], List[Optional[ast.AST]]] = {}
         self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
         # The walk's order is not the source's; rules read "the first call" and "the last binding" in it.
@@ -239,6 +242,7 @@ class AstIndex:
         frames: List[tuple] = [(None, None, None, None, [tree])]
         imports: List[Union[ast.Import, ast.ImportFrom]] = []
         bindings: List[Tuple[ast.AST, AstScope, str, Optional[ast.AST]]] = []  # (where, scope, name, value)
+        attribute_bindings: List[Tuple[ast.ClassDef, ast.AST, Optional[ast.AST]]] = []  # (class, target, value)
         bind = bindings.append
         module = self.tree
         while frames:
@@ -282,6 +286,8 @@ class AstIndex:
                         header = [node.target, node.iter]
                         for name in target_names(node.target):
                             bind((node, scope, name, None))
+                        if klass is not None and function is not None and type(node.target) is not ast.Name:
+                            attribute_bindings.append((klass, node.target, None))
                     frames.append((function, info, body_loop, klass, header))
                     frames.append((function, info, info, klass, node.body + node.orelse))
                     continue
@@ -297,17 +303,26 @@ class AstIndex:
                         else:
                             for name in target_names(target):
                                 bind((node, scope, name, None))
+                            if klass is not None and function is not None:
+                                attribute_bindings.append(
+                                    (klass, target, node.value if len(node.targets) == 1 else None))
                 elif kind is ast.AnnAssign:
                     if type(node.target) is ast.Name and node.value is not None:
                         bind((node, scope, node.target.id, node.value))
+                    elif klass is not None and function is not None:
+                        attribute_bindings.append((klass, node.target, node.value))
                 elif kind is ast.AugAssign:
                     if type(node.target) is ast.Name:
                         bind((node, scope, node.target.id, None))
+                    elif klass is not None and function is not None:
+                        attribute_bindings.append((klass, node.target, None))
                 elif kind is ast.With or kind is ast.AsyncWith:
                     for item in node.items:
                         if item.optional_vars is not None:
                             for name in target_names(item.optional_vars):
                                 bind((node, scope, name, None))
+                            if klass is not None and function is not None:
+                                attribute_bindings.append((klass, item.optional_vars, None))
                 if children:
                     frames.append((function, loop, body_loop, klass, children))
         # The walk's order is not the source's: bindings and imports are recorded in source order, so that
@@ -316,9 +331,24 @@ class AstIndex:
         bindings.sort(key=lambda entry: _position(entry[0]))
         for _, scope, name, value in bindings:
             self.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
+        if attribute_bindings:
+            attribute_bindings.sort(key=lambda entry: _position(entry[1]))
+            for klass, target, value in attribute_bindings:
+                self._bind_attribute(klass, target, value)
         for statement in sorted(imports, key=_position):
             self._add_import(statement)
             self.import_statements.append(statement)
+
+    def _bind_attribute(self, klass: ast.ClassDef, target: ast.AST, value: Optional[ast.AST]) -> None:
+        kind = type(target)
+        if kind is ast.Attribute:
+            if type(target.value) is ast.Name and target.value.id == "self":  # type: ignore[attr-defined]
+                self.self_attributes.setdefault((klass, target.attr), []).append(value)  # type: ignore[attr-defined]
+        elif kind is ast.Tuple or kind is ast.List:
+            for element in target.elts:  # type: ignore[attr-defined]
+                self._bind_attribute(klass, element, None)
+        elif kind is ast.Starred:
+            self._bind_attribute(klass, target.value, None)  # type: ignore[attr-defined]
 
     def _add_import(self, node: Union[ast.Import, ast.ImportFrom]) -> None:
         if isinstance(node, ast.Import):

@@ -349,7 +349,7 @@ def _may_hold(data: bytes, kind: str) -> bool:
     a function that may return a device ("steps"), a call of an imported name ("uses")."""
     if kind == "uses":
         return b"import" in data
-    return (b"class" in data and (b"backward" in data or b"step" in data)) or (b"device" in data and b"return" in data)
+    return (b"class" in data and (b".backward(" in data or b".step(" in data)) or (b"device(" in data and b"return" in data)
 
 
 def summarize_steps(text: str, kind: str) -> dict:
@@ -365,12 +365,19 @@ def summarize_steps(text: str, kind: str) -> dict:
     return step_summary(index) if kind == "steps" else uses_summary(index)
 
 
+_CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+
+
 def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
     """The loops of the project files that import ``path`` (by any module name that resolves to it) which
     call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
-    if not (b"class" in data and (b"backward" in data or b"step" in data)):
+    from torchlint.run.fileio import SourceError, read_regular
+
+    if not (b"class" in data and (b".backward(" in data or b".step(" in data)):
         return []  # no class of it can train
-    table = _import_table(str(root))
+    # the importer must build one of them: `TD3.TD3(`, `Trainer(` in its text
+    built = [name + b"(" for name in _CLASS_NAMES.findall(data)]
+    table = _import_table(str(root)) if built else None
     if not table:
         return []
     target = os.path.realpath(path)
@@ -382,6 +389,12 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
         importer = Path(file)
         if not any(module.rsplit(".", 1)[-1] == name and _resolves_to(module, level, importer, root, target)
                    for module, level in modules):
+            continue
+        try:
+            text, _ = read_regular(importer, max_size)
+        except (SourceError, OSError):
+            continue
+        if not any(spelled in text for spelled in built):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):

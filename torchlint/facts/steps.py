@@ -289,7 +289,7 @@ class StepFacts:
         origins = import_origins(index) if index.import_statements else {}
         if not functions and not methods and not origins:
             return
-        attributes = _self_attributes(classes.values()) if classes else {}
+        attributes = index.self_attributes
         for info in index.calls:
             func = info.node.func
             if type(func) is not ast.Name and type(func) is not ast.Attribute:
@@ -481,37 +481,6 @@ def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.Class
     written = dotted_name(func)
     origin = called_origin(origins, written) if written is not None and origins else None
     return [origin] if origin is not None else []  # type: ignore[list-item]
-
-
-def _self_attributes(classes) -> Dict[Tuple[ast.ClassDef, str], List[Optional[ast.AST]]]:
-    """(class, attribute) -> every value its methods bind ``self.<attribute>`` to (None for a binding
-    without one: a tuple target, ``+=``, a loop or ``with`` target)."""
-    found: Dict[Tuple[ast.ClassDef, str], List[Optional[ast.AST]]] = {}
-
-    def bind(klass, target: ast.AST, value: Optional[ast.AST]) -> None:
-        if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self":  # type: ignore[attr-defined]
-            found.setdefault((klass, target.attr), []).append(value)  # type: ignore[attr-defined]
-        elif type(target) in (ast.Tuple, ast.List):
-            for element in target.elts:  # type: ignore[attr-defined]
-                bind(klass, element, None)
-        elif type(target) is ast.Starred:
-            bind(klass, target.value, None)  # type: ignore[attr-defined]
-
-    for klass in classes:
-        for node in ast.walk(klass):
-            kind = type(node)
-            if kind is ast.Assign:
-                for target in node.targets:  # type: ignore[attr-defined]
-                    bind(klass, target, node.value if len(node.targets) == 1 else None)  # type: ignore[attr-defined]
-            elif kind is ast.AnnAssign or kind is ast.AugAssign:
-                bind(klass, node.target, node.value if kind is ast.AnnAssign else None)  # type: ignore[attr-defined]
-            elif kind in (ast.For, ast.AsyncFor):
-                bind(klass, node.target, None)  # type: ignore[attr-defined]
-            elif kind in (ast.With, ast.AsyncWith):
-                for item in node.items:  # type: ignore[attr-defined]
-                    if item.optional_vars is not None:
-                        bind(klass, item.optional_vars, None)
-    return found
 
 
 # --- what other project files use of this one (plain data, from this file alone) -------------------------
