@@ -65,7 +65,17 @@ class OptimizerNotFused(Rule):
     Accelerate's `accelerator.prepare(...)` or Lightning Fabric's `fabric.setup(...)`, which put it on
     CUDA where the machine has a GPU), for the optimizers that
     have a fused implementation in the configured `torch-version`: Adam since 1.13, AdamW since 2.0, SGD
-    since 2.3.
+    since 2.3. A training loop is one that calls `backward()` or steps an optimizer, or calls a function
+    or a method that does (`agent.update(batch)` with `agent = Agent(...)`); a device may also come from a
+    function of another project file that returns a CUDA device, or one when available
+    (`.to(dist_util.dev())`).
+
+    A class of a file with no training loop of its own whose method a loop of another project file runs
+    every iteration as its step (`policy.train(batch)` in `main.py`, `policy = TD3.TD3(...)`): the optimizers
+    its `__init__` builds over the parameters of a module the class moves to CUDA (`self.actor =
+    Actor(...).to(device)` with `device` CUDA, or CUDA when available; a device known only by its name does
+    not count here) are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
+    off `main.py`. A method only called once, at set-up, or under a logging guard is no such step.
 
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set

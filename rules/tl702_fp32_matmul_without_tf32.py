@@ -44,7 +44,12 @@ class Fp32MatmulWithoutTf32(Rule):
     `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
     value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
-    them). The finding stands on the entry point (the `if __name__ == "__main__":` line, or the first
+    them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
+    Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
+    TD3.TD3(...)`): where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
+    the code shows to be CUDA, or CUDA when available), the message quotes it with its file and line; where
+    the class's file computes in reduced or double precision anywhere, the script is left alone. The finding
+    stands on the entry point (the `if __name__ == "__main__":` line, or the first
     module-level training loop) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.

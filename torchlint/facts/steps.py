@@ -12,6 +12,15 @@ call under a logging guard (``if step % 100 == 0:``) or in a branch that runs on
 (``if step == 0:``, ``if i < 5:``) does not make its callee per step, and a function that has a step loop
 of its own (``train_one_epoch``) runs once per epoch, not per step: it is not followed.
 
+A call on an instance runs the class's method: ``agent.update(batch)`` where every binding of ``agent`` is a
+call of a class of the file (``agent = Agent(...)``), ``self.meter.add(loss)`` where every binding of
+``self.meter`` in the class is one, ``Trainer(...).run()``. A def that runs a step (``stepping``: a step
+function, or one that calls a stepping def outside a loop of its own) makes a loop that calls it a step loop.
+Through the project model (``facts.project``) the class may be another file's: ``policy.train(...)`` with
+``policy = TD3.TD3(...)`` steps where ``TD3.py``'s summary says ``train`` does (``step_summary``), and a loop
+of a file that imports this one runs this file's methods every iteration where that file's summary says so
+(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line).
+
 Built once per file (``step_facts``), in time linear in the file: one pass over its calls, one walk over the
 graph.
 """
