@@ -56,7 +56,7 @@ Module = Tuple[str, int]  # (dotted name, level of a relative import)
 def imported_modules(data: bytes) -> List[Module]:
     """The modules the text may import, in order, each once: for ``from m import a`` both ``m`` and ``m.a``."""
     found: Dict[Module, None] = {}
-    for match in IMPORTS.finditer(data):
+    for match in _import_matches(data):
         dots, module, names, plain = match.groups()
         if plain is not None:
             for part in plain.split(b","):
@@ -78,6 +78,23 @@ def imported_modules(data: bytes) -> List[Module]:
                 found[(f"{module_name}.{name}" if module_name else name, level)] = None
     return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
             and (module[0] or module[1])]
+
+
+def _import_matches(data: bytes):
+    """``IMPORTS.finditer(data)``, tried only at the starts of the lines that hold ``import`` (found by
+    ``bytes.find``; the expression matches at a line start and holds the word on that line), past the end of
+    the previous match, as ``finditer`` resumes: the same matches for a fraction of the scan."""
+    end = 0
+    at = data.find(b"import")
+    while at != -1:
+        start = data.rfind(b"\n", 0, at) + 1
+        if start >= end:
+            match = IMPORTS.match(data, start)
+            if match is not None:
+                yield match
+                end = match.end()
+        at = data.find(b"import", max(at + 6, end))
+    return
 
 
 def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Path]:
@@ -275,7 +292,7 @@ _reexports: Dict[Tuple[Path, Path], Tuple[dict, List[Path]]] = {}
 _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
-_import_tables: Dict[str, Optional[List[Tuple[str, List[Module]]]]] = {}
+_import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
 Caller = Tuple[str, int, bool, List[Tuple[str, str]]]
 
 
@@ -383,13 +400,10 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     target = os.path.realpath(path)
     name = path.parent.name if path.name == "__init__.py" else path.stem
     found: List[Caller] = []
-    for file, modules in table:
-        if file == target:
-            continue
+    importers = dict.fromkeys(file for file, module, level in table.get(name, ())
+                              if file != target and _resolves_to(module, level, Path(file), root, target))
+    for file in importers:
         importer = Path(file)
-        if not any(module.rsplit(".", 1)[-1] == name and _resolves_to(module, level, importer, root, target)
-                   for module, level in modules):
-            continue
         try:
             text, _ = read_regular(importer, max_size)
         except (SourceError, OSError):
@@ -410,15 +424,16 @@ def _resolves_to(module: str, level: int, importer: Path, root: Path, target: st
     return found is not None and os.path.realpath(found) == target
 
 
-def _import_table(root: str) -> Optional[List[Tuple[str, List[Module]]]]:
-    """The project's Python files under ``root`` (real paths) with the modules each may import, or None where
-    there are more than MAX_PROJECT_FILES (hidden folders and ``__pycache__`` left out)."""
+def _import_table(root: str) -> Optional[Dict[str, List[Tuple[str, str, int]]]]:
+    """The modules the project's Python files under ``root`` may import, by the last part of the module's name
+    (``fp16_util`` for ``from .fp16_util import Trainer``): each with the file (its real path) and the import's
+    level; None where there are more than MAX_PROJECT_FILES (hidden folders and ``__pycache__`` left out)."""
     if root in _import_tables:
         return _import_tables[root]
     from torchlint.run.fileio import SourceError, read_regular
 
     files: List[str] = []
-    table: Optional[List[Tuple[str, List[Module]]]] = []
+    table: Optional[Dict[str, List[Tuple[str, str, int]]]] = {}
     for folder, folders, names in os.walk(root):
         folders[:] = sorted(f for f in folders if not f.startswith(".") and f != "__pycache__")
         files.extend(os.path.join(folder, name) for name in sorted(names) if name.endswith(".py"))
@@ -431,6 +446,8 @@ def _import_table(root: str) -> Optional[List[Tuple[str, List[Module]]]]:
         except (SourceError, OSError):
             continue
         if b"import" in data:
-            table.append((os.path.realpath(file), imported_modules(data)))  # type: ignore[union-attr]
+            real = os.path.realpath(file)
+            for module, level in imported_modules(data):
+                table.setdefault(module.rsplit(".", 1)[-1], []).append((real, module, level))  # type: ignore[union-attr]
     _import_tables[root] = table
     return table
