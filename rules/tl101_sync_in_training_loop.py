@@ -20,7 +20,7 @@ from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
 from torchlint.facts.devices import never_uses_cuda
-from torchlint.facts.steps import StepFacts, runs_once_in, step_facts
+from torchlint.facts.steps import StepFacts, runs_once_in, step_facts, step_place
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, call_text, may_train, search_method, search_word
@@ -144,15 +144,21 @@ class SyncInTrainingLoop(Rule):
     / `inference_mode()` block that runs its own loop or calls `.eval()`. A loop counts as a training loop
     also when its body calls a function of the same file that runs `backward()` or `optimizer.step()` outside
     a loop of its own (a `def backward_pass(loss): ...` closure; a `train_one_epoch()` with its own batch loop
-    runs once per epoch, not per step); and `return loss.item()` from such a step function is reported
+    runs once per epoch, not per step), or a method that does, directly or through the calls it makes
+    (`agent.update(batch)` with `agent = Agent(...)`, `self.trainer.optimize(opt)` with `self.trainer =
+    Trainer(...)`, of a class of the file or of another file of the project); and `return loss.item()` from such a step function is reported
     when every loop that calls it only shows or sums the result. A loop that leaves after its first iteration
     (`for x, y in loader: ...; break`) is no training loop: it runs once.
 
     Syncs in the file's functions that a training step calls are reported too, where the sync is, and the
     message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
     once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
-    `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class), and whatever those
-    call in turn. Not followed: a call under a logging guard or in a branch that runs a few times, a call
+    `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class, `self.meter.add(loss)`
+    with `self.meter = Meter()`), and whatever those call in turn. The step may be in another file of the
+    project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
+    (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
+    message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
+    checked alone (pre-commit) reads that loop off `main.py`. Not followed: a call under a logging guard or in a branch that runs a few times, a call
     before or after the loop (set-up), and a function with a training loop of its own.
 
     Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
@@ -286,7 +292,7 @@ class _Detector:
         self._loads_of_name: dict = {}
         self._mentions_by_block: dict = {}
         self._codes: dict = {}  # statement -> its StatementCode, for quoting
-        self.steps: StepFacts = step_facts(ctx.index)
+        self.steps: StepFacts = step_facts(ctx.index, ctx.project)
         # a sync in a function a step calls -> (that function, the step loop): named in the message
         self._via: dict = {}
         self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
@@ -322,7 +328,7 @@ class _Detector:
         if via is None:
             return ""
         function, loop = via
-        return f" (`{function.name}()` runs every step: the training loop at line {loop.node.lineno} reaches it)"
+        return f" (`{function.name}()` runs every step: the training loop at {step_place(loop)} reaches it)"
 
     def flush(self) -> None:
         for found in self._found.values():

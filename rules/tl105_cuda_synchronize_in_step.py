@@ -136,7 +136,7 @@ class CudaSynchronizeInStep(Rule):
         syncs = index.calls_to(*DEVICE_SYNCS)
         if not syncs:
             return
-        steps = step_facts(index).step_functions
+        steps = step_facts(index, ctx.project).step_functions
         stored: dict = {}  # step -> the names it assigns (``_assigned_names``), on first use
         for info in syncs:
             found = _step_of(index, info, steps)

@@ -15,7 +15,7 @@ from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.modules import class_attributes, self_attribute
-from torchlint.facts.steps import step_facts
+from torchlint.facts.steps import step_facts, step_place
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import CALL_GAP, GAP, lowered, search_method
 
@@ -283,10 +283,10 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        reached = step_facts(index).reaching_step(index, node)
+        reached = step_facts(index, ctx.project).reaching_step(index, node)
         if reached is not None:  # the loop is in a helper: say which step runs it
-            message += (f"; `{reached[0].name}()` runs every step: the training loop at line "
-                        f"{reached[1].node.lineno} reaches it")
+            message += (f"; `{reached[0].name}()` runs every step: the training loop at "
+                        f"{step_place(reached[1])} reaches it")
         # the lift reads the loop's function (the module's names come from the index); a loop outside
         # every def reads the whole module, what follows it included
         reads = tuple(index.tree.body) if loop.function is None else ()

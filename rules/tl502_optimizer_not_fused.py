@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, walk
+from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, keyword_value, walk
 from torchlint.fix.comments import has_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import cuda_evidence, framework_placement
+from torchlint.facts.devices import framework_placement, moves_to_cuda, project_cuda_evidence
 from torchlint.facts.script import first_training_loop
+from torchlint.facts.steps import ForeignStep, step_facts, step_place
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, any_of, may_train, may_use_cuda
 
@@ -64,7 +65,17 @@ class OptimizerNotFused(Rule):
     Accelerate's `accelerator.prepare(...)` or Lightning Fabric's `fabric.setup(...)`, which put it on
     CUDA where the machine has a GPU), for the optimizers that
     have a fused implementation in the configured `torch-version`: Adam since 1.13, AdamW since 2.0, SGD
-    since 2.3.
+    since 2.3. A training loop is one that calls `backward()` or steps an optimizer, or calls a function
+    or a method that does (`agent.update(batch)` with `agent = Agent(...)`); a device may also come from a
+    function of another project file that returns a CUDA device, or one when available
+    (`.to(dist_util.dev())`).
+
+    A class of a file with no training loop of its own whose method a loop of another project file runs
+    every iteration as its step (`policy.train(batch)` in `main.py`, `policy = TD3.TD3(...)`): the optimizers
+    its `__init__` builds over the parameters of a module the class moves to CUDA (`self.actor =
+    Actor(...).to(device)` with `device` CUDA, or CUDA when available; a device known only by its name does
+    not count here) are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
+    off `main.py`. A method only called once, at set-up, or under a logging guard is no such step.
 
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
@@ -145,11 +156,15 @@ class OptimizerNotFused(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        if first_training_loop(index) is None or _unsupported(index):
+        if _unsupported(index):
+            return
+        steps = step_facts(index, ctx.project)
+        if first_training_loop(index) is None and not steps.step_loops:
+            self._detect_in_foreign_step(ctx, steps)
             return
         # a framework that places the model (Accelerate, Fabric) may launch it on a TPU: no fix then
         framework = framework_placement(index)
-        if cuda_evidence(index) is None and framework is None:
+        if project_cuda_evidence(index, ctx.project) is None and framework is None:
             return
         other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
@@ -159,11 +174,41 @@ class OptimizerNotFused(Rule):
                 continue
             self._report(ctx, call, optimizer, other_device, framework)
 
+    def _detect_in_foreign_step(self, ctx: IndexContext, steps) -> None:
+        """A file with no step loop of its own whose class trains in a loop of another project file
+        (``policy.train(...)`` in ``main.py``, ``policy = TD3.TD3(...)``): the optimizers built in that class's
+        ``__init__`` over the parameters of a module the class moves to CUDA (``self.actor =
+        Actor(...).to(device)`` with ``device`` CUDA, or CUDA when available)."""
+        index = ctx.index
+        stepped = {}  # class -> (its method a foreign loop runs, that loop): one that steps, if any
+        for function, loop in steps.reached.items():
+            klass = index.class_of.get(function)
+            if type(loop) is ForeignStep and klass is not None and (
+                    klass not in stepped or (function in steps.stepping and stepped[klass][0] not in steps.stepping)):
+                stepped[klass] = (function, loop)
+        if not stepped:
+            return
+        other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
+        for info in index.calls_to(*_QUALIFIED):
+            call, function = info.node, info.function
+            klass = index.class_of.get(function) if function is not None else None
+            if klass not in stepped or getattr(function, "name", None) != "__init__" \
+                    or index.function_of(function) is not None:
+                continue
+            optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) \
+                    or not _over_cuda_module(index, call, klass, ctx.project):
+                continue
+            method, loop = stepped[klass]
+            note = (f" (`{klass.name}.{method.name}()` steps it every iteration of the training loop at "
+                    f"{step_place(loop)})")
+            self._report(ctx, call, optimizer, other_device, None, note)
+
     def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device,
-                framework: Optional[ast.Call]) -> None:
+                framework: Optional[ast.Call], note: str = "") -> None:
         message = (
             f"`{optimizer}` on CUDA without `fused=True`: the fused kernel does the whole update in one launch "
-            "per tensor list instead of one per operation"
+            "per tensor list instead of one per operation" + note
         )
         if ctx.torch_version < CPU_FUSED_SINCE:
             ctx.report(call.func, message=(
@@ -202,6 +247,30 @@ class OptimizerNotFused(Rule):
 def _pass_fused(call: cst.Call, analysis: FileAnalysis) -> Union[Fix, str]:
     new_call = append_keyword(call, "fused", cst.Name("True"))
     return Fix.replace(call, new_call, Applicability.UNSAFE) if new_call is not None else "it would move a comment"
+
+
+def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, project) -> bool:
+    """The optimizer's parameters are ``self.<module>.parameters()`` of a module that the methods of ``klass``
+    move to CUDA: ``self.actor = Actor(...).to(device)``, or ``self.actor.to(device)`` / ``.cuda()``."""
+    arguments = call_arguments(call)
+    params = arguments[0][1] if arguments and arguments[0][0] in (None, "params") else keyword_value(call, "params")
+    if not (type(params) is ast.Call and type(params.func) is ast.Attribute and params.func.attr == "parameters"
+            and not params.args and not params.keywords):
+        return False
+    module = params.func.value
+    if not (type(module) is ast.Attribute and type(module.value) is ast.Name and module.value.id == "self"):
+        return False
+    for info in index.calls:
+        function = info.function
+        if function is None or index.class_of.get(function) is not klass \
+                or not moves_to_cuda(index, info.node, function, project):
+            continue
+        moved = info.node.func.value if type(info.node.func) is ast.Attribute else None
+        target = index.assigned_to.get(info.node)
+        if any(type(node) is ast.Attribute and node.attr == module.attr and type(node.value) is ast.Name
+               and node.value.id == "self" for node in (moved, target)):
+            return True
+    return False
 
 
 def _resumes_optimizer(index: AstIndex) -> bool:

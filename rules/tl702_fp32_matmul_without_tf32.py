@@ -13,7 +13,8 @@ import libcst as cst
 
 from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, spells_name
 from torchlint.config import Settings
-from torchlint.facts.devices import cuda_evidence, mixed_precision_evidence
+from torchlint.facts.devices import mixed_precision_evidence, project_cuda_evidence, uses_fp64
+from torchlint.facts.steps import step_facts
 from torchlint.facts.script import loop_header
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
@@ -45,7 +46,12 @@ class Fp32MatmulWithoutTf32(Rule):
     `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
     value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
-    them). The finding stands on the entry point (the `if __name__ == "__main__":` line, or the first
+    them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
+    Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
+    TD3.TD3(...)`): where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
+    the code shows to be CUDA, or CUDA when available), the message quotes it with its file and line; where
+    the class's file computes in reduced or double precision anywhere, the script is left alone. The finding
+    stands on the entry point (the `if __name__ == "__main__":` line, or the first
     module-level training loop) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
@@ -153,7 +159,10 @@ class Fp32MatmulWithoutTf32(Rule):
         index = ctx.index
         if ctx.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(ctx.source):
             return
-        training = [loop for loop in index.loops if loop.is_training]
+        steps = step_facts(index, ctx.project)
+        # a loop that trains itself, or whose step is a function or a method of a class (of this file or of
+        # another project file: `policy.train(batch)` with `policy = TD3.TD3(...)`)
+        training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops]
         if not training:
             return
         guard = _main_guard_on_index(index)
@@ -163,12 +172,23 @@ class Fp32MatmulWithoutTf32(Rule):
         module_level = bool(top_loops)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
-        evidence = cuda_evidence(index)
-        if evidence is None or mixed_precision_evidence(index) is not None or _uses_fp64(index, ctx.source):
-            return
-        statement = next(a for a in index.ancestors(evidence) if isinstance(a, ast.stmt))
-        where = index.code_for_node(evidence, statement).split("\n")[0]
-        where = where if len(where) <= 50 else where[:47] + "..."
+        # the classes of other project files whose methods are this script's steps
+        imported = [steps.imported_steps[call] for loop in training for call in loop.direct_calls
+                    if call in steps.imported_steps]
+        if mixed_precision_evidence(index) is not None or uses_fp64(index) or any(
+                summary["reduced"] for summary in imported):
+            return  # the script or a class that runs its steps computes in reduced (or double) precision
+        evidence = project_cuda_evidence(index, ctx.project)
+        if evidence is not None:
+            statement = next(a for a in index.ancestors(evidence) if isinstance(a, ast.stmt))
+            where = index.code_for_node(evidence, statement).split("\n")[0]
+            where = where if len(where) <= 50 else where[:47] + "..."
+        else:  # the class that runs the step moves its modules to CUDA: `self.actor = Actor(...).to(device)`
+            moving = next((summary for summary in imported if "cuda" in summary), None)
+            if moving is None:
+                return
+            line, where = moving["cuda"]
+            where = f"{where}` in `{moving['path']}:{line}"
         message = (
             f"this script trains on CUDA (`{where}`) in fp32 and never enables TF32: "
             "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
@@ -292,13 +312,6 @@ def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
     return False
 
 
-def _uses_fp64(index: AstIndex, source: str) -> bool:
-    if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
-        return True
-    return bool(_FP64_TEXT.search(source))
-
-
-_FP64_TEXT = re.compile(r"\btorch\.(float64|double)\b|set_default_dtype")
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
                  "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
                  "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}

@@ -140,8 +140,9 @@ def test_a_file_that_trains_nowhere_reads_no_other_file(tmp_path):
     assert runner.project_of(tmp_path / "use.py", b"from data import build_loader\n", job, None).summaries == {}
     trains = b"from data import build_loader\nloss.backward()\n"
     assert list(runner.project_of(tmp_path / "use.py", trains, job, None).summaries) == [tmp_path / "data.py"]
-    no_loader_rules = runner.Job(Settings(select=("TL101",), root=tmp_path, project_root=tmp_path))
-    assert runner.project_of(tmp_path / "use.py", trains, no_loader_rules, None).summaries == {}
+    # TL101 follows steps into other files' classes (``STEP_RULES``); TL201 reads no other file
+    no_project_rules = runner.Job(Settings(select=("TL201",), root=tmp_path, project_root=tmp_path))
+    assert runner.project_of(tmp_path / "use.py", trains, no_project_rules, None).is_empty()
 
 
 PASSING_FACTORY = """\

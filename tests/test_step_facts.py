@@ -235,3 +235,58 @@ def test_a_file_that_only_defines_training_is_not_known_to_be_cpu():
     # no `__main__`, no module-level loop: whoever calls `train` may pass a CUDA device
     index = analyse(SCRIPT.split("if __name__")[0])
     assert not never_uses_cuda(index)
+
+
+INSTANCES = """
+class Meter:
+    def add(self, loss):
+        self.seen = loss
+
+class Learner:
+    def __init__(self, model, opt, log):
+        self.model, self.opt = model, opt
+        self.meter = Meter()
+        self.log = log
+
+    def update(self, batch):
+        self._apply(self.model(batch).sum())
+
+    def _apply(self, loss):
+        loss.backward()
+        self.opt.step()
+        self.meter.add(loss)
+        self.log.add(loss)
+
+    def score(self, batch):
+        return self.model(batch)
+
+def run(model, opt, data, log):
+    learner = Learner(model, opt, log)
+    for batch in data:
+        learner.update(batch)
+    probe = Learner(model, opt, log) if data else None
+    for batch in data:
+        probe.score(batch)
+    for batch in data:
+        Learner(model, opt, log).score(batch)
+"""
+
+
+def test_a_method_called_on_an_instance_of_a_class_steps():
+    index = analyse(INSTANCES)
+    steps = step_facts(index)
+    by_name = {function.name: function for function in index.functions}
+    # `update` steps through `self._apply(...)`: the loop that calls it on `learner = Learner(...)` trains
+    assert {by_name["update"], by_name["_apply"]} <= steps.stepping and by_name["score"] not in steps.stepping
+    loops = [loop.node.lineno for loop in index.loops]
+    assert [loop.node.lineno for loop in steps.step_loops.values()] == loops[:1]
+    # the meter the class builds (`self.meter = Meter()`) is reached; `self.log`, handed in, is not a class
+    reached = {function.name for function in steps.reached}
+    assert reached == {"update", "_apply", "add"}
+    add = next(f for f in index.functions if f.name == "add")
+    assert index.class_of[add].name == "Meter"
+
+
+def test_a_receiver_bound_to_something_else_is_not_followed():
+    index = analyse(INSTANCES.replace("self.meter = Meter()", "self.meter = Meter()\n        self.meter = None"))
+    assert "add" not in {function.name for function in step_facts(index).reached}

@@ -13,7 +13,9 @@ import ast
 import re
 from typing import List, Optional
 
-from torchlint.facts.index import AstIndex, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value
+from torchlint.facts.index import (
+    AstIndex, AstScope, call_arguments, call_name, called_origin, dotted_name, import_origins, is_literal, keyword_value,
+)
 from torchlint.facts.script import is_main_guard
 
 CUDA = "cuda"
@@ -359,3 +361,101 @@ def _cpu_option(index: AstIndex, option: str) -> bool:
             return default is None or (type(default) is ast.Constant and (
                 default.value is None or device_kind(index, default, info.function or index.tree) == CPU))
     return False
+
+
+def moves_to_cuda(index: AstIndex, call: ast.Call, scope: Optional[AstScope], project=None) -> bool:
+    """``x.cuda()``, or ``x.to(d)`` / ``device=d`` with a device ``d`` the code shows to be CUDA, or CUDA when
+    one is available (``torch.device("cuda" if torch.cuda.is_available() else "cpu")``; with ``project``, also
+    what a project function that returns one gives: ``dist_util.dev()``), not a device known only by its name,
+    as ``to_destination`` takes one."""
+    if call_name(call) == "cuda" and isinstance(call.func, ast.Attribute):
+        return True
+    target = _device_argument(call)
+    if target is None:
+        return False
+    if device_kind(index, target, scope if scope is not None else index.tree) == CUDA:
+        return True
+    return project is not None and _project_device(index, target, project)
+
+
+def _device_argument(call: ast.Call) -> Optional[ast.expr]:
+    """The device ``call`` is given: ``device=d``, or the first argument of ``x.to(d)``."""
+    target = keyword_value(call, "device")
+    if target is None and call_name(call) == "to" and isinstance(call.func, ast.Attribute):
+        arguments = call_arguments(call)
+        target = arguments[0][1] if arguments and arguments[0][0] is None else None
+    return target
+
+
+def _project_device(index: AstIndex, target: ast.expr, project) -> bool:
+    """``target`` is a call of a function of another project file that returns a CUDA device, or one when
+    available (``ProjectModel.device_function``)."""
+    if type(target) is not ast.Call or not project.has_device_functions:
+        return False
+    written = dotted_name(target.func)  # type: ignore[attr-defined]
+    origins = index.shared.get("import_origins")
+    if origins is None:
+        origins = index.shared["import_origins"] = import_origins(index)
+    origin = called_origin(origins, written) if written is not None else None  # type: ignore[arg-type]
+    return origin is not None and project.device_function(*origin)
+
+
+def returns_cuda_device(index: AstIndex, function: ast.AST) -> bool:
+    """Every ``return`` of ``function`` gives a device the code shows, and at least one is CUDA:
+    ``def dev(): if torch.cuda.is_available(): return torch.device("cuda"); return torch.device("cpu")``
+    (CUDA when one is available). A constant f-string counts as its text (``torch.device(f"cuda")``)."""
+    kinds = set()
+    stack = list(function.body)  # type: ignore[attr-defined]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef):
+            continue
+        if kind is ast.Return:
+            value = node.value  # type: ignore[attr-defined]
+            if value is None:
+                return False
+            kinds.add(_device_value(index, value, function))
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return CUDA in kinds and kinds <= {CUDA, CPU}
+
+
+def _device_value(index: AstIndex, expr: ast.expr, scope: AstScope) -> Optional[str]:
+    if type(expr) is ast.Call and index.qualified_name(expr.func) == "torch.device":  # type: ignore[attr-defined]
+        arguments = call_arguments(expr)  # type: ignore[arg-type]
+        first = arguments[0][1] if arguments and arguments[0][0] is None else None
+        if type(first) is ast.JoinedStr and first.values and type(first.values[0]) is ast.Constant:  # type: ignore[attr-defined]
+            return CUDA if str(first.values[0].value).startswith("cuda") else CPU  # type: ignore[attr-defined]
+        if first is None:
+            return UNKNOWN
+    kind = device_kind(index, expr, scope)
+    return kind
+
+
+def project_cuda_evidence(index: AstIndex, project) -> Optional[ast.Call]:
+    """``cuda_evidence``, or the first ``.to(f())`` / ``device=f()`` where ``f`` is a function of another
+    project file that returns a CUDA device, or one when available (``.to(dist_util.dev())``;
+    ``ProjectModel.device_function``). None in a CPU program (``never_uses_cuda``)."""
+    found = cuda_evidence(index)
+    if found is not None or project is None or not project.has_device_functions:
+        return found
+    memo = index.shared.get("project_cuda_evidence", False)
+    if memo is not False:
+        return memo  # type: ignore[return-value]
+    found = next((info.node for info in index.calls if (target := _device_argument(info.node)) is not None
+                  and _project_device(index, target, project)), None)
+    if found is not None and never_uses_cuda(index):
+        found = None
+    index.shared["project_cuda_evidence"] = found
+    return found
+
+
+_FP64_TEXT = re.compile(r"\btorch\.(float64|double)\b|set_default_dtype")
+
+
+def uses_fp64(index: AstIndex) -> bool:
+    """The file computes in double precision, or sets the default dtype: ``.double()``, ``torch.float64``."""
+    if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
+        return True
+    return bool(_FP64_TEXT.search(index.source))

@@ -160,6 +160,45 @@ def alias_of(imports: Dict[str, str], module: str) -> Optional[str]:
     return next((local for local, target in imports.items() if target == module), None)
 
 
+def import_origins(index: "AstIndex") -> Dict[str, Tuple[str, int, Optional[str]]]:
+    """Local name -> (module, level, the name taken from it, or None where the name is the module itself),
+    for every import of the file, relative ones included (``from .data import build_loader``)."""
+    found: Dict[str, Tuple[str, int, Optional[str]]] = {}
+    for node in index.import_statements:
+        if type(node) is ast.Import:
+            for alias in node.names:
+                if alias.asname:
+                    found[alias.asname] = (alias.name, 0, None)
+                else:
+                    root = alias.name.split(".")[0]
+                    found[root] = (root, 0, None)
+        else:
+            for alias in node.names:  # type: ignore[union-attr]
+                if alias.name != "*":
+                    found[alias.asname or alias.name] = (node.module or "", node.level, alias.name)  # type: ignore[union-attr]
+    return found
+
+
+def called_origin(origins: Dict[str, Tuple[str, int, Optional[str]]], written: str
+                  ) -> Optional[Tuple[str, int, str]]:
+    """(module, level, function) that a call written ``written`` (``build_loader``, ``data.build_loader``,
+    ``pkg.data.build_loader``) names through the file's imports, or None."""
+    parts = written.split(".")
+    origin = origins.get(parts[0])
+    if origin is None:
+        return None
+    module, level, taken = origin
+    if taken is None:  # `import data` / `import pkg.data`: the rest is a path in the module
+        path = [module, *parts[1:]]
+    elif len(parts) == 1:
+        return module, level, taken
+    else:  # `from pkg import data` then `data.build_loader(...)`: `data` is a module of the package
+        path = [f"{module}.{taken}" if module else taken, *parts[1:]]
+    if len(path) < 2:
+        return None
+    return ".".join(path[:-1]), level, path[-1]
+
+
 class AstIndex:
     def __init__(self, tree: ast.Module, source: str = "") -> None:
         self.tree = tree
@@ -177,6 +216,9 @@ class AstIndex:
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
         self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
+        # (class, attribute) -> every value a method of the class binds `self.<attribute>` to, in source order
+        # (None for a binding without one: a tuple target, `+=`, a loop or `with` target)
+        self.self_attributes: Dict[Tuple[ast.ClassDef, str], List[Optional[ast.AST]]] = {}
         self.import_statements: List[Union[ast.Import, ast.ImportFrom]] = []  # every import, in source order
         self._walk(tree)
         # The walk's order is not the source's; rules read "the first call" and "the last binding" in it.
@@ -200,6 +242,7 @@ class AstIndex:
         frames: List[tuple] = [(None, None, None, None, [tree])]
         imports: List[Union[ast.Import, ast.ImportFrom]] = []
         bindings: List[Tuple[ast.AST, AstScope, str, Optional[ast.AST]]] = []  # (where, scope, name, value)
+        attribute_bindings: List[Tuple[ast.ClassDef, ast.AST, Optional[ast.AST]]] = []  # (class, target, value)
         bind = bindings.append
         module = self.tree
         while frames:
@@ -243,6 +286,8 @@ class AstIndex:
                         header = [node.target, node.iter]
                         for name in target_names(node.target):
                             bind((node, scope, name, None))
+                        if klass is not None and function is not None and type(node.target) is not ast.Name:
+                            attribute_bindings.append((klass, node.target, None))
                     frames.append((function, info, body_loop, klass, header))
                     frames.append((function, info, info, klass, node.body + node.orelse))
                     continue
@@ -258,17 +303,26 @@ class AstIndex:
                         else:
                             for name in target_names(target):
                                 bind((node, scope, name, None))
+                            if klass is not None and function is not None:
+                                attribute_bindings.append(
+                                    (klass, target, node.value if len(node.targets) == 1 else None))
                 elif kind is ast.AnnAssign:
                     if type(node.target) is ast.Name and node.value is not None:
                         bind((node, scope, node.target.id, node.value))
+                    elif klass is not None and function is not None:
+                        attribute_bindings.append((klass, node.target, node.value))
                 elif kind is ast.AugAssign:
                     if type(node.target) is ast.Name:
                         bind((node, scope, node.target.id, None))
+                    elif klass is not None and function is not None:
+                        attribute_bindings.append((klass, node.target, None))
                 elif kind is ast.With or kind is ast.AsyncWith:
                     for item in node.items:
                         if item.optional_vars is not None:
                             for name in target_names(item.optional_vars):
                                 bind((node, scope, name, None))
+                            if klass is not None and function is not None:
+                                attribute_bindings.append((klass, item.optional_vars, None))
                 if children:
                     frames.append((function, loop, body_loop, klass, children))
         # The walk's order is not the source's: bindings and imports are recorded in source order, so that
@@ -277,9 +331,24 @@ class AstIndex:
         bindings.sort(key=lambda entry: _position(entry[0]))
         for _, scope, name, value in bindings:
             self.bindings.setdefault(scope, {}).setdefault(name, []).append(value)
+        if attribute_bindings:
+            attribute_bindings.sort(key=lambda entry: _position(entry[1]))
+            for klass, target, value in attribute_bindings:
+                self._bind_attribute(klass, target, value)
         for statement in sorted(imports, key=_position):
             self._add_import(statement)
             self.import_statements.append(statement)
+
+    def _bind_attribute(self, klass: ast.ClassDef, target: ast.AST, value: Optional[ast.AST]) -> None:
+        kind = type(target)
+        if kind is ast.Attribute:
+            if type(target.value) is ast.Name and target.value.id == "self":  # type: ignore[attr-defined]
+                self.self_attributes.setdefault((klass, target.attr), []).append(value)  # type: ignore[attr-defined]
+        elif kind is ast.Tuple or kind is ast.List:
+            for element in target.elts:  # type: ignore[attr-defined]
+                self._bind_attribute(klass, element, None)
+        elif kind is ast.Starred:
+            self._bind_attribute(klass, target.value, None)  # type: ignore[attr-defined]
 
     def _add_import(self, node: Union[ast.Import, ast.ImportFrom]) -> None:
         if isinstance(node, ast.Import):

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, call_name, dotted_name, has_star, is_integer,
-    is_literal, keyword_value, source_order, target_names, walk,
+    AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, has_star,
+    import_origins, is_integer, is_literal, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 from torchlint.facts.options import option_default
@@ -823,45 +823,6 @@ def reexport_summary(tree: ast.Module) -> dict:
                 if alias.name != "*":
                     reexports[alias.asname or alias.name] = [node.module or "", node.level, alias.name]
     return {"reexports": reexports} if reexports else {}
-
-
-def import_origins(index: AstIndex) -> Dict[str, Tuple[str, int, Optional[str]]]:
-    """Local name -> (module, level, the name taken from it, or None where the name is the module itself),
-    for every import of the file, relative ones included (``from .data import build_loader``)."""
-    found: Dict[str, Tuple[str, int, Optional[str]]] = {}
-    for node in index.import_statements:
-        if type(node) is ast.Import:
-            for alias in node.names:
-                if alias.asname:
-                    found[alias.asname] = (alias.name, 0, None)
-                else:
-                    root = alias.name.split(".")[0]
-                    found[root] = (root, 0, None)
-        else:
-            for alias in node.names:  # type: ignore[union-attr]
-                if alias.name != "*":
-                    found[alias.asname or alias.name] = (node.module or "", node.level, alias.name)  # type: ignore[union-attr]
-    return found
-
-
-def called_origin(origins: Dict[str, Tuple[str, int, Optional[str]]], written: str
-                  ) -> Optional[Tuple[str, int, str]]:
-    """(module, level, function) that a call written ``written`` (``build_loader``, ``data.build_loader``,
-    ``pkg.data.build_loader``) names through the file's imports, or None."""
-    parts = written.split(".")
-    origin = origins.get(parts[0])
-    if origin is None:
-        return None
-    module, level, taken = origin
-    if taken is None:  # `import data` / `import pkg.data`: the rest is a path in the module
-        path = [module, *parts[1:]]
-    elif len(parts) == 1:
-        return module, level, taken
-    else:  # `from pkg import data` then `data.build_loader(...)`: `data` is a module of the package
-        path = [f"{module}.{taken}" if module else taken, *parts[1:]]
-    if len(path) < 2:
-        return None
-    return ".".join(path[:-1]), level, path[-1]
 
 
 def _moves_to_cuda(index: AstIndex, info: AstCallInfo) -> bool:

@@ -34,11 +34,19 @@ IMPORTS = re.compile(
 FOLLOWING_RULES = frozenset({"TL401", "TL402", "TL403"})
 # ...and TL103, which reads the settings of the loaders a loop iterates (it leaves unpinned ones to TL402)
 READING_RULES = FOLLOWING_RULES | {"TL103"}
+# The rules that follow a training step into the classes of other project files (``facts.steps``): a loop of
+# ``main.py`` that calls ``policy.train(...)`` of a class of ``TD3.py`` steps there, and ``TD3.py``'s methods it
+# reaches run every step. They read the step summaries of the files a file imports, and the loops of the files
+# that import it.
+STEP_RULES = frozenset({"TL101", "TL501", "TL502", "TL702"})
 # TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
 # without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
 # loops as it does without one.
 _TRAINING_WORDS = (b"backward", b"step")
 MAX_HOPS = 3  # re-exports followed (`pkg/__init__.py`: `from .build import build_loader`)
+# A project with more Python files than this is not searched for the files that import a checked one (the
+# torch tree's root is site-packages): its classes' methods are then followed only from its own loops.
+MAX_PROJECT_FILES = 5000
 _SOURCE_LIMIT = 2 * 1024 * 1024  # a larger imported file is not summarized
 
 _RELATIVE_IMPORT = re.compile(r"^[ \t]*from[ \t]+\.", re.MULTILINE)
@@ -48,7 +56,7 @@ Module = Tuple[str, int]  # (dotted name, level of a relative import)
 def imported_modules(data: bytes) -> List[Module]:
     """The modules the text may import, in order, each once: for ``from m import a`` both ``m`` and ``m.a``."""
     found: Dict[Module, None] = {}
-    for match in IMPORTS.finditer(data):
+    for match in _import_matches(data):
         dots, module, names, plain = match.groups()
         if plain is not None:
             for part in plain.split(b","):
@@ -70,6 +78,23 @@ def imported_modules(data: bytes) -> List[Module]:
                 found[(f"{module_name}.{name}" if module_name else name, level)] = None
     return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
             and (module[0] or module[1])]
+
+
+def _import_matches(data: bytes):
+    """``IMPORTS.finditer(data)``, tried only at the starts of the lines that hold ``import`` (found by
+    ``bytes.find``; the expression matches at a line start and holds the word on that line), past the end of
+    the previous match, as ``finditer`` resumes: the same matches for a fraction of the scan."""
+    end = 0
+    at = data.find(b"import")
+    while at != -1:
+        start = data.rfind(b"\n", 0, at) + 1
+        if start >= end:
+            match = IMPORTS.match(data, start)
+            if match is not None:
+                yield match
+                end = match.end()
+        at = data.find(b"import", max(at + 6, end))
+    return
 
 
 def resolve(module: str, level: int, importer: Path, root: Path) -> Optional[Path]:
@@ -108,16 +133,26 @@ def _inside(path: str, root: str) -> bool:
 class ProjectModel:
     """The summaries of the project files one checked file imports (and the files they re-export from)."""
 
-    def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path]) -> None:
+    def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
+                 steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
         self.has_factories = any(summary.get("factories") for summary in summaries.values())
+        self.steps = steps or {}  # file -> its step summary (``facts.steps.step_summary``), for those files
+        # the loops of the files that import this one which run its classes' methods (``callers``)
+        self._callers: List[Caller] = callers or []
+        self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
+        self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
+
+    def is_empty(self) -> bool:
+        """Nothing of another file that the checked file's result may depend on."""
+        return not self.summaries and not self.steps and not self._callers
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
         """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold."""
-        return (not READING_RULES.isdisjoint(codes) and b"import" in data
+        return ((not READING_RULES.isdisjoint(codes) or not STEP_RULES.isdisjoint(codes)) and b"import" in data
                 and any(word in data for word in _TRAINING_WORDS))
 
     @classmethod
@@ -126,7 +161,9 @@ class ProjectModel:
 
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
-                 max_size: int = _SOURCE_LIMIT) -> "ProjectModel":
+                 max_size: int = _SOURCE_LIMIT, steps: bool = False) -> "ProjectModel":
+        """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
+        summaries of the files it imports and the loops of the files that import it (``STEP_RULES``)."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         imports: Dict[Module, Path] = {}
@@ -144,11 +181,23 @@ class ProjectModel:
                 summary = summaries[file] = summary_of(file, cache, max_size)
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
-        return cls(importer, root, summaries, imports)
+        if not steps:
+            return cls(importer, root, summaries, imports)
+        step_summaries = {}
+        for file in summaries:
+            summary = summary_of(file, cache, max_size, "steps")
+            if summary:
+                step_summaries[file] = summary
+        callers = _callers_of(importer, data, root, cache, max_size)
+        return cls(importer, root, summaries, imports, step_summaries, callers)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
-        file's loader factory, which the rule follows (``FOLLOWING_RULES``)."""
+        file's loader factory, which the rule follows (``FOLLOWING_RULES``), or a class whose methods train
+        or a function that returns a CUDA device, or another file's loops run its classes' methods
+        (``STEP_RULES``: the step, or the device, may be in the other file)."""
+        if code in STEP_RULES:
+            return self.has_imported_steps or self.has_device_functions or bool(self._callers)
         return self.has_factories and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
@@ -171,19 +220,61 @@ class ProjectModel:
             file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
         return None
 
+    def _step_entry(self, module: str, level: int, name: str, kind: str) -> Optional[Tuple[Path, dict, object]]:
+        """The file a name imported from ``module`` is defined in (following re-exports), its step summary
+        and its entry there under ``kind`` ("classes" or "devices")."""
+        file = self.imports.get((module, level))
+        for _ in range(MAX_HOPS + 1):
+            if file is None:
+                return None
+            summary = self.steps.get(file, {})
+            entries = summary.get(kind, {} if kind == "classes" else [])
+            if name in entries:
+                return file, summary, entries[name] if kind == "classes" else True
+            origin = self.summaries.get(file, {}).get("reexports", {}).get(name)
+            if origin is None:
+                return None
+            module, level, name = origin
+            file = resolve(module, level, file, self.root)
+        return None
+
+    def class_steps(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The step summary of class ``name`` of ``module`` (as the checked file imports it), or None: its
+        ``steps`` (methods that run a training step), ``cuda`` (line and statement where it moves work to CUDA,
+        if any), with ``path`` (its file, relative to the root), ``name`` and ``reduced`` (its file computes
+        in reduced or double precision somewhere)."""
+        found = self._step_entry(module, level, name, "classes")
+        if found is None:
+            return None
+        file, summary, entry = found
+        return dict(entry, path=self._shown(file), name=name, reduced=summary.get("reduced", True))  # type: ignore[arg-type]
+
+    def device_function(self, module: str, level: int, name: str) -> bool:
+        """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
+        return self._step_entry(module, level, name, "devices") is not None
+
+    def callers(self) -> List["Caller"]:
+        """The loops of the project files that import the checked one and call methods of its classes every
+        iteration: (file relative to the root, line, whether it is a step loop there, [(class, method)])."""
+        return self._callers
+
     def digest(self) -> str:
         """What the file's result may depend on: each summary and the file it came from."""
         digest = hashlib.blake2b(digest_size=16)
         for part in sorted(self._summary_digest(file, summary) for file, summary in self.summaries.items()):
             digest.update(part.encode())
+        for part in sorted(self._summary_digest(file, summary, "steps") for file, summary in self.steps.items()):
+            digest.update(part.encode())
+        digest.update(json.dumps(self._callers, sort_keys=True).encode())
         return digest.hexdigest()
 
-    def _summary_digest(self, file: Path, summary: dict) -> str:
+    def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
         # remembered per summary made: every importer of a package's __init__ hashes the same summary
-        known = _digests.get((file, self.root))
+        known = _digests.get((file, self.root, kind))
         if known is None or known[0] is not summary:
-            blob = json.dumps([self._shown(file), summary], sort_keys=True)
-            known = _digests[(file, self.root)] = (summary, hashlib.blake2b(blob.encode(), digest_size=16).hexdigest())
+            blob = json.dumps([kind, self._shown(file), summary], sort_keys=True)
+            known = _digests[(file, self.root, kind)] = (
+                summary, hashlib.blake2b(blob.encode(), digest_size=16).hexdigest())
         return known[1]
 
     def _shown(self, file: Path) -> str:
@@ -196,9 +287,13 @@ class ProjectModel:
 # Summaries made in this process, by file and its size and time: a tree run without a cache summarizes an
 # imported file once, not once per importer. With each summary (by identity), the files its re-exports
 # resolve to and its digest: a package's __init__ re-exports hundreds of names, read by every importer.
-_made: Dict[Tuple[Path, int, int, int], dict] = {}
+_made: Dict[Tuple[str, Path, int, int, int], dict] = {}
 _reexports: Dict[Tuple[Path, Path], Tuple[dict, List[Path]]] = {}
-_digests: Dict[Tuple[Path, Path], Tuple[dict, str]] = {}
+_digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
+# The project files under a root, each with the modules its text may import (``imported_modules``), read once
+# per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
+_import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
+Caller = Tuple[str, int, bool, List[Tuple[str, str]]]
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -214,29 +309,35 @@ def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
     return known[1]
 
 
-def summary_of(path: Path, cache: Optional["Cache"], max_size: int) -> dict:
+def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = "summary") -> dict:
     """The summary of the project file ``path``: from this process's memory, from the cache (by the file's
-    bytes), or made by parsing it. An unreadable or invalid file has an empty summary."""
+    bytes), or made by parsing it. An unreadable or invalid file has an empty summary. ``kind``: "summary"
+    (its loaders and re-exports), "steps" (``facts.steps.step_summary``) or "uses"
+    (``facts.steps.uses_summary``)."""
     from torchlint.run.fileio import SourceError, decode_source, read_regular
 
     try:
         status = os.stat(path)
-        memo = (path, status.st_size, status.st_mtime_ns, status.st_ino)
+        memo = (kind, path, status.st_size, status.st_mtime_ns, status.st_ino)
         if memo in _made:
             return _made[memo]
         data, _ = read_regular(path, min(max_size, _SOURCE_LIMIT))
     except (SourceError, OSError):
         return {}
-    key = cache.data_key(data, "summary") if cache is not None else None
+    if kind != "summary" and not _may_hold(data, kind):
+        _made[memo] = {}
+        return {}
+    key = cache.data_key(data, kind) if cache is not None else None
     summary = cache.get_data(key) if cache is not None and key is not None else None
     if not isinstance(summary, dict):
         try:
-            summary = summarize(decode_source(data).text)
+            text = decode_source(data).text
+            summary = summarize(text) if kind == "summary" else summarize_steps(text, kind)
         except (SourceError, RecursionError, MemoryError, ValueError):  # a file too odd to summarize: nothing
             summary = {}
         if cache is not None and key is not None:
             cache.put_data(key, summary)
-    if len(_made) > 4096:
+    if len(_made) > 8192:
         _made.clear()
         _reexports.clear()
         _digests.clear()
@@ -258,3 +359,95 @@ def summarize(text: str) -> dict:
     if "DataLoader" not in text:
         return reexport_summary(tree)  # (no index: most summaries are a package's re-exports)
     return loader_summary(AstIndex(tree, text))
+
+
+def _may_hold(data: bytes, kind: str) -> bool:
+    """Whether a step summary of a file of these bytes can hold anything: a class whose methods may train or
+    a function that may return a device ("steps"), a call of an imported name ("uses")."""
+    if kind == "uses":
+        return b"import" in data
+    return (b"class" in data and (b".backward(" in data or b".step(" in data)) or (b"device(" in data and b"return" in data)
+
+
+def summarize_steps(text: str, kind: str) -> dict:
+    """``step_summary`` or ``uses_summary`` of a source text (empty where CPython cannot parse it)."""
+    from torchlint.facts.index import AstIndex
+    from torchlint.facts.steps import step_summary, uses_summary
+    from torchlint.run.guard import stdlib_tree
+
+    tree = stdlib_tree(text)
+    if tree is None:
+        return {}
+    index = AstIndex(tree, text)
+    return step_summary(index) if kind == "steps" else uses_summary(index)
+
+
+_CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+
+
+def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
+    """The loops of the project files that import ``path`` (by any module name that resolves to it) which
+    call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
+    from torchlint.run.fileio import SourceError, read_regular
+
+    if not (b"class" in data and (b".backward(" in data or b".step(" in data)):
+        return []  # no class of it can train
+    # the importer must build one of them: `TD3.TD3(`, `Trainer(` in its text
+    built = [name + b"(" for name in _CLASS_NAMES.findall(data)]
+    table = _import_table(str(root)) if built else None
+    if not table:
+        return []
+    target = os.path.realpath(path)
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    found: List[Caller] = []
+    importers = dict.fromkeys(file for file, module, level in table.get(name, ())
+                              if file != target and _resolves_to(module, level, Path(file), root, target))
+    for file in importers:
+        importer = Path(file)
+        try:
+            text, _ = read_regular(importer, max_size)
+        except (SourceError, OSError):
+            continue
+        if not any(spelled in text for spelled in built):
+            continue
+        shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
+        for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
+            mine = [(name_, method) for module, level, name_, method in calls
+                    if _resolves_to(module, level, importer, root, target)]
+            if mine:
+                found.append((shown, line, steps, mine))
+    return found
+
+
+def _resolves_to(module: str, level: int, importer: Path, root: Path, target: str) -> bool:
+    found = resolve(module, level, importer, root)
+    return found is not None and os.path.realpath(found) == target
+
+
+def _import_table(root: str) -> Optional[Dict[str, List[Tuple[str, str, int]]]]:
+    """The modules the project's Python files under ``root`` may import, by the last part of the module's name
+    (``fp16_util`` for ``from .fp16_util import Trainer``): each with the file (its real path) and the import's
+    level; None where there are more than MAX_PROJECT_FILES (hidden folders and ``__pycache__`` left out)."""
+    if root in _import_tables:
+        return _import_tables[root]
+    from torchlint.run.fileio import SourceError, read_regular
+
+    files: List[str] = []
+    table: Optional[Dict[str, List[Tuple[str, str, int]]]] = {}
+    for folder, folders, names in os.walk(root):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f != "__pycache__")
+        files.extend(os.path.join(folder, name) for name in sorted(names) if name.endswith(".py"))
+        if len(files) > MAX_PROJECT_FILES:
+            table = None
+            break
+    for file in files if table is not None else ():
+        try:
+            data, _ = read_regular(Path(file), _SOURCE_LIMIT)
+        except (SourceError, OSError):
+            continue
+        if b"import" in data:
+            real = os.path.realpath(file)
+            for module, level in imported_modules(data):
+                table.setdefault(module.rsplit(".", 1)[-1], []).append((real, module, level))  # type: ignore[union-attr]
+    _import_tables[root] = table
+    return table

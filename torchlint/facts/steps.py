@@ -12,6 +12,15 @@ call under a logging guard (``if step % 100 == 0:``) or in a branch that runs on
 (``if step == 0:``, ``if i < 5:``) does not make its callee per step, and a function that has a step loop
 of its own (``train_one_epoch``) runs once per epoch, not per step: it is not followed.
 
+A call on an instance runs the class's method: ``agent.update(batch)`` where every binding of ``agent`` is a
+call of a class of the file (``agent = Agent(...)``), ``self.meter.add(loss)`` where every binding of
+``self.meter`` in the class is one, ``Trainer(...).run()``. A def that runs a step (``stepping``: a step
+function, or one that calls a stepping def outside a loop of its own) makes a loop that calls it a step loop.
+Through the project model (``facts.project``) the class may be another file's: ``policy.train(...)`` with
+``policy = TD3.TD3(...)`` steps where ``TD3.py``'s summary says ``train`` does (``step_summary``), and a loop
+of a file that imports this one runs this file's methods every iteration where that file's summary says so
+(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line).
+
 Built once per file (``step_facts``), in time linear in the file: one pass over its calls, one walk over the
 graph.
 """
@@ -22,7 +31,9 @@ import ast
 from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
-from torchlint.facts.index import AstIndex, AstLoopInfo, dotted_name, target_names
+from torchlint.facts.index import (
+    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, source_order, target_names,
+)
 from torchlint.facts.guards import is_logging_guard
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost
@@ -181,26 +192,71 @@ def calls_by_name(call: ast.Call, names: Set[str]) -> bool:
         and func.attr in names  # type: ignore[attr-defined]
 
 
+# A class a call's receiver was built from: a class of this file, or (module, level, name) as the file imports it
+# (``from fp16_util import Trainer``; ``import TD3`` then ``TD3.TD3(...)``), which only the project model can
+# tell to be a class of another project file.
+_Target = Union[ast.ClassDef, Tuple[str, int, str]]
+
+
+class ForeignStep:
+    """A step loop of another project file that calls a method of one of this file's classes every iteration
+    (``policy.train(batch)`` in ``main.py`` with ``policy = TD3.TD3(...)``): its file (relative to the project
+    root) and line."""
+
+    __slots__ = ("path", "line")
+
+    def __init__(self, path: str, line: int) -> None:
+        self.path, self.line = path, line
+
+
+def step_place(loop: Union[AstLoopInfo, ForeignStep]) -> str:
+    """Where a step loop is, as a message names it: ``line 12`` in this file, ``main.py:112`` in another."""
+    if type(loop) is ForeignStep:
+        return f"{loop.path}:{loop.line}"  # type: ignore[union-attr]
+    return f"line {loop.node.lineno}"  # type: ignore[union-attr]
+
+
 class StepFacts:
-    """The file's step functions and step loops, and the functions each step reaches (see the module)."""
+    """The file's step functions and step loops, and the functions each step reaches (see the module).
+    ``project`` (``facts.project.ProjectModel``): the steps of imported classes, and the loops of other files
+    that call this file's methods; None for the file alone (its summaries)."""
 
     # (It keeps no reference to the index, which holds it: no reference cycle keeps a tree alive.)
-    def __init__(self, index: AstIndex) -> None:
+    def __init__(self, index: AstIndex, project=None) -> None:
         self.step_functions: Set[str] = {
             info.function.name for info in index.calls
             if type(info.function) in _DEFS and info.loop is None
             and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function))}
+        # call -> the defs of this file it runs; call -> the methods of imported classes it runs
+        self._callees_of: Dict[ast.Call, List[_Def]] = {}
+        self._imported_of: Dict[ast.Call, List[Tuple[str, int, str, str]]] = {}
+        # a call in this file that runs a training step of an imported project class -> that class's summary
+        # (``class_steps``: its file, name, where it moves work to CUDA)
+        self.imported_steps: Dict[ast.Call, dict] = {}
+        self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
+        self._classes: Dict[str, ast.ClassDef] = {}
+        self._graph(index, project)
+        # the defs that run a training step when called: a step function, or one that calls such a def (or a
+        # stepping method of an imported class) outside a loop of its own and not under a logging guard
+        self.stepping: Set[ast.AST] = self._stepping(index)
         self.step_loops: Dict[ast.AST, AstLoopInfo] = {
             loop.node: loop for loop in index.loops if self._steps(loop)}
-        # def -> the step loop through which it runs every step (the first one found, in source order)
-        self.reached: Dict[ast.AST, AstLoopInfo] = {}
-        self._reach(index)
+        # def -> the step loop through which it runs every step (the first one found, in source order; a
+        # ``ForeignStep`` where only a loop of another file reaches it)
+        self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
+        self._reach(index, project)
 
     def _steps(self, loop: AstLoopInfo) -> bool:
         if ends_after_first_iteration(loop.node):
             return False
-        return loop.is_training or (bool(self.step_functions) and any(
-            self.calls_step(call) for call in loop.direct_calls))
+        if loop.is_training:
+            return True
+        for call in loop.direct_calls:
+            if self.step_functions and self.calls_step(call):
+                return True
+            if call in self.imported_steps or any(c in self.stepping for c in self._callees_of.get(call, ())):
+                return True
+        return False
 
     def calls_step(self, call: ast.Call) -> bool:
         """``call`` runs one of the file's step functions by its name: ``train_step(...)``, ``self.step(...)``."""
@@ -211,9 +267,10 @@ class StepFacts:
         return next((loop for loop in index.enclosing_loops(node) if loop.node in self.step_loops), None)
 
     def has_steps(self) -> bool:
-        return bool(self.step_loops)
+        """The file has a step loop, or a loop of another project file runs a def of this one every step."""
+        return bool(self.step_loops) or any(type(loop) is ForeignStep for loop in self.reached.values())
 
-    def reaching_step(self, index: AstIndex, node: ast.AST) -> Optional[Tuple[_Def, AstLoopInfo]]:
+    def reaching_step(self, index: AstIndex, node: ast.AST) -> Optional[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]]:
         """For ``node`` in a def that some step runs every time (and not under a logging guard there): that
         def and the step loop that reaches it."""
         function = index.function_of(node)
@@ -222,24 +279,72 @@ class StepFacts:
             return None
         return function, loop  # type: ignore[return-value]
 
+    def methods_of(self, class_name: str, method: str) -> List[_Def]:
+        """The defs of method ``method`` of the file's class ``class_name``."""
+        klass = self._classes.get(class_name)
+        return self._methods.get((klass, method), []) if klass is not None else []
+
     # --- the call graph ---------------------------------------------------------------------------
-    def _reach(self, index: AstIndex) -> None:
+    def _graph(self, index: AstIndex, project) -> None:
         functions: Dict[str, List[_Def]] = {}
-        methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
+        methods = self._methods
         for function in index.functions:
             klass = index.class_of.get(function)
             if klass is None:
                 functions.setdefault(function.name, []).append(function)
             else:
                 methods.setdefault((klass, function.name), []).append(function)
-        if not functions and not methods:
+        self._classes = classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
+        origins = import_origins(index) if index.import_statements else {}
+        if not functions and not methods and not origins:
             return
-        classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
+        attributes = index.self_attributes
+        for info in index.calls:
+            func = info.node.func
+            if type(func) is not ast.Name and type(func) is not ast.Attribute:
+                continue
+            callees, imported = self._callees(index, info.node, info.function, functions, methods, classes,
+                                              origins, attributes)
+            if callees:
+                self._callees_of[info.node] = callees
+            if imported:
+                self._imported_of[info.node] = imported
+                if project is not None:
+                    for module, level, name, method in imported:
+                        found = project.class_steps(module, level, name)
+                        if found is not None and method in found["steps"]:
+                            self.imported_steps[info.node] = found
+                            break
+
+    def _stepping(self, index: AstIndex) -> Set[ast.AST]:
+        stepping: Set[ast.AST] = {
+            info.function for info in index.calls
+            if type(info.function) in _DEFS and info.loop is None
+            and (index.is_backward_call(info.node) or index.is_optimizer_step(info.node, info.function)
+                 or info.node in self.imported_steps)}
+        callers: Dict[ast.AST, List[ast.AST]] = {}
+        for info in index.calls:
+            callees = self._callees_of.get(info.node)
+            if callees and info.loop is None and type(info.function) in _DEFS \
+                    and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
+                for callee in callees:
+                    callers.setdefault(callee, []).append(info.function)  # type: ignore[arg-type]
+        queue = deque(stepping)
+        while queue:
+            for caller in callers.get(queue.popleft(), ()):
+                if caller not in stepping:
+                    stepping.add(caller)
+                    queue.append(caller)
+        return stepping
+
+    def _reach(self, index: AstIndex, project) -> None:
+        if not self._callees_of and project is None:
+            return
         own_loops = {loop.function for loop in self.step_loops.values()}  # per epoch, not per step
-        roots: List[Tuple[_Def, AstLoopInfo]] = []
+        roots: List[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]] = []
         edges: Dict[ast.AST, List[_Def]] = {}
         for info in index.calls:
-            callees = self._callees(index, info.node, info.function, functions, methods, classes)
+            callees = self._callees_of.get(info.node)
             if not callees:
                 continue
             step = self._step_of(info.loop)
@@ -249,6 +354,12 @@ class StepFacts:
                     roots.extend((callee, step) for callee in callees)
             elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):
                 edges.setdefault(info.function, []).extend(callees)
+        if project is not None:  # loops of other files that run methods of this file's classes
+            for path, line, steps, calls in project.callers():
+                targets = [function for name, method in calls for function in self.methods_of(name, method)]
+                if steps or any(function in self.stepping for function in targets):
+                    foreign = ForeignStep(path, line)
+                    roots.extend((function, foreign) for function in targets)
         queue = deque()
         for callee, step in roots:
             if callee not in self.reached and callee not in own_loops:
@@ -280,25 +391,181 @@ class StepFacts:
             scope = index.function_of(scope) or index.tree
         return True
 
-    def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes) -> List[_Def]:
+    def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes, origins, attributes
+                 ) -> Tuple[List[_Def], List[Tuple[str, int, str, str]]]:
+        """The defs of this file ``call`` runs, and the methods of imported classes: ``helper(...)``,
+        ``self.record(...)``, ``recorder.update(...)`` / ``self.trainer.step(...)`` / ``Trainer(...).run()``
+        where every value the receiver is bound to is built by a class (of this file, or imported)."""
         func = call.func
         if type(func) is ast.Name:
             if func.id in index.imports:
-                return []
-            return [f for f in functions.get(func.id, ()) if self._in_sight(index, f, func.id, caller)]
-        if type(func) is not ast.Attribute or type(func.value) is not ast.Name:
-            return []
-        if func.value.id == "self":
+                return [], []
+            return [f for f in functions.get(func.id, ()) if self._in_sight(index, f, func.id, caller)], []
+        if type(func) is not ast.Attribute:
+            return [], []
+        receiver = func.value
+        if type(receiver) is ast.Name and receiver.id == "self":
             klass = index.class_of.get(caller) if caller is not None else None
-        else:  # `recorder.update(...)` after `recorder = Recorder()`, a class of this file
-            value = index.single_value(func.value.id, caller)
-            klass = classes.get(value.func.id) if type(value) is ast.Call and type(value.func) is ast.Name \
-                and value.func.id not in index.imports else None
-        return methods.get((klass, func.attr), []) if klass is not None else []
+            return (methods.get((klass, func.attr), []) if klass is not None else []), []
+        targets = self._instance_targets(index, receiver, caller, classes, origins, attributes)
+        local: List[_Def] = []
+        imported = []
+        for target in targets:
+            if type(target) is tuple:
+                imported.append((*target, func.attr))  # type: ignore[misc]
+            else:
+                local.extend(methods.get((target, func.attr), ()))
+        return local, imported
+
+    def _instance_targets(self, index: AstIndex, receiver: ast.expr, caller, classes, origins, attributes
+                          ) -> List[_Target]:
+        """The classes ``receiver`` was built by: ``Trainer(...)`` itself, a name (or ``self.<attribute>``
+        of the caller's class) every binding of which is such a call; empty where any is something else."""
+        kind = type(receiver)
+        if kind is ast.Call:
+            return _class_of_call(index, receiver, classes, origins)  # type: ignore[arg-type]
+        if kind is ast.Name:
+            values: List[Optional[ast.AST]] = []
+            for scope in (caller if caller is not None else index.tree, index.tree):
+                values = index.values_of(receiver.id, scope)  # type: ignore[attr-defined]
+                if values:
+                    break
+        elif kind is ast.Attribute and type(receiver.value) is ast.Name and receiver.value.id == "self":  # type: ignore[attr-defined]
+            klass = index.class_of.get(caller) if caller is not None else None
+            values = attributes.get((klass, receiver.attr), []) if klass is not None else []  # type: ignore[attr-defined]
+        else:
+            return []
+        targets: List[_Target] = []
+        for value in values:
+            built = _class_of_call(index, value, classes, origins) if type(value) is ast.Call else []  # type: ignore[arg-type]
+            if not built:
+                return []
+            targets.extend(target for target in built if target not in targets)
+        return targets
 
 
-def step_facts(index: AstIndex) -> StepFacts:
+    def _per_iteration(self, index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> Optional[AstLoopInfo]:
+        """The loop that runs ``node`` (a call whose innermost loop is ``loop``) every iteration: the step loop
+        around it, else ``loop``; None where it runs a few times there or under a logging guard."""
+        loop = self._step_of(loop) or loop
+        if ends_after_first_iteration(loop.node) or runs_once_in(index, node, loop) \
+                or under_logging_guard(index, node, loop.node):
+            return None
+        return loop
+
+    def _iterated(self, index: AstIndex) -> Dict[ast.AST, AstLoopInfo]:
+        """def -> a loop of the file (any loop, the first found) that runs it every iteration, as ``reached``
+        follows the step loops."""
+        own_loops = {loop.function for loop in self.step_loops.values()}
+        found: Dict[ast.AST, AstLoopInfo] = {}
+        edges: Dict[ast.AST, List[_Def]] = {}
+        queue = deque()
+        for info in index.calls:
+            callees = self._callees_of.get(info.node)
+            if not callees:
+                continue
+            if info.loop is not None:
+                loop = self._per_iteration(index, info.node, info.loop)
+                for callee in callees if loop is not None else ():
+                    if callee not in found and callee not in own_loops:
+                        found[callee] = loop
+                        queue.append(callee)
+            elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
+                edges.setdefault(info.function, []).extend(callees)  # type: ignore[arg-type]
+        while queue:
+            caller = queue.popleft()
+            for callee in edges.get(caller, ()):
+                if callee not in found and callee not in own_loops:
+                    found[callee] = found[caller]
+                    queue.append(callee)
+        return found
+
+
+def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.ClassDef], origins) -> List[_Target]:
+    """``Recorder(...)`` of a class of this file, or a call of an imported name (``Trainer(...)``,
+    ``TD3.TD3(...)``): the class it may build."""
+    func = call.func
+    if type(func) is ast.Name and func.id in classes and func.id not in index.imports:
+        return [classes[func.id]]
+    written = dotted_name(func)
+    origin = called_origin(origins, written) if written is not None and origins else None
+    return [origin] if origin is not None else []  # type: ignore[list-item]
+
+
+# --- what other project files use of this one (plain data, from this file alone) -------------------------
+def step_summary(index: AstIndex) -> dict:
+    """What a file that imports this one may use of its training steps (``facts.project``): per class, the
+    methods that run a training step when called (``steps``: through ``self.<method>()`` and the file's
+    functions) and the first place its methods move work to a CUDA device the code shows (``cuda``: line and
+    statement; ``.to(device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"``, not a device
+    known only by its name); whether the file computes in reduced or double precision anywhere
+    (``reduced``); and its module-level functions that return a CUDA device, or one when available
+    (``devices``: ``def dev(): return torch.device("cuda") if torch.cuda.is_available() else ...``)."""
+    from torchlint.facts.devices import returns_cuda_device, moves_to_cuda, mixed_precision_evidence, uses_fp64
+
+    summary: dict = {}
+    facts = StepFacts(index)
+    classes: Dict[str, dict] = {}
+    for function in index.functions:
+        klass = index.class_of.get(function)
+        if klass is not None and function in facts.stepping and index.function_of(function) is None:
+            steps = classes.setdefault(klass.name, {"steps": []})["steps"]
+            if function.name not in steps:
+                steps.append(function.name)
+    if classes:
+        for info in index.calls:
+            klass = index.class_of.get(info.function) if info.function is not None else None
+            entry = classes.get(klass.name) if klass is not None else None
+            if entry is None or "cuda" in entry or not moves_to_cuda(index, info.node, info.function):
+                continue
+            statement = next(a for a in index.ancestors(info.node) if isinstance(a, ast.stmt))
+            text = index.code_for_node(statement, statement).split("\n")[0]
+            entry["cuda"] = [info.node.lineno, text if len(text) <= 50 else text[:47] + "..."]
+        summary["classes"] = classes
+        summary["reduced"] = mixed_precision_evidence(index) is not None or uses_fp64(index)
+    devices = [function.name for function in index.functions
+               if index.class_of.get(function) is None and index.function_of(function) is None
+               and returns_cuda_device(index, function)]
+    if devices:
+        summary["devices"] = devices
+    return summary
+
+
+def uses_summary(index: AstIndex) -> dict:
+    """What this file runs of other files' classes every iteration of its loops, as plain data: per loop (its
+    line, whether it is a step loop of this file), the methods called on instances of imported names
+    (``[module, level, name, method]`` as the file imports them: ``policy.train(...)`` with ``policy =
+    TD3.TD3(...)``, ``self.trainer.optimize(...)`` with ``self.trainer = Trainer(...)``), in the loop or in a def
+    the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
+    facts = StepFacts(index)
+    if not facts._imported_of:
+        return {}
+    iterated = facts._iterated(index)
+    loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
+    for info in index.calls:
+        imported = facts._imported_of.get(info.node)
+        if not imported:
+            continue
+        if info.loop is not None:
+            loop = facts._per_iteration(index, info.node, info.loop)
+        elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
+            loop = iterated.get(info.function)  # type: ignore[arg-type]
+        else:
+            loop = None
+        if loop is None:
+            continue
+        calls = loops.setdefault(loop.node, (loop, []))[1]
+        calls.extend(list(entry) for entry in imported if list(entry) not in calls)
+    if not loops:
+        return {}
+    return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
+                      for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]}
+
+
+def step_facts(index: AstIndex, project=None) -> StepFacts:
+    """The file's step facts, computed once and shared by every rule that asks (``project``: the project model
+    the rule was handed, ``IndexContext.project``; every rule of a file passes the same)."""
     facts = index.shared.get("step_facts")
     if facts is None:
-        facts = index.shared["step_facts"] = StepFacts(index)
+        facts = index.shared["step_facts"] = StepFacts(index, project)
     return facts  # type: ignore[return-value]

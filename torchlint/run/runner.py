@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 from torchlint.run.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.run.cache import Cache
-from torchlint.facts.project import ProjectModel
+from torchlint.facts.project import STEP_RULES, ProjectModel
 from torchlint.run.guard import call_with_deep_stack
 from torchlint.run.job import FileResult, Job, prepare_write, rules_for
 from torchlint.run.fileio import (
@@ -168,16 +168,18 @@ def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> Pro
     """The summaries of the project files ``path`` imports, read from disk (the project: its settings'
     project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
     settings = job.settings
-    if not ProjectModel.may_use(data, {rule.code for rule in rules_for(settings, path)}):
+    codes = {rule.code for rule in rules_for(settings, path)}
+    if not ProjectModel.may_use(data, codes):
         return ProjectModel.empty(path)
-    return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size)
+    return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
+                                 steps=not STEP_RULES.isdisjoint(codes))
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
     key = cache.key(data, [r.code for r in rules_for(job.settings, path)], job.settings.torch_version,
                     "lint+edits" if job.with_edits else "lint")
     # a result that may have used other files' summaries is keyed by them too: a change there re-checks it
-    return cache.with_project(key, project.digest()) if project.summaries else key
+    return cache.with_project(key, project.digest()) if not project.is_empty() else key
 
 
 def _usable(cached: Optional[List[Diagnostic]], job: Job) -> Optional[List[Diagnostic]]:

@@ -1,0 +1,221 @@
+"""A training step that is a method of a class in another project file than the loop (issue 24, "see the whole
+training step"): ``run.py``'s loop calls ``learner.update(batch)`` with ``learner = agent.Learner(...)``, and the
+backward pass, the optimizer and the per-parameter syncs are in ``agent.py``. Each file is still checked alone:
+``agent.py`` learns of the loop from the summary of the file that imports it (``facts.steps.uses_summary``),
+``run.py`` of the step from the summary of the file it imports (``facts.steps.step_summary``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, List
+
+from torchlint.config import Settings
+from torchlint.facts.index import AstIndex
+from torchlint.facts.steps import step_summary, uses_summary
+from torchlint.run import runner
+
+import ast
+
+AGENT = """\
+import torch
+import torch.nn as nn
+
+device = torch.device({device})
+
+
+class Learner:
+    def __init__(self, width):
+        self.net = nn.Linear(width, width).to(device)
+        self.optimizer = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+        self.steps = 0
+
+    def update(self, batch):
+        loss = self.net(batch.to(device)).pow(2).mean()
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+        self.record()
+
+    def record(self):
+        total = 0.0
+        for p in self.net.parameters():
+            total += p.grad.norm().item()
+        self.last = total
+
+    def evaluate(self, batch):
+        with torch.no_grad():
+            score = self.net(batch.to(device)).mean()
+        return score.item()
+
+    def report(self, batch):
+        print(self.net(batch.to(device)).mean().item())
+"""
+
+RUN = """\
+import torch
+import agent
+
+
+def main():
+    learner = agent.Learner(8)
+{body}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+EVERY_STEP = """\
+    for step in range(1000):
+        batch = torch.randn(4, 8)
+        learner.update(batch)"""
+
+
+def _tree(root: Path, files: Dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _check(root: Path, *names: str, select=("TL101", "TL502", "TL702"), cache: bool = False) -> List[str]:
+    job = runner.Job(Settings(select=select, root=root, project_root=root),
+                     cache_dir=root / ".cache" if cache else None)
+    results = runner.run([root / name for name in names], job)
+    return sorted(f"{Path(d.path).name}:{d.line} {d.code}" for result in results for d in result.diagnostics)
+
+
+def _messages(root: Path, name: str, code: str) -> List[str]:
+    job = runner.Job(Settings(select=(code,), root=root, project_root=root))
+    return [d.message for result in runner.run([root / name], job) for d in result.diagnostics]
+
+
+CUDA_WHEN_AVAILABLE = '"cuda" if torch.cuda.is_available() else "cpu"'
+
+
+def test_a_step_method_of_another_file_called_every_iteration(tmp_path):
+    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
+    # the optimizer of the class (on CUDA when available), the per-parameter read the step reaches, the script
+    assert _check(tmp_path, "agent.py", "run.py") == ["agent.py:10 TL502", "agent.py:23 TL101", "run.py:12 TL702"]
+    # checked alone, each file still finds the other (pre-commit passes only the changed files)
+    assert _check(tmp_path, "agent.py") == ["agent.py:10 TL502", "agent.py:23 TL101"]
+    [sync] = _messages(tmp_path, "agent.py", "TL101")
+    assert sync.endswith("(`record()` runs every step: the training loop at run.py:7 reaches it)")
+    [optimizer] = _messages(tmp_path, "agent.py", "TL502")
+    assert "(`Learner.update()` steps it every iteration of the training loop at run.py:7)" in optimizer
+    [script] = _messages(tmp_path, "run.py", "TL702")
+    assert "(`self.net = nn.Linear(width, width).to(device)` in `agent.py:9`)" in script
+
+
+def test_a_method_called_once_at_set_up_is_no_step(tmp_path):
+    once = "    learner.update(torch.randn(4, 8))\n    for step in range(1000):\n        print(step)"
+    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=once)})
+    assert _check(tmp_path, "agent.py", "run.py") == []
+
+
+def test_an_evaluation_method_called_every_iteration_is_no_step(tmp_path):
+    evaluating = ("    for step in range(1000):\n        batch = torch.randn(4, 8)\n"
+                  "        scores.append(learner.evaluate(batch))\n        learner.report(batch)")
+    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE),
+                     "run.py": RUN.format(body="    scores = []\n" + evaluating)})
+    assert _check(tmp_path, "agent.py", "run.py") == []
+
+
+def test_a_logging_guard_or_a_few_iterations_do_not_make_a_step_per_iteration(tmp_path):
+    guarded = ("    for step in range(1000):\n        batch = torch.randn(4, 8)\n"
+               "        if step % 100 == 0:\n            learner.update(batch)\n"
+               "        if step < 3:\n            learner.update(batch)")
+    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=guarded)})
+    # the script still trains (TL702, as for a loop that calls `backward()` under such a guard), but no
+    # method of the class runs every step: neither its optimizer nor its reads are reported
+    assert _check(tmp_path, "agent.py", "run.py") == ["run.py:15 TL702"]
+
+
+def test_a_cpu_program_is_silent(tmp_path):
+    _tree(tmp_path, {"agent.py": AGENT.format(device='"cpu"'), "run.py": RUN.format(body=EVERY_STEP)})
+    # the step still reaches the read (TL101 judges a file that only defines training code as before: it
+    # cannot tell the device), but no optimizer is on CUDA and the script does not train on CUDA
+    assert _check(tmp_path, "agent.py", "run.py") == ["agent.py:23 TL101"]
+
+
+def test_a_device_known_only_by_its_name_is_not_cuda_for_a_class_trained_elsewhere(tmp_path):
+    agent = AGENT.format(device=CUDA_WHEN_AVAILABLE).replace("device = torch.device(", "device = pick(")
+    _tree(tmp_path, {"agent.py": agent, "run.py": RUN.format(body=EVERY_STEP)})
+    assert "agent.py:10 TL502" not in _check(tmp_path, "agent.py", "run.py")
+
+
+def test_a_trainer_held_by_another_class_and_reached_through_its_methods(tmp_path):
+    trainer = (
+        "import torch\n\n\n"
+        "class Trainer:\n"
+        "    def __init__(self, model):\n        self.model = model\n\n"
+        "    def backward(self, loss):\n        loss.backward()\n\n"
+        "    def optimize(self, opt):\n        self._norms()\n        opt.step()\n        return True\n\n"
+        "    def _norms(self):\n        total = 0.0\n        for p in self.model.parameters():\n"
+        "            total += torch.norm(p).item() ** 2\n        return total\n")
+    loop = (
+        "import torch\nfrom .trainer import Trainer\n\n\n"
+        "class Loop:\n"
+        "    def __init__(self, model, data):\n        self.data = data\n        self.trainer = Trainer(model)\n"
+        "        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\n        self.step = 0\n\n"
+        "    def run(self):\n        while True:\n            self.run_step(next(self.data))\n            self.step += 1\n\n"
+        "    def run_step(self, batch):\n        self.trainer.optimize(self.opt)\n")
+    _tree(tmp_path, {"pkg/__init__.py": "", "pkg/trainer.py": trainer, "pkg/loop.py": loop})
+    assert _check(tmp_path, "pkg/trainer.py", select=("TL101",)) == ["trainer.py:19 TL101"]
+    [sync] = _messages(tmp_path, "pkg/trainer.py", "TL101")
+    assert sync.endswith("(`_norms()` runs every step: the training loop at pkg/loop.py:13 reaches it)")
+
+
+DIST = """\
+import torch
+
+
+def dev():
+    if torch.cuda.is_available():
+        return torch.device(f"cuda")
+    return torch.device("cpu")
+
+
+def host():
+    return torch.device("cpu")
+"""
+
+TRAIN = """\
+import torch
+import dist
+
+
+def train(model, loader):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for x, y in loader:
+        loss = model(x.to(dist.{function}())).sum()
+        loss.backward()
+        opt.step()
+"""
+
+
+def test_a_device_from_a_function_of_another_file(tmp_path):
+    _tree(tmp_path, {"dist.py": DIST, "train.py": TRAIN.format(function="dev")})
+    assert _check(tmp_path, "train.py", select=("TL502",)) == ["train.py:6 TL502"]
+    _tree(tmp_path, {"train.py": TRAIN.format(function="host")})
+    assert _check(tmp_path, "train.py", select=("TL502",)) == []
+
+
+def test_a_changed_loop_re_checks_the_class_it_trains(tmp_path):
+    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
+    assert _check(tmp_path, "agent.py", cache=True) == ["agent.py:10 TL502", "agent.py:23 TL101"]
+    _tree(tmp_path, {"run.py": RUN.format(body="    learner.update(torch.randn(4, 8))")})
+    assert _check(tmp_path, "agent.py", cache=True) == []
+
+
+def _index(text: str) -> AstIndex:
+    return AstIndex(ast.parse(text), text)
+
+
+def test_the_summaries():
+    summary = step_summary(_index(AGENT.format(device=CUDA_WHEN_AVAILABLE)))
+    assert summary == {"classes": {"Learner": {"steps": ["update"], "cuda": [9, "self.net = nn.Linear(width, width).to(device)"]}},
+                       "reduced": False}
+    assert step_summary(_index(DIST)) == {"devices": ["dev"]}
+    uses = uses_summary(_index(RUN.format(body=EVERY_STEP + "\n        if step % 10 == 0:\n            learner.report(batch)")))
+    assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update"]]]]}
