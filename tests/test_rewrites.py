@@ -313,3 +313,34 @@ def test_a_fix_elsewhere_in_a_file_with_a_form_feed_is_made():
     assert code == "TL104" and fix is not None
     outcome = fix_source(source, "sample.py", RULES, Settings(), unsafe=False)
     assert outcome.source == source.replace(TENSOR, FROM_NUMPY) and not outcome.errors
+
+
+def test_a_call_in_a_match_case_or_an_else_branch_takes_its_whole_statement(monkeypatch):
+    """A `match` has no body of its own and an `else:` branch no header of its own in `ast`: the narrowing
+    stops there and takes that statement whole."""
+    from torchlint.fix import rewrites
+
+    seen = []
+    real = rewrites.trusted_parse
+    monkeypatch.setattr(rewrites, "trusted_parse", lambda text: seen.append(text) or real(text))
+    source = textwrap.dedent(
+        """\
+        import numpy as np
+        import torch
+
+        def load(kind):
+            match kind:
+                case "ones":
+                    return torch.tensor(np.ones(2))
+                case _:
+                    pass
+            if kind:
+                pass
+            else:
+                return torch.tensor(np.zeros(2))
+        """
+    )
+    answers = _answers(source, with_edits=False)
+    assert [a[0] for a in answers] == ["TL104", "TL104"] and all(a[6] is not None for a in answers)
+    assert answers == _answers(source, with_edits=True)
+    assert seen[0] == "import numpy as np\nimport torch\n" + source.split("\n\n", 1)[1].replace("\n\n", "\n")

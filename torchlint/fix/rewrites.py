@@ -171,8 +171,8 @@ def _path_lines(index: AstIndex, node: ast.AST) -> List[Tuple[int, int]]:
     chain.reverse()  # the top-level statement first
     ranges = []
     for outer, inner in zip(chain, chain[1:]):
-        body = outer.body  # type: ignore[attr-defined]
-        if type(outer) not in _NARROWED or not any(statement is inner for statement in body):
+        body = outer.body if type(outer) in _NARROWED else ()  # type: ignore[attr-defined]
+        if not any(statement is inner for statement in body):  # (a `match`, an `else:` branch)
             ranges.append(_whole_lines(outer))
             return ranges
         first_body_line = _first_line(body[0])
