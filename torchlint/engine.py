@@ -115,6 +115,28 @@ def parse(source: str, path: str) -> cst.Module:
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
 
 
+def compile_problem(index: AstIndex, top_level_await: bool = False) -> Optional["SyntaxProblem"]:
+    """What CPython's compiler refuses in the file ``index`` holds although its parser took it (a keyword
+    argument named twice, `return` outside a def, `break` outside a loop...), as the syntax error CPython
+    reports; None where it compiles. Compiled only where the index's walk saw such code may be
+    (``AstIndex.may_not_compile``). ``top_level_await``: a notebook's code, where IPython runs `await` at the
+    top level."""
+    if not index.may_not_compile:
+        return None
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if top_level_await else 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(index.tree, "<torchlint>", "exec", flags=flags, dont_inherit=True)
+    except SyntaxError as error:
+        line = error.lineno or 1
+        column = index._char_column(line, error.offset - 1) + 1 if error.offset else 1  # bytes, as `ast`'s
+        return SyntaxProblem(f"syntax error: {error.msg}", line, column)
+    except (ValueError, TypeError, RecursionError, MemoryError):  # not the compiler's judgement: lint it
+        return None
+    return None
+
+
 def _python_syntax_error(source: str) -> Optional["SyntaxProblem"]:
     try:
         with warnings.catch_warnings():
@@ -241,10 +263,11 @@ def _run_rules(
 
 def lint_source(
     source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
-    project: Optional[ProjectModel] = None,
+    project: Optional[ProjectModel] = None, top_level_await: bool = False,
 ) -> LintOutcome:
     """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output);
-    ``project``: the summaries of the project files it imports (``torchlint.facts.project``)."""
+    ``project``: the summaries of the project files it imports (``torchlint.facts.project``);
+    ``top_level_await``: a notebook's code (``compile_problem``)."""
     candidates = rules_that_may_fire(rules, source, settings, path, project)
     if not candidates:
         return LintOutcome([], parsed=False)
@@ -252,6 +275,9 @@ def lint_source(
     # held here: parsing with LibCST drops the stages' shared index
     index = _index_of(source)
     try:
+        problem = compile_problem(index, top_level_await) if index is not None else None
+        if problem is not None:
+            raise problem
         module = parse(source, path) if needs_libcst(source) else None
         # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
         analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index,
@@ -262,8 +288,9 @@ def lint_source(
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool,
-               project: Optional[ProjectModel] = None) -> FixOutcome:
-    """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
+               project: Optional[ProjectModel] = None, top_level_await: bool = False) -> FixOutcome:
+    """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped. A source
+    CPython does not compile is left as it is, with its syntax error (``compile_problem``)."""
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
     selected = frozenset(rule.code for rule in rules)
     outcome = FixOutcome(source)
@@ -281,6 +308,10 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             break
         index = _index_of(current)
         try:
+            if current == source and index is not None:
+                problem = compile_problem(index, top_level_await)
+                if problem is not None:
+                    raise problem
             if module is None and needs_libcst(current):
                 module = parse(current, path)
             elif module is not None:
@@ -344,8 +375,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         if carried != current:
             current, remaining = carried, None
     outcome.source = current
-    outcome.remaining = (remaining if remaining is not None
-                         else lint_source(current, path, rules, settings, project=project).diagnostics)
+    outcome.remaining = (remaining if remaining is not None else lint_source(
+        current, path, rules, settings, project=project, top_level_await=top_level_await).diagnostics)
     return outcome
 
 
