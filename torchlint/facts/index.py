@@ -499,6 +499,16 @@ class AstIndex:
             function = self.function_of(function)
         return function
 
+    def functions_named(self, name: str) -> List[Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
+        """The defs named ``name``, in source order (as ``functions`` holds them): a rule asking this of
+        each call must not scan every def of a long file each time."""
+        by_name = self.__dict__.get("_functions_by_name")
+        if by_name is None:
+            by_name = self.__dict__["_functions_by_name"] = {}
+            for function in self.functions:
+                by_name.setdefault(function.name, []).append(function)
+        return by_name.get(name, [])
+
     def in_class(self, node: ast.AST) -> bool:
         return any(type(ancestor) is ast.ClassDef for ancestor in self.ancestors(node))
 
