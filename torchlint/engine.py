@@ -179,14 +179,15 @@ def _run_rules(
     after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
 
-    def rewrite(found: List[Report]) -> None:
+    def rewrite(found: List[Report]) -> Optional[StatementTree]:
         """Make the fixes that findings on the index propose on LibCST's tree: of just their statements
         where it can (not where a rule after suppression may propose more: TL900's need the whole file, and
-        every fix of a pass is made on one tree), else of the file."""
+        every fix of a pass is made on one tree), else of the file. Where LibCST refuses the whole file, the
+        edits (``with_edits``) are those `fix` writes, made on the statements' tree: returned, the tree."""
         nonlocal module, analysis, tree
         pending = [report for report in found if report.rewrite is not None]
         if not pending:
-            return
+            return None
         if module is None and statements and not with_edits and not after:
             assert index is not None
             tree = make_rewrites_in_statements(pending, index, exact=fixing)
@@ -196,14 +197,19 @@ def _run_rules(
                     module = parse(source, path)
                 except SyntaxProblem as problem:  # valid Python (the index read it) that LibCST refuses
                     detail = f": {problem.reason}" if problem.reason else ""
-                    refuse_rewrites(pending, f"LibCST, which writes the fixes, cannot parse this file "
-                                             f"(line {problem.line}{detail})")
+                    reason = f"LibCST, which writes the fixes, cannot parse this file (line {problem.line}{detail})"
+                    alone = make_rewrites_in_statements(pending, index, exact=True) if with_edits else None
+                    # (`fix` makes a fix that adds an import on the whole file's tree: not here either)
+                    refuse_rewrites([r for r in pending if alone is None or (r.fix is not None and r.fix.imports)],
+                                    reason)
+                    return alone
             if module is not None:
                 if analysis is None:
                     analysis = FileAnalysis(module, source, path)
                 make_rewrites(pending, index, analysis)
+        return None
 
-    rewrite(reports)
+    alone = rewrite(reports)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -212,12 +218,13 @@ def _run_rules(
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
 
-    def keep(found: List[Report]) -> None:
+    def keep(found: List[Report], alone: Optional[StatementTree]) -> None:
         fix_edits = None
         if with_edits and any(r.fix for r in found):
             from torchlint.fix.edits import FixEdits  # loads the fixer: only where there is something to show
 
-            fix_edits = FixEdits(module, analysis, path, source)
+            fix_edits = (FixEdits(module, analysis, path, source) if alone is None
+                         else FixEdits(alone.analysis.module, alone.analysis, path, alone.text, alone.file_lines))
         for report in found:
             assert report.span is not None  # placed by the index when reported
             line, column, end_line, end_column = report.span
@@ -241,7 +248,7 @@ def _run_rules(
             )
             kept.append((diagnostic, report))
 
-    keep(reports)
+    keep(reports, alone)
     if after:
         ctx = IndexContext(index, settings, path, source)  # type: ignore[arg-type]  # None: CPython rejects the file
         for rule in after:
@@ -252,8 +259,7 @@ def _run_rules(
                 raise
             except Exception as error:  # noqa: BLE001 - as in iter_reports
                 crashes.append(RuleCrash(rule, error))
-        rewrite(ctx.reports)
-        keep(ctx.reports)
+        keep(ctx.reports, rewrite(ctx.reports))
     kept.sort(key=lambda pair: pair[0].sort_key)
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
