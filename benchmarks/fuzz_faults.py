@@ -714,6 +714,9 @@ SHAPES: Dict[str, Tuple[Callable[[int], str], Tuple[str, ...], Tuple[int, ...]]]
             for i in range(n)) + "    return evaluate0\n", ("check",), (200, 400, 800)),
     "all rules: N copies of the examples' training script": (
         lambda n: _training_file(n), ("check",), (4, 8, 16)),
+    # the dense file of the issue (280 copies: 676 KB), fixed: its loaders and helpers are bound N times over
+    "fix: N copies of the training script (280: 676 KB)": (
+        lambda n: _training_file(n), ("fix",), (70, 140, 280)),
 }
 SCALING: List[Tuple[str, List[Tuple[int, float]], Optional[str]]] = []  # (shape, [(N, seconds)], verdict)
 

@@ -264,7 +264,7 @@ def _moves_whole_batch(loop: AstLoopInfo, call: ast.Call) -> bool:
 def _default_collated(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
     """The loop walks a ``DataLoader(...)`` of this file built without ``collate_fn=``: its batches are what
     the default collation makes (a tensor where ``.to()`` works on the whole batch)."""
-    sites = [site for site in facts.sites if any(l is loop for l in site.loops)]
+    sites = facts.sites_of(loop)
     return bool(sites) and all(site.imported.get("default_collate", False) if site.imported is not None
                                else keyword_value(site.call, "collate_fn") is None and not has_star(site.call)
                                for site in sites)

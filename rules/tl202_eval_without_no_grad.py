@@ -436,7 +436,7 @@ class _Detector:
         if isinstance(func, ast.Name) and self._bound_to_model(func.id, scope):
             return True
         if isinstance(func, ast.Name) and any(
-                f.name == func.id and index.class_of.get(f) is None and decorated_grad_off(f) for f in index.functions):
+                index.class_of.get(f) is None and decorated_grad_off(f) for f in index.functions_named(func.id)):
             return False  # `score_network(...)`, a helper of this file decorated with no_grad: not a model
         if isinstance(func, ast.Name) and self._runs_model_argument(call, func.id, receivers, scope):
             return True
@@ -452,14 +452,14 @@ class _Detector:
         methods = self._methods.get(method)
         if methods is None:
             methods = self._methods[method] = [
-                f for f in self.index.functions if f.name == method and self.index.class_of.get(f) is not None]
+                f for f in self.index.functions_named(method) if self.index.class_of.get(f) is not None]
         return bool(methods) and not any(_runs_a_module(self.index, f) for f in methods)
 
     def _runs_model_argument(self, call: ast.Call, name: str, receivers: Set[str],
                              scope: Optional[AstFunction]) -> bool:
         """``greedy_decode(model, src)``: a function of this file given the model, which calls it."""
         index = self.index
-        helper = next((f for f in index.functions if f.name == name and index.class_of.get(f) is None), None)
+        helper = next((f for f in index.functions_named(name) if index.class_of.get(f) is None), None)
         if helper is None:
             return False
         params = [arg.arg for arg in helper.args.args]
@@ -580,7 +580,7 @@ class _Detector:
     def _returns_nothing(self, name: str) -> bool:
         """The file's only function ``name`` hands nothing back: no ``return <value>``, no ``yield``, no
         stores into attributes, items, globals or lists it did not create."""
-        functions = [f for f in self.index.functions if f.name == name]
+        functions = self.index.functions_named(name)
         if len(functions) != 1:
             return False
         for statement in functions[0].body:

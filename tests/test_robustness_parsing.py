@@ -116,3 +116,69 @@ def test_bracket_depth_is_judged_as_cpython_does(tmp_path, depth, brackets):
     result = invoke("fix", "--apply", "--no-cache", str(path))
     assert ("TL000 syntax error: too many nested parentheses" in result.output) == (not valid), result.output
     assert (FINDING in path.read_text()) == (not valid)  # rejected code is left alone, valid code is fixed
+
+
+# Issue 27: valid Python that LibCST refuses as a whole file (a tab or a form feed in an indentation, 5,000
+# adjacent strings). The index reports every finding. A fix whose statements LibCST parses alone is offered
+# (`[*]`), written by `fix` and given as edits in JSON alike: the edits are what `fix` writes. Where it cannot
+# be made, it is unavailable with LibCST's reason in the finding, in every format, and the file is left alone.
+TAB_INDENT = (
+    "import torch\n\n\ndef evaluate(model, loader):\n    model.eval()\n    for batch in loader:\n"
+    "        with torch.no_grad():\n\t        total = model(batch)\n    return total\n\n\n"
+    "def train(model, loader, opt):\n    for x, y in loader:\n        opt.zero_grad(set_to_none=False)\n"
+    "        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n\n\n"
+    "def score(model, loader):\n    model.eval()\n    return [model(x) for x in loader]\n\n\n"
+    "def build(model):\n    " + FINDING + "\n    return opt\n")
+FORM_FEED = ("import torch\n\n\ndef train(model, loader, opt):\n    for x, y in loader:\n"
+             "\x0c        loss = model(x).sum()\n        loss.backward()\n        opt.step()\n\n\n"
+             "def build(model):\n    " + FINDING + "\n    return opt\n")
+ADJACENT_STRINGS = with_finding("x = (" + " ".join(['"s"'] * 5000) + ")")
+
+
+def _libcst_refuses(source: str) -> bool:
+    import libcst
+
+    compile(source, "t.py", "exec")  # valid Python
+    try:
+        libcst.parse_module(source)
+    except Exception:
+        return True
+    return False
+
+
+def _json_report(*args: str) -> list:
+    import json
+
+    return json.loads(invoke("check", "--no-cache", "--output-format", "json", *args).output)
+
+
+@pytest.mark.parametrize("source", [TAB_INDENT, ADJACENT_STRINGS], ids=["tab in an indentation", "5,000 strings"])
+def test_json_gives_the_fixes_fix_writes_where_libcst_refuses_the_file(tmp_path, monkeypatch, source):
+    from fixture_support import apply_edits
+    from torchlint.rule import Edit
+
+    assert _libcst_refuses(source)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text(source)
+    report = _json_report("--unsafe-fixes", "t.py")
+    fixable = [d for d in report if d["fix"]]
+    assert fixable and len(fixable) == len(report)
+    assert invoke("check", "--no-cache", "--unsafe-fixes", "t.py").output.count("[*]") == len(fixable)
+    edits = [Edit(e["location"]["line"], e["location"]["column"], e["end_location"]["line"],
+                  e["end_location"]["column"], e["content"]) for d in fixable for e in d["fix"]["edits"]]
+    invoke("fix", "--apply", "--unsafe-fixes", "--no-cache", "t.py")
+    fixed = (tmp_path / "t.py").read_text()
+    assert fixed != source and apply_edits(source, edits) == fixed
+
+
+def test_where_no_fix_can_be_made_every_format_says_why_and_the_file_is_kept(tmp_path, monkeypatch):
+    assert _libcst_refuses(FORM_FEED)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_bytes(FORM_FEED.encode())
+    why = "LibCST, which writes the fixes, cannot parse this file (line "
+    [finding] = _json_report("t.py")
+    assert finding["code"] == "TL501" and finding["fix"] is None and why in finding["message"]
+    text = invoke("check", "--no-cache", "t.py").output
+    assert "t.py:12:48: TL501 `Adam" in text and why in text and "[*]" not in text
+    invoke("fix", "--apply", "--unsafe-fixes", "--no-cache", "t.py")
+    assert (tmp_path / "t.py").read_bytes() == FORM_FEED.encode()

@@ -56,6 +56,22 @@ def first_steps(n: int) -> str:  # each branch asks whether it tests the loop's 
         before="", body="".join(f"        if i == {i}:\n            print(loss.item())\n" for i in range(n)))
 
 
+def training_scripts(n: int) -> str:
+    """N renamed copies of the shipped training script in one file, as in one long real training file (the
+    fuzz report's 676 KB file is 280 of them): the module-level `train_loader` bound N times reaches every
+    copy's loops, and `load_split` is defined N times (each loop's loaders, each call's callees)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "examples" / "train_classifier.py").read_text()
+    parts = ["import torch\nimport torch.nn as nn\nfrom torch.utils.data import DataLoader, TensorDataset\n"]
+    for i in range(n):
+        body = re.sub(r"\b(main|train|evaluate|model|loader|optimizer|loss|Net|build_model|dataset)\b",
+                      lambda m: f"{m.group(1)}_{i}", text)
+        parts.append("\n".join(line for line in body.splitlines() if not line.startswith(("import ", "from "))))
+    return "\n\n".join(parts) + "\n"
+
+
 def _python_calls(run) -> int:
     count = 0
 
@@ -76,6 +92,7 @@ def _python_calls(run) -> int:
     (reads, 60, False), (guarded_reads, 60, False), (accumulators, 40, False), (accumulators, 20, True),
     (zero_grads, 60, False), (zero_grads, 30, True), (closures, 60, False),
     (helper_chain, 60, False), (synchronized_reads, 60, False), (first_steps, 60, False),
+    (training_scripts, 30, True),
 ])
 def test_work_grows_linearly(shape, n, fix):
     rules, settings = [rule() for rule in all_rules()], Settings()

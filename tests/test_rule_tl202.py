@@ -226,11 +226,12 @@ def test_detects_on_the_index_and_fixes_the_def_and_the_loop_it_reports():
 
 def test_a_file_libcst_refuses_keeps_its_finding_and_its_fix_on_the_defs_statements():
     """Valid Python that LibCST's parser gives up on (5,000 adjacent string literals) hides no finding: the
-    def's fix is made on LibCST's tree of the def alone, in `check` and `fix`; the JSON edits, which parse
-    the whole file, refuse it with LibCST's reason."""
+    def's fix is made on LibCST's tree of the def alone, in `check`, `fix` and the JSON edits alike (issue 27:
+    the edits refused it with LibCST's reason)."""
     from torchlint.config import Settings
     from torchlint.engine import lint_source
     from torchlint.registry import rules_by_code
+    from torchlint.rule import Edit
 
     source = _src("import torch\n" + "S = (" + " ".join(['"a"'] * 5000) + ")\n" + EVALUATE)
     [diagnostic] = lint(source, "TL202")
@@ -240,6 +241,8 @@ def test_a_file_libcst_refuses_keeps_its_finding_and_its_fix_on_the_defs_stateme
     assert fixed == source.replace("def evaluate", "@torch.no_grad()\ndef evaluate")
     [edited] = lint_source(source, "fixture.py", [rules_by_code()["TL202"]()], Settings(select=("TL202",)),
                            with_edits=True).diagnostics
-    assert edited.fix is None and "(LibCST, which writes the fixes, cannot parse this file" in edited.message
+    assert edited.fix is not None and edited.message == diagnostic.message
+    line = source.splitlines().index(next(x for x in source.splitlines() if x.startswith("def evaluate"))) + 1
+    assert edited.edits == (Edit(line, 1, line, 1, "@torch.no_grad()\n"),)  # before the def: what `fix` writes
 
 

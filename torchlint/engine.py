@@ -121,6 +121,28 @@ def parse(source: str, path: str) -> cst.Module:
         raise SyntaxProblem(f"cannot parse: {type(exc).__name__}", 1, 1) from None
 
 
+def compile_problem(index: AstIndex, top_level_await: bool = False) -> Optional["SyntaxProblem"]:
+    """What CPython's compiler refuses in the file ``index`` holds although its parser took it (a keyword
+    argument named twice, `return` outside a def, `break` outside a loop...), as the syntax error CPython
+    reports; None where it compiles. Compiled only where the index's walk saw such code may be
+    (``AstIndex.may_not_compile``). ``top_level_await``: a notebook's code, where IPython runs `await` at the
+    top level."""
+    if not index.may_not_compile:
+        return None
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT if top_level_await else 0
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(index.tree, "<torchlint>", "exec", flags=flags, dont_inherit=True)
+    except SyntaxError as error:
+        line = error.lineno or 1
+        column = index._char_column(line, error.offset - 1) + 1 if error.offset else 1  # bytes, as `ast`'s
+        return SyntaxProblem(f"syntax error: {error.msg}", line, column)
+    except (ValueError, TypeError, RecursionError, MemoryError):  # not the compiler's judgement: lint it
+        return None
+    return None
+
+
 def _python_syntax_error(source: str) -> Optional["SyntaxProblem"]:
     try:
         with warnings.catch_warnings():
@@ -167,14 +189,15 @@ def _run_rules(
     after = [rule for rule in rules if rule.runs_after_suppression]
     tree: Optional[StatementTree] = None
 
-    def rewrite(found: List[Report]) -> None:
+    def rewrite(found: List[Report]) -> Optional[StatementTree]:
         """Make the fixes that findings on the index propose on LibCST's tree: of just their statements
         where it can (not where a rule after suppression may propose more: TL900's need the whole file, and
-        every fix of a pass is made on one tree), else of the file."""
+        every fix of a pass is made on one tree), else of the file. Where LibCST refuses the whole file, the
+        edits (``with_edits``) are those `fix` writes, made on the statements' tree: returned, the tree."""
         nonlocal module, analysis, tree
         pending = [report for report in found if report.rewrite is not None]
         if not pending:
-            return
+            return None
         from torchlint.fix.analysis import FileAnalysis
         from torchlint.fix.rewrites import make_rewrites, make_rewrites_in_statements, refuse_rewrites
 
@@ -187,14 +210,19 @@ def _run_rules(
                     module = parse(source, path)
                 except SyntaxProblem as problem:  # valid Python (the index read it) that LibCST refuses
                     detail = f": {problem.reason}" if problem.reason else ""
-                    refuse_rewrites(pending, f"LibCST, which writes the fixes, cannot parse this file "
-                                             f"(line {problem.line}{detail})")
+                    reason = f"LibCST, which writes the fixes, cannot parse this file (line {problem.line}{detail})"
+                    alone = make_rewrites_in_statements(pending, index, exact=True) if with_edits else None
+                    # (`fix` makes a fix that adds an import on the whole file's tree: not here either)
+                    refuse_rewrites([r for r in pending if alone is None or (r.fix is not None and r.fix.imports)],
+                                    reason)
+                    return alone
             if module is not None:
                 if analysis is None:
                     analysis = FileAnalysis(module, source, path)
                 make_rewrites(pending, index, analysis)
+        return None
 
-    rewrite(reports)
+    alone = rewrite(reports)
     if not reports and not after:
         if analysis is not None:
             analysis.release()
@@ -203,12 +231,13 @@ def _run_rules(
     kept: List[Tuple[Diagnostic, Report]] = []
     seen: Set[Tuple[str, int, int, str]] = set()
 
-    def keep(found: List[Report]) -> None:
+    def keep(found: List[Report], alone: Optional[StatementTree]) -> None:
         fix_edits = None
         if with_edits and any(r.fix for r in found):
             from torchlint.fix.edits import FixEdits  # loads the fixer: only where there is something to show
 
-            fix_edits = FixEdits(module, analysis, path, source)
+            fix_edits = (FixEdits(module, analysis, path, source) if alone is None
+                         else FixEdits(alone.analysis.module, alone.analysis, path, alone.text, alone.file_lines))
         for report in found:
             assert report.span is not None  # placed by the index when reported
             line, column, end_line, end_column = report.span
@@ -232,7 +261,7 @@ def _run_rules(
             )
             kept.append((diagnostic, report))
 
-    keep(reports)
+    keep(reports, alone)
     if after:
         ctx = IndexContext(index, settings, path, source)  # type: ignore[arg-type]  # None: CPython rejects the file
         for rule in after:
@@ -243,8 +272,7 @@ def _run_rules(
                 raise
             except Exception as error:  # noqa: BLE001 - as in iter_reports
                 crashes.append(RuleCrash(rule, error))
-        rewrite(ctx.reports)
-        keep(ctx.reports)
+        keep(ctx.reports, rewrite(ctx.reports))
     kept.sort(key=lambda pair: pair[0].sort_key)
     if analysis is not None:
         analysis.release()  # every rule has run: what they shared may refer back to the analysis
@@ -254,10 +282,11 @@ def _run_rules(
 
 def lint_source(
     source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
-    project: Optional[ProjectModel] = None,
+    project: Optional[ProjectModel] = None, top_level_await: bool = False,
 ) -> LintOutcome:
     """Diagnostics for one text; ``with_edits`` also renders each fix as text edits (for JSON output);
-    ``project``: the summaries of the project files it imports (``torchlint.facts.project``)."""
+    ``project``: the summaries of the project files it imports (``torchlint.facts.project``);
+    ``top_level_await``: a notebook's code (``compile_problem``)."""
     candidates = rules_that_may_fire(rules, source, settings, path, project)
     if not candidates:
         return LintOutcome([], parsed=False)
@@ -265,6 +294,9 @@ def lint_source(
     # held here: parsing with LibCST drops the stages' shared index
     index = _index_of(source)
     try:
+        problem = compile_problem(index, top_level_await) if index is not None else None
+        if problem is not None:
+            raise problem
         module = parse(source, path) if needs_libcst(source) else None
         # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
         analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index,
@@ -275,8 +307,9 @@ def lint_source(
 
 
 def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings, unsafe: bool,
-               project: Optional[ProjectModel] = None) -> FixOutcome:
-    """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped."""
+               project: Optional[ProjectModel] = None, top_level_await: bool = False) -> FixOutcome:
+    """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped. A source
+    CPython does not compile is left as it is, with its syntax error (``compile_problem``)."""
     from torchlint.facts.index import forget_last_index
     from torchlint.fix.rewrites import StatementTree
 
@@ -297,6 +330,10 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
             break
         index = _index_of(current)
         try:
+            if current == source and index is not None:
+                problem = compile_problem(index, top_level_await)
+                if problem is not None:
+                    raise problem
             if module is None and needs_libcst(current):
                 module = parse(current, path)
             elif module is not None:
@@ -360,8 +397,8 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
         if carried != current:
             current, remaining = carried, None
     outcome.source = current
-    outcome.remaining = (remaining if remaining is not None
-                         else lint_source(current, path, rules, settings, project=project).diagnostics)
+    outcome.remaining = (remaining if remaining is not None else lint_source(
+        current, path, rules, settings, project=project, top_level_await=top_level_await).diagnostics)
     return outcome
 
 

@@ -236,45 +236,67 @@ class AstIndex:
 
     # --- the walk ---------------------------------------------------------------------------------
     def _walk(self, tree: ast.Module) -> None:
-        # Frames of (function, loop, body loop, class, nodes): the nodes share that context. ``loop`` takes
+        # Frames of (function, loop, body loop, class, nodes, where): the nodes share that context. ``loop`` takes
         # the calls that run once per iteration (its header's too); ``body loop`` is the innermost loop whose
-        # body holds the node. An explicit stack: deep code must not hit the recursion limit.
-        frames: List[tuple] = [(None, None, None, None, [tree])]
+        # body holds the node; ``where`` is what CPython's compiler judges them by (``_Compilable``). An
+        # explicit stack: deep code must not hit the recursion limit.
+        frames: List[tuple] = [(None, None, None, None, [tree], _AT_MODULE)]
         imports: List[Union[ast.Import, ast.ImportFrom]] = []
         bindings: List[Tuple[ast.AST, AstScope, str, Optional[ast.AST]]] = []  # (where, scope, name, value)
         attribute_bindings: List[Tuple[ast.ClassDef, ast.AST, Optional[ast.AST]]] = []  # (class, target, value)
         bind = bindings.append
         module = self.tree
+        compilable = _Compilable()
         while frames:
-            function, loop, body_loop, klass, nodes = frames.pop()
+            function, loop, body_loop, klass, nodes, where = frames.pop()
             scope = function if function is not None else module
             for node in nodes:
                 kind = type(node)
                 if kind not in _RECORDED_TYPES:  # two nodes in three: nothing to record, only children to visit
                     children = _children(node)
                     if children:
-                        frames.append((function, loop, body_loop, klass, children))
+                        frames.append((function, loop, body_loop, klass, children, where))
                     continue
                 children = _children(node)
+                if kind in _COMPILER_CHECKED:  # recorded for the compiler's checks alone
+                    inner = compilable.expression(node, where)
+                    if children:
+                        frames.append((function, loop, body_loop, klass, children, inner))
+                    continue
                 if kind in _BLOCK_TYPES:
-                    self._note_blocks(node)
+                    self._note_blocks(node, where, compilable)
                 if kind is ast.Call:
                     self._add_call(node, function, loop, body_loop)
+                    keywords = node.keywords
+                    if len(keywords) > 1 and len({k.arg for k in keywords}) != len(keywords):
+                        compilable.repeated(keywords)
                 elif kind in _FUNCTION_TYPES:
+                    names = [arg.arg for arg in _all_args(node.args)]
+                    if len(set(names)) != len(names):
+                        compilable.suspect = True  # duplicate argument
                     if kind is ast.Lambda:
                         self.lambdas.append(node)
+                        body = [node.body] if type(node.body) not in _LEAVES else []
+                        inner = (_LAMBDA, False, 0)
                     else:
                         self.functions.append(node)
                         self.class_of[node] = klass
                         bind((node, scope, node.name, None))
-                        for arg in _all_args(node.args):
-                            bind((node, node, arg.arg, None))
+                        for name in names:
+                            bind((node, node, name, None))
+                        body = node.body
+                        inner = (_ASYNC_DEF if kind is ast.AsyncFunctionDef else _DEF, False, 0)
                     # the class stays: a def nested in a method still counts as the class's
-                    # (FunctionInfo.class_name)
-                    frames.append((node, None, None, klass, children))
+                    # (FunctionInfo.class_name); decorators, defaults and annotations are the outer scope's
+                    frames.append((node, None, None, klass, _outer_parts(node), where))
+                    frames.append((node, None, None, klass, body, inner))
                     continue
                 elif kind is ast.ClassDef:
-                    frames.append((function, None, None, node, children))
+                    keywords = node.keywords
+                    if len(keywords) > 1 and len({k.arg for k in keywords}) != len(keywords):
+                        compilable.repeated(keywords)
+                    frames.append((function, None, None, node, _outer_parts(node), where))
+                    frames.append((function, None, None, node, node.body, (_CLASS, False, 0)))
                     continue
                 elif kind in _LOOP_TYPES:
                     info = AstLoopInfo(node, function, loop)
@@ -288,11 +310,17 @@ class AstIndex:
                             bind((node, scope, name, None))
                         if klass is not None and function is not None and type(node.target) is not ast.Name:
                             attribute_bindings.append((klass, node.target, None))
-                    frames.append((function, info, body_loop, klass, header))
-                    frames.append((function, info, info, klass, node.body + node.orelse))
+                        if kind is ast.AsyncFor and where[0] != _ASYNC_DEF:
+                            compilable.suspect = True
+                    frames.append((function, info, body_loop, klass, header, where))
+                    frames.append((function, info, info, klass, node.body, compilable.nested(where, 1, True)))
+                    if node.orelse:
+                        frames.append((function, info, info, klass, node.orelse, where))
                     continue
                 elif kind is ast.Import or kind is ast.ImportFrom:
                     imports.append(node)
+                    if kind is ast.ImportFrom:
+                        compilable.import_from(node, where)
                     continue
                 elif kind is ast.Assign:
                     if len(node.targets) == 1 and type(node.value) is ast.Call:
@@ -323,8 +351,17 @@ class AstIndex:
                                 bind((node, scope, name, None))
                             if klass is not None and function is not None:
                                 attribute_bindings.append((klass, item.optional_vars, None))
+                    if kind is ast.AsyncWith and where[0] != _ASYNC_DEF:
+                        compilable.suspect = True
+                    frames.append((function, loop, body_loop, klass, children,
+                                   compilable.nested(where, len(node.items), where[1])))
+                    continue
+                elif kind in _TRY_TYPES:
+                    compilable.handlers(node)
+                    frames.append((function, loop, body_loop, klass, children, compilable.nested(where, 3, where[1])))
+                    continue
                 if children:
-                    frames.append((function, loop, body_loop, klass, children))
+                    frames.append((function, loop, body_loop, klass, children, where))
         # The walk's order is not the source's: bindings and imports are recorded in source order, so that
         # the first and last binding of a name are FileAnalysis's (`try: from x import A` / `except: from y
         # import B as A`). The sort is stable: the bindings one statement makes keep their order.
@@ -338,6 +375,7 @@ class AstIndex:
         for statement in sorted(imports, key=_position):
             self._add_import(statement)
             self.import_statements.append(statement)
+        self.may_not_compile = compilable.done(self)
 
     def _bind_attribute(self, klass: ast.ClassDef, target: ast.AST, value: Optional[ast.AST]) -> None:
         kind = type(target)
@@ -363,12 +401,23 @@ class AstIndex:
                 if alias.name != "*":
                     self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
 
-    def _note_blocks(self, node: ast.AST) -> None:
-        for block in (node.body, getattr(node, "orelse", None), getattr(node, "finalbody", None)):  # type: ignore
+    def _note_blocks(self, node: ast.AST, where: Tuple[int, bool, int], compilable: "_Compilable") -> None:
+        """The loops of ``node``'s blocks (``block_of``), and the statements there the walk does not enter
+        (leaves) that the compiler judges by where they stand: `break` and `continue` outside a loop's body,
+        `global` and `nonlocal` (their names' uses before them)."""
+        kind = type(node)
+        in_loop = where[1]
+        body_in_loop = True if kind in _LOOP_TYPES else False if kind in _NEW_SCOPES else in_loop
+        for block, block_in_loop in ((node.body, body_in_loop), (getattr(node, "orelse", None), in_loop),  # type: ignore
+                                     (getattr(node, "finalbody", None), in_loop)):
             if block:
                 for statement in block:
-                    if isinstance(statement, _LOOPS):
+                    statement_kind = type(statement)
+                    if statement_kind in _LOOP_TYPES:
                         self.block_of[statement] = block
+                    elif statement_kind in _JUDGED_LEAVES and (statement_kind in _SCOPE_STATEMENTS
+                                                               or not block_in_loop):
+                        compilable.suspect = True
 
     def _add_call(self, node: ast.Call, function: Optional[AstFunction], loop: Optional[AstLoopInfo],
                   body_loop: Optional[AstLoopInfo]) -> None:
@@ -518,6 +567,16 @@ class AstIndex:
         while function is not None and (function is node or not self.contains(function, node)):
             function = self.function_of(function)
         return function
+
+    def functions_named(self, name: str) -> List[Union[ast.FunctionDef, ast.AsyncFunctionDef]]:
+        """The defs named ``name``, in source order (as ``functions`` holds them): a rule asking this of
+        each call must not scan every def of a long file each time."""
+        by_name = self.__dict__.get("_functions_by_name")
+        if by_name is None:
+            by_name = self.__dict__["_functions_by_name"] = {}
+            for function in self.functions:
+                by_name.setdefault(function.name, []).append(function)
+        return by_name.get(name, [])
 
     def in_class(self, node: ast.AST) -> bool:
         return any(type(ancestor) is ast.ClassDef for ancestor in self.ancestors(node))
@@ -1127,11 +1186,144 @@ _LOOP_TYPES = frozenset({ast.For, ast.AsyncFor, ast.While})
 _BLOCK_TYPES = frozenset(t for t in vars(ast).values()
                          if isinstance(t, type) and issubclass(t, ast.AST) and "body" in getattr(t, "_fields", ())
                          and t not in (ast.Lambda, ast.IfExp, ast.Expression, ast.Interactive))
+_TRY_TYPES = frozenset(t for t in (ast.Try, getattr(ast, "TryStar", None)) if t is not None)
+_COMPREHENSIONS = frozenset({ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp})
+# Node types the walk records only for what CPython's compiler checks (``_Compilable.expression``).
+_COMPILER_CHECKED = _COMPREHENSIONS | frozenset(t for t in (
+    ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Starred, ast.comprehension,
+    getattr(ast, "Match", None)) if t is not None)
 # Every node type `_walk` has a branch for; it only visits the children of the others. Add the type here
 # when adding a branch (tests/test_ast_index.py checks that every type the walk compares `kind` with is here).
 _RECORDED_TYPES = _BLOCK_TYPES | _FUNCTION_TYPES | _LOOP_TYPES | {
     ast.Call, ast.ClassDef, ast.Import, ast.ImportFrom, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.With,
-    ast.AsyncWith}
+    ast.AsyncWith} | _TRY_TYPES | _COMPILER_CHECKED
+assert not _COMPILER_CHECKED & (_BLOCK_TYPES | _FUNCTION_TYPES | _LOOP_TYPES), "those branches come first"
+
+
+# --- what CPython's compiler refuses that its parser takes --------------------------------------------
+# ``ast.parse`` takes code that ``compile()`` refuses: its symbol table and code generator judge where a
+# statement stands (`return` outside a def, `break` outside a loop, `await` outside an async def, `nonlocal` at
+# module level) and what its parser does not (a keyword argument or a parameter named twice, a misplaced `*`,
+# an assignment to `__debug__`). Compiling every file costs about 0.8x its `ast.parse`; the walk instead notes
+# where such code may be (``AstIndex.may_not_compile``, a superset: never a finding by itself), and only those
+# files are compiled (``engine.compile_problem``), which says whether and where CPython refuses them.
+
+# Where a node stands, as the compiler judges it: (scope, in a loop's body in that scope, how many blocks the
+# compiler counts around it at most). The scopes, in this order:
+_MODULE, _CLASS, _COMPREHENSION, _LAMBDA, _DEF, _ASYNC_DEF = range(6)
+_AT_MODULE = (_MODULE, False, 0)
+_IN_COMPREHENSION = (_COMPREHENSION, False, 0)
+# CPython refuses 20 nested blocks; the walk counts each block's most (3 for a try statement: its body, a
+# handler, its cleanup), and compiles from half that.
+_MANY_BLOCKS = 10
+_SCOPE_STATEMENTS = frozenset({ast.Global, ast.Nonlocal})  # their names' uses and bindings before them
+_JUDGED_LEAVES = _SCOPE_STATEMENTS | {ast.Break, ast.Continue}
+_NEW_SCOPES = frozenset({ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef})
+
+
+def _outer_parts(node: ast.AST) -> List[ast.AST]:
+    """The parts of a def, lambda or class that run in the scope around it: decorators, defaults,
+    annotations, bases, keywords (``_children`` of the rest: the body)."""
+    if type(node) is ast.ClassDef:
+        parts = [*node.bases, *node.keywords, *node.decorator_list]  # type: ignore[attr-defined]
+    elif type(node) is ast.Lambda:
+        parts = [node.args]  # type: ignore[attr-defined]
+    else:
+        parts = [node.args, *node.decorator_list, node.returns]  # type: ignore[attr-defined]
+    parts.extend(getattr(node, "type_params", ()))
+    return [part for part in parts if part is not None and type(part) not in _LEAVES]
+
+
+class _Compilable:
+    """What the walk saw that CPython's compiler may refuse; ``suspect`` once it saw any."""
+
+    __slots__ = ("suspect", "starred", "futures", "yield_like")
+
+    def __init__(self) -> None:
+        self.suspect = False
+        self.starred = 0  # `*x` anywhere; those among a call's arguments are fine (counted in ``done``)
+        self.futures: List[ast.ImportFrom] = []
+        self.yield_like = False  # a yield, await or `:=` somewhere (an annotation cannot hold one)
+
+    def expression(self, node: ast.AST, where: Tuple[int, bool, int]) -> Tuple[int, bool, int]:
+        """Judge a node of ``_COMPILER_CHECKED``; the ``where`` of its children."""
+        kind = type(node)
+        scope = where[0]
+        if kind is ast.Return:
+            if scope < _DEF or (scope == _ASYNC_DEF and node.value is not None):  # type: ignore[attr-defined]
+                self.suspect = True  # outside a def; a value in what may be an async generator
+        elif kind is ast.Yield or kind is ast.YieldFrom:
+            self.yield_like = True
+            if scope < _LAMBDA or (kind is ast.YieldFrom and scope == _ASYNC_DEF):
+                self.suspect = True  # at module or class level, in a comprehension; `yield from` in an async def
+        elif kind is ast.Await:
+            self.yield_like = True
+            if scope != _ASYNC_DEF:
+                self.suspect = True
+        elif kind is ast.NamedExpr:
+            self.yield_like = True
+            if scope == _COMPREHENSION:
+                self.suspect = True
+        elif kind is ast.Starred:
+            self.starred += 1
+        elif kind is ast.comprehension:
+            if node.is_async:  # type: ignore[attr-defined]
+                self.suspect = True
+        elif kind in _COMPREHENSIONS:
+            return _IN_COMPREHENSION
+        else:  # a match statement: its patterns' names
+            self.suspect = True
+        return where
+
+    def handlers(self, node: ast.AST) -> None:
+        """A try statement: a bare `except:` before the last handler; `except*` (what its blocks may hold)."""
+        if type(node) is not ast.Try or any(h.type is None for h in node.handlers[:-1]):  # type: ignore[attr-defined]
+            self.suspect = True
+
+    def repeated(self, keywords: List[ast.keyword]) -> None:
+        """Keywords of which two have the same name or none (``**``): a name named twice?"""
+        names = [k.arg for k in keywords if k.arg is not None]
+        if len(set(names)) != len(names):
+            self.suspect = True
+
+    def nested(self, where: Tuple[int, bool, int], blocks: int, in_loop: bool) -> Tuple[int, bool, int]:
+        depth = where[2] + blocks
+        if depth >= _MANY_BLOCKS:
+            self.suspect = True
+        return (where[0], in_loop, depth)
+
+    def import_from(self, node: ast.ImportFrom, where: Tuple[int, bool, int]) -> None:
+        if node.module == "__future__" and not node.level:
+            self.futures.append(node)
+        if where[0] != _MODULE and any(alias.name == "*" for alias in node.names):
+            self.suspect = True
+
+    def done(self, index: "AstIndex") -> bool:
+        if self.suspect or "__debug__" in index.source:  # assigned, deleted, a parameter or keyword named so
+            return True
+        if self.futures:
+            import __future__
+
+            body = index.tree.body
+            start = 1 if body and _is_docstring(body[0]) else 0
+            leading = 0
+            while (start + leading < len(body) and type(body[start + leading]) is ast.ImportFrom
+                   and body[start + leading] in self.futures):
+                leading += 1
+            names = {alias.name for node in self.futures for alias in node.names}
+            if (leading != len(self.futures) or not names <= set(__future__.all_feature_names)
+                    or "barry_as_FLUFL" in names or ("annotations" in names and self.yield_like)):
+                return True
+        if self.starred:
+            in_calls = sum(type(arg) is ast.Starred for info in index.calls for arg in info.node.args)
+            if self.starred > in_calls:  # in a display or an assignment's targets
+                return True
+        return False
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+    return (type(statement) is ast.Expr and type(statement.value) is ast.Constant  # type: ignore[attr-defined]
+            and type(statement.value.value) is str)  # type: ignore[attr-defined]
 
 
 def _leaf_types() -> frozenset:

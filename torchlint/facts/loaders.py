@@ -138,6 +138,9 @@ class LoaderFacts:
         self._factories: Dict[str, Dict[Optional[int], List[LoaderSite]]] = {}
         self._imported: Dict[ast.Call, List[Optional[LoaderSite]]] = {}
         self._training_functions = self._functions_that_train()
+        self._tied: Set[Tuple[int, int]] = set()  # (id of a site, id of a loop in its ``loops``)
+        self._sites_by_loop: Optional[Dict[int, List[LoaderSite]]] = None
+        self._settings: Dict[Tuple[int, str], Union[int, bool, str]] = {}
         self.sites = self._sites()
 
     # --- which loops iterate what --------------------------------------------------------------
@@ -187,17 +190,18 @@ class LoaderFacts:
         self._bind_iterators()
         for loop in index.loops:
             for expr in self.iterated(loop):
-                tied = self._loader_sites(expr)
-                for site in tied:
+                held = self._loader_sites(expr)
+                tied = {id(site) for site in held}  # (a set: a long file may pass thousands)
+                for site in held:
                     self._tie(site, loop)
                 for drawn in self._drawn_from(expr):  # `for batch in cycle(loader)`: a generator of the file
                     self._tie(drawn.site, loop, drawn.feeder)
                 # the loop iterates a parameter: tie it to the loaders passed to that function
                 for call, argument in self._arguments_for_parameter(loop.function, expr):
                     for site in self._loader_sites(argument):
-                        if site not in tied:
+                        if id(site) not in tied:
                             self._tie(site, loop)
-                            tied.append(site)
+                            tied.add(id(site))
                         site.via_calls.setdefault(loop.node, []).append(call)
         # a step loop that draws its batches with `next(it)` (`it = iter(loader)`, `it = cycle(loader)`)
         for info in index.calls_by_name.get("next", ()):
@@ -213,7 +217,9 @@ class LoaderFacts:
         return sites
 
     def _tie(self, site: LoaderSite, loop: AstLoopInfo, feeder: Optional[ast.AST] = None) -> None:
-        if not any(known is loop for known in site.loops):
+        # a set beside the list: a loader a long file builds many times over may be tied to thousands of loops
+        if (id(site), id(loop)) not in self._tied:
+            self._tied.add((id(site), id(loop)))
             site.loops.append(loop)
         if feeder is not None:
             feeders = site.feeders.setdefault(loop.node, [])
@@ -432,8 +438,11 @@ class LoaderFacts:
             return []
         found: List[LoaderSite] = self._bound_to(self._names, expr)  # type: ignore[assignment]
         if not found and type(expr) is ast.Name and depth < 3:
+            known: Set[int] = set()  # what `found` holds (a set: a long file may pass thousands)
             for _, argument in self._arguments_for_parameter(self.index.scope_of(expr), expr):
-                found += [site for site in self._loader_sites(argument, depth + 1) if site not in found]
+                new = [site for site in self._loader_sites(argument, depth + 1) if id(site) not in known]
+                found += new
+                known.update(id(site) for site in new)
         return found
 
     def _bind_iterators(self) -> None:
@@ -668,16 +677,29 @@ class LoaderFacts:
         (``num_workers``) or a bool."""
         if site.imported is not None:
             return site.imported.get(name, UNKNOWN)  # type: ignore[no-any-return]
-        return call_setting(self.index, site.call, name)
+        key = (id(site), name)  # asked for each loop that iterates the loader: read once
+        value = self._settings.get(key)
+        if value is None:
+            value = self._settings[key] = call_setting(self.index, site.call, name)
+        return value
 
     def batches_may_be_on_cuda(self, site: LoaderSite) -> bool:
         """A ``Dataset`` class of this file, or of the file whose factory builds the loader, moves data to a
         CUDA device (``dataset_on_cuda``)."""
         return self.dataset_on_cuda() or bool(site.imported and site.imported.get("on_cuda"))
 
+    def sites_of(self, loop: AstLoopInfo) -> List[LoaderSite]:
+        """The loaders ``loop`` iterates (those whose ``loops`` hold it), in the order of ``sites``."""
+        if self._sites_by_loop is None:  # once per file: asked for each loop, a scan of every site was quadratic
+            self._sites_by_loop = {}
+            for site in self.sites:
+                for known in site.loops:
+                    self._sites_by_loop.setdefault(id(known), []).append(site)
+        return self._sites_by_loop.get(id(loop), [])
+
     def unpinned(self, loop: AstLoopInfo) -> bool:
         """Every loader the loop is tied to is provably not pinned (``pin_memory`` not passed, or ``False``)."""
-        sites = [site for site in self.sites if any(known is loop for known in site.loops)]
+        sites = self.sites_of(loop)
         return bool(sites) and all(self.setting(site, "pin_memory") in (ABSENT, False) for site in sites)
 
     def is_in_memory_dataset(self, site: LoaderSite) -> bool:

@@ -41,6 +41,10 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
 
+def _def_order(function: ast.AST) -> Tuple[int, int]:
+    return function.lineno, function.col_offset  # type: ignore[attr-defined]  # (AstIndex.functions' order)
+
+
 def ends_after_first_iteration(loop: ast.AST) -> bool:
     """The loop's body leaves it unconditionally (a ``break``, ``return`` or ``raise`` among its own
     statements): it runs one iteration, once (``for x, y in loader: print(x.shape); break``)."""
@@ -286,12 +290,15 @@ class StepFacts:
 
     # --- the call graph ---------------------------------------------------------------------------
     def _graph(self, index: AstIndex, project) -> None:
-        functions: Dict[str, List[_Def]] = {}
+        # name -> the defs of that name, grouped by the scope that makes them (the answer of `_in_sight` is
+        # the group's: a long file that defines one name many times must not climb scopes for each def)
+        functions: Dict[str, Dict[ast.AST, List[_Def]]] = {}
         methods = self._methods
         for function in index.functions:
             klass = index.class_of.get(function)
             if klass is None:
-                functions.setdefault(function.name, []).append(function)
+                home = index.function_of(function) or index.tree
+                functions.setdefault(function.name, {}).setdefault(home, []).append(function)
             else:
                 methods.setdefault((klass, function.name), []).append(function)
         self._classes = classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
@@ -379,11 +386,11 @@ class StepFacts:
             loop = loop.parent
         return None
 
-    def _in_sight(self, index: AstIndex, function: _Def, name: str, caller) -> bool:
-        """``name`` in ``caller`` (a def, a lambda or None: the module) means ``function``: the def is made
-        in ``caller`` or a scope around it, and no scope in between binds the name otherwise (a loop target
-        ``for step in steps: step(batch)`` is not the file's ``def step``)."""
-        home = index.function_of(function) or index.tree
+    def _in_sight(self, index: AstIndex, home: ast.AST, name: str, caller) -> bool:
+        """``name`` in ``caller`` (a def, a lambda or None: the module) means a def of that name made in
+        ``home`` (a def, a lambda or the module): ``home`` is ``caller`` or a scope around it, and no scope in
+        between binds the name otherwise (a loop target ``for step in steps: step(batch)`` is not the file's
+        ``def step``)."""
         scope = caller if caller is not None else index.tree
         while scope is not home:
             if index.values_of(name, scope) or scope is index.tree:
@@ -400,7 +407,16 @@ class StepFacts:
         if type(func) is ast.Name:
             if func.id in index.imports:
                 return [], []
-            return [f for f in functions.get(func.id, ()) if self._in_sight(index, f, func.id, caller)], []
+            groups = functions.get(func.id)
+            if not groups:
+                return [], []
+            if len(groups) == 1:  # (most names: one scope makes them)
+                home, defs = next(iter(groups.items()))
+                return (defs if self._in_sight(index, home, func.id, caller) else []), []
+            found = [(defs, home) for home, defs in groups.items() if self._in_sight(index, home, func.id, caller)]
+            if len(found) > 1:
+                return sorted((f for defs, _ in found for f in defs), key=_def_order), []
+            return (found[0][0] if found else []), []
         if type(func) is not ast.Attribute:
             return [], []
         receiver = func.value

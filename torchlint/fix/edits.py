@@ -35,8 +35,12 @@ if TYPE_CHECKING:
 class FixEdits:
     """Edits of the reports of one parsed module; build once per file, then ``edits(report)`` per report."""
 
-    def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str) -> None:
+    def __init__(self, module: cst.Module, analysis: "FileAnalysis", path: str, source: str,
+                 file_lines: Optional[Sequence[int]] = None) -> None:
+        """``source``: the text ``module`` was parsed from; ``file_lines``: where it is some of a file's lines
+        (``rewrites.StatementTree``), the file's line (0-based) of each, to give the edits in the file's lines."""
         self.module, self.analysis, self.path, self.source = module, analysis, path, source
+        self.file_lines = file_lines
         self.exact = reproduced_exactly(module, source) and not has_continuation_only_line(source)
         self._locator: Optional[StatementLocator] = None
         self._old_texts: Dict[cst.CSTNode, str] = {}
@@ -45,9 +49,9 @@ class FixEdits:
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
         local = self._local_edits(report)
-        if local is not None:
-            return local
-        return text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
+        if local is None:
+            local = text_edits(self.source, FixApplier(self.module, self.analysis, self.path).render([report]))
+        return local if self.file_lines is None else tuple(_in_file(edit, self.file_lines) for edit in local)
 
     def _local_edits(self, report: Report) -> Optional[Tuple[Edit, ...]]:
         fix = report.fix
@@ -213,6 +217,22 @@ def text_edits(before: str, after: str) -> Tuple[Edit, ...]:
         start, end = starts[i1] + prefix, starts[i2] - suffix
         edits.append(Edit(*line_col(before, start), *line_col(before, end), new[prefix:len(new) - suffix]))
     return tuple(edits)
+
+
+def _in_file(edit: Edit, file_lines: Sequence[int]) -> Edit:
+    """An edit of some of a file's lines (``file_lines``: the file's 0-based line of each) in the file's
+    lines. An edit stays within one top-level statement, whose lines follow one another in the file too; a
+    place at a line's start after the last line of a run (where an edit ends, or inserts at its end) is
+    just after that line in the file."""
+    def place(line: int, column: int, after: bool) -> Tuple[int, int]:
+        if column == 1 and line > 1 and (after or line > len(file_lines)):
+            return file_lines[line - 2] + 2, 1
+        return file_lines[line - 1] + 1, column
+
+    line, column = place(edit.line, edit.column, after=False)
+    end_line, end_column = place(edit.end_line, edit.end_column, after=(edit.end_line, edit.end_column) != (
+        edit.line, edit.column))
+    return Edit(line, column, end_line, end_column, edit.content)
 
 
 def line_col(text: str, offset: int) -> Tuple[int, int]:

@@ -117,7 +117,7 @@ class NotebookProgram:
 
     def check(self, shown: str, rules, job: Job) -> List[Diagnostic]:
         """The program's findings, in cell coordinates."""
-        outcome = lint_source(self.text, shown, rules, job.settings, job.with_edits)
+        outcome = lint_source(self.text, shown, rules, job.settings, job.with_edits, top_level_await=True)
         return [self.to_cells(d) for d in outcome.diagnostics]
 
     def to_cells(self, d: Diagnostic) -> Diagnostic:
@@ -389,7 +389,7 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
 
 
 def _fix(shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
-    outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe)
+    outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe, top_level_await=True)
     remaining = [program.to_cells(d) for d in outcome.errors + outcome.remaining]
     result = NotebookResult(shown, remaining, outcome.applied)
     if outcome.source == program.text:
