@@ -33,6 +33,10 @@ from torchlint.facts.options import option_default
 if TYPE_CHECKING:
     from torchlint.facts.project import ProjectModel
 
+# A loop over a name bound to more loaders than this (a generated file that rebinds `train_loader` hundreds of
+# times): the rules cannot tell which one it iterates, and tying each loop to each would be quadratic.
+MAX_LOADERS_PER_LOOP = 16
+
 # torch.utils.data.DataLoader's parameters that may be passed by position, in order (torch 1.7 to 2.x);
 # prefetch_factor, persistent_workers and pin_memory_device are keyword-only.
 DATALOADER_POSITIONAL = (
@@ -191,6 +195,8 @@ class LoaderFacts:
         for loop in index.loops:
             for expr in self.iterated(loop):
                 held = self._loader_sites(expr)
+                if len(held) > MAX_LOADERS_PER_LOOP:
+                    continue  # which of them the loop iterates is not in the code: no finding, and linear
                 tied = {id(site) for site in held}  # (a set: a long file may pass thousands)
                 for site in held:
                     self._tie(site, loop)
