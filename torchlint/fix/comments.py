@@ -8,8 +8,9 @@ whose layout a fix reuses elsewhere (a separator between arguments) minus the co
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Dict, Iterable, Mapping, Tuple
 
 import libcst as cst
 
@@ -25,11 +26,28 @@ def comments_in(nodes: Iterable[cst.CSTNode]) -> "Counter[str]":
     stack = list(nodes)
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.Comment):
-            found[node.value] += 1
-        else:
-            stack.extend(node.children)
+        kind = type(node)
+        if kind is cst.Comment:
+            found[node.value] += 1  # type: ignore[attr-defined]
+            continue
+        for name in _fields(kind):  # (LibCST's ``node.children`` runs a visitor: ten times slower)
+            value = getattr(node, name)
+            if type(value) is list or type(value) is tuple:
+                stack.extend(item for item in value if isinstance(item, cst.CSTNode))
+            elif isinstance(value, cst.CSTNode):
+                stack.append(value)
     return found
+
+
+_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def _fields(kind: type) -> Tuple[str, ...]:
+    """Every dataclass field of a node type, whitespace included (where comments are)."""
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(field.name for field in dataclasses.fields(kind))
+    return names
 
 
 def has_comment(node: cst.CSTNode) -> bool:
