@@ -16,8 +16,8 @@ from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
 from torchlint.facts.steps import runs_once_in, runs_once_per_run
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
-from torchlint.facts.text_gates import (CONVERSION_METHODS, FACTORY_NAMES, FILL_METHODS, RANDOM_FILL_METHODS,
-                                        VIEW_METHODS, may_chain_factory_into_move, may_move_to_device)
+from torchlint.facts.text_gates import (CONVERSION_METHODS, FACTORY_NAMES, FILL_METHODS, LEGACY_TENSOR_TYPES,
+                                        RANDOM_FILL_METHODS, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device)
 
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
@@ -33,9 +33,9 @@ _COMPUTED = {"arange", "linspace", "logspace"}
 _RANDOM = {"rand", "randn", "randint", "randperm"}
 # The typed legacy constructors with sizes (`torch.FloatTensor(n, m)`, uninitialised): `torch.empty(n, m,
 # dtype=...)`, whose dtype they fix (they take no `device=` but the CPU's).
-_LEGACY_DTYPES = {"FloatTensor": "float32", "DoubleTensor": "float64", "HalfTensor": "float16",
-                  "BFloat16Tensor": "bfloat16", "LongTensor": "int64", "IntTensor": "int32", "ShortTensor": "int16",
-                  "CharTensor": "int8", "ByteTensor": "uint8", "BoolTensor": "bool"}
+# (the names are the text gate's, ``LEGACY_TENSOR_TYPES``, in its order)
+_LEGACY_DTYPES = dict(zip(LEGACY_TENSOR_TYPES, ("float32", "float64", "float16", "bfloat16", "int64", "int32",
+                                                "int16", "int8", "uint8", "bool"), strict=True))
 FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"} | set(_LEGACY_DTYPES)
 # What may stand between the factory and the move, the GPU tensor taking it as well: views, in-place fills
 # (`torch.FloatTensor(n, m).zero_().cuda()`; a random one draws from the device's generator) and dtype

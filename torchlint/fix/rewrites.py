@@ -318,9 +318,7 @@ def _line_range(index: AstIndex, statement: ast.stmt) -> Tuple[int, int]:
     if ends is None:
         body = index.tree.body
         ends = index.__dict__["_top_level_ends"] = {id(b): a.end_lineno for a, b in zip(body, body[1:])}
-    decorators = getattr(statement, "decorator_list", ())
-    first = min([statement.lineno, *(d.lineno for d in decorators)])
-    return min(first, ends.get(id(statement), 0) + 1), statement.end_lineno  # type: ignore[return-value]
+    return min(_first_line(statement), ends.get(id(statement), 0) + 1), statement.end_lineno  # type: ignore[return-value]
 
 
 def _merged(ranges: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
