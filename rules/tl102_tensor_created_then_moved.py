@@ -35,7 +35,7 @@ _RANDOM = {"rand", "randn", "randint", "randperm"}
 # dtype=...)`, whose dtype they fix (they take no `device=` but the CPU's).
 # (the names are the text gate's, ``LEGACY_TENSOR_TYPES``, in its order)
 _LEGACY_DTYPES = dict(zip(LEGACY_TENSOR_TYPES, ("float32", "float64", "float16", "bfloat16", "int64", "int32",
-                                                "int16", "int8", "uint8", "bool"), strict=True))
+                                                "int16", "int8", "uint8", "bool")))
 FACTORIES = _DETERMINISTIC | _COMPUTED | _RANDOM | {"Tensor"} | set(_LEGACY_DTYPES)
 # What may stand between the factory and the move, the GPU tensor taking it as well: views, in-place fills
 # (`torch.FloatTensor(n, m).zero_().cuda()`; a random one draws from the device's generator) and dtype

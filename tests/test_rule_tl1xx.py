@@ -228,3 +228,11 @@ def test_tl102_device_bound_several_times_to_devices_is_certain():
     assert _one(source, "TL102").fix is Applicability.SAFE
     rebound = source.replace("        device = torch.device('cuda' if args.cuda else 'cpu')\n", "        device = args.device\n")
     assert _one(rebound, "TL102").fix is Applicability.UNSAFE
+
+
+def test_tl102_knows_the_dtype_of_every_legacy_constructor_its_gate_lets_through():
+    from rules.tl102_tensor_created_then_moved import _LEGACY_DTYPES
+    from torchlint.facts.text_gates import LEGACY_TENSOR_TYPES
+
+    assert list(_LEGACY_DTYPES) == list(LEGACY_TENSOR_TYPES)
+    assert _LEGACY_DTYPES["FloatTensor"] == "float32" and _LEGACY_DTYPES["BoolTensor"] == "bool"
