@@ -231,7 +231,7 @@ def test_tl102_device_bound_several_times_to_devices_is_certain():
 
 
 def test_tl102_knows_the_dtype_of_every_legacy_constructor_its_gate_lets_through():
-    from rules.tl102_tensor_created_then_moved import _LEGACY_DTYPES
+    from torchlint.rules.tl102_tensor_created_then_moved import _LEGACY_DTYPES
     from torchlint.facts.text_gates import LEGACY_TENSOR_TYPES
 
     assert list(_LEGACY_DTYPES) == list(LEGACY_TENSOR_TYPES)
