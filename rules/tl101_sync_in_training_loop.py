@@ -172,7 +172,9 @@ class SyncInTrainingLoop(Rule):
     where the loop does not move `total_steps`; `if epoch == 0:` inside the batch loop runs every step of
     the first epoch and is checked).
 
-    A CPU program gets no finding: a script (a `__main__` guard or a module-level training loop) with no
+    A CPU program gets no finding: a script (a `__main__` guard, a module-level training loop, or a
+    module-level call of a function of the file that runs one, directly or through the file's other
+    functions, as a notebook's `train()`) with no
     `.cuda`, no string that names CUDA or NCCL (docstrings and `help=` texts are prose and do not count),
     no integer device, no import of a framework that places work on a GPU (Accelerate, Lightning,
     DeepSpeed, transformers...) or of `torch.distributed` / `torch.cuda`, and no device that could be

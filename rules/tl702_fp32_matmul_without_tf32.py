@@ -15,7 +15,7 @@ from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, As
 from torchlint.config import Settings
 from torchlint.facts.devices import mixed_precision_evidence, project_cuda_evidence, uses_fp64
 from torchlint.facts.steps import step_facts
-from torchlint.facts.script import loop_header
+from torchlint.facts.script import loop_header, main_guard, training_entry_calls
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
 
@@ -30,6 +30,9 @@ _TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_preci
 # loop, or a class body, which runs at import too).
 _TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while|if|try|with|match|class)\b)")
 _TOP_STATEMENT_STARTS = ("for", "while", "if", "try", "with", "match", "class")
+# A module-level statement that may call a function of the file (`train()` at the end of a notebook):
+# anything at column 0 but a def or an import (a def's defaults run in the def's own scope to the index).
+_TOP_CALL_TEXT = re.compile(r"(?m:^(?!(?:def|async|import|from)\b)[A-Za-z_@(\[])")
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
                 "multiprocessing.get_context", "torch.multiprocessing.get_context"}
@@ -39,7 +42,9 @@ _FP64 = {"double", "float64"}
 class Fp32MatmulWithoutTf32(Rule):
     """## What it does
     Flags a training script (a file with a training loop and an entry point: an
-    `if __name__ == "__main__":` block or a loop at module level) that puts its work on a CUDA device,
+    `if __name__ == "__main__":` block, a loop at module level, or, without either, a module-level call of a
+    function of the file that runs a training loop, in its body or through the file's other functions: the
+    `train()` at the end of a notebook) that puts its work on a CUDA device,
     trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=`, or a
     framework that manages precision) and never sets how fp32 matmuls may run: no
     `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
@@ -51,8 +56,8 @@ class Fp32MatmulWithoutTf32(Rule):
     TD3.TD3(...)`): where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
     the code shows to be CUDA, or CUDA when available), the message quotes it with its file and line; where
     the class's file computes in reduced or double precision anywhere, the script is left alone. The finding
-    stands on the entry point (the `if __name__ == "__main__":` line, or the first
-    module-level training loop) and quotes where the file moves work to CUDA.
+    stands on the entry point (the `if __name__ == "__main__":` line, the first
+    module-level training loop, or the first such call) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
     TF32 changes no dtype, no checkpoint and no code path; it only lets cuBLAS use tensor cores for fp32
@@ -92,7 +97,7 @@ class Fp32MatmulWithoutTf32(Rule):
     ## Fix safety
     The fix is **unsafe**: it inserts `torch.set_float32_matmul_precision("high")` once, as the first
     statement of the `if __name__ == "__main__":` block, or, for a script whose training loop runs at module
-    level, right after its leading imports. From then on fp32 matmuls on Ampere+ GPUs round their inputs to
+    level or is run by a module-level call, right after its leading imports. From then on fp32 matmuls on Ampere+ GPUs round their inputs to
     TF32 (10 mantissa bits instead of 23; fp32's range and fp32 accumulation stay): results change in the low
     bits (relative error around 1e-3 per matmul instead of 1e-6), runs are not bit-identical to earlier ones,
     and code that needs full fp32 matmul precision (some scientific code, ill-conditioned solves done with
@@ -151,7 +156,7 @@ class Fp32MatmulWithoutTf32(Rule):
         if not (may_use_cuda(text) and may_train(text)
                 and ("__main__" in text or (
                     (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))
-                    and _TOP_LOOP_TEXT.search(text)))):
+                    and _TOP_LOOP_TEXT.search(text)) or ("def" in text and _TOP_CALL_TEXT.search(text)))):
             return False
         return not ("32" in text and _TF32_SETTING_TEXT.search(text))
 
@@ -165,11 +170,14 @@ class Fp32MatmulWithoutTf32(Rule):
         training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops]
         if not training:
             return
-        guard = _main_guard_on_index(index)
-        # loops outside every def, other than in the `__main__` block: the setting goes before them
+        guard = main_guard(index)
+        # loops outside every def, other than in the `__main__` block: the setting goes before them; without
+        # one, the module-level calls of a function of the file that runs a training loop (`train()` at the
+        # end of a notebook)
         top_loops = [loop for loop in training
                      if loop.function is None and not (guard is not None and index.contains(guard, loop.node))]
-        module_level = bool(top_loops)
+        entry_calls = [] if top_loops else training_entry_calls(index, training)
+        module_level = bool(top_loops or entry_calls)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
         # the classes of other project files whose methods are this script's steps
@@ -200,7 +208,7 @@ class Fp32MatmulWithoutTf32(Rule):
             message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
-        anchor = guard.test if in_guard else loop_header(top_loops[0])
+        anchor = guard.test if in_guard else (loop_header(top_loops[0]) if top_loops else entry_calls[0])
         spawns = any(index.qualified_name(info.node.func) in _SPAWN_CALLS for info in index.calls)
         # what the fix reads besides the imports: the `__main__` block's header and first statement (it goes
         # before that), or the statements that start the file, of the first one past the imports only its kind
@@ -243,18 +251,6 @@ class Fp32MatmulWithoutTf32(Rule):
             return Fix({first: cst.FlattenSentinel([statement, first])}, Applicability.UNSAFE, imports)
         statement = statement.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
         return Fix({anchor: cst.FlattenSentinel([anchor, statement])}, Applicability.UNSAFE, imports)
-
-
-def _main_guard_on_index(index: AstIndex) -> Optional[ast.If]:
-    """The module-level ``if __name__ == "__main__":`` (as ``_main_guard`` finds it on LibCST's tree)."""
-    for statement in index.tree.body:
-        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
-            parts = [statement.test.left, *statement.test.comparators]
-            if any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts) and any(
-                isinstance(p, ast.Constant) and p.value == "__main__" for p in parts
-            ):
-                return statement
-    return None
 
 
 def _leading_statements(index: AstIndex) -> tuple:

@@ -16,7 +16,7 @@ from typing import List, Optional
 from torchlint.facts.index import (
     AstIndex, AstScope, call_arguments, call_name, called_origin, dotted_name, import_origins, is_literal, keyword_value,
 )
-from torchlint.facts.script import is_main_guard
+from torchlint.facts.script import runs_itself
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -225,8 +225,9 @@ _MULTI_GPU_MODULES = ("torch.distributed", "torch.nn.parallel", "torch.cuda", "t
 
 
 def never_uses_cuda(index: AstIndex) -> bool:
-    """True where the file is a CPU program: it runs on its own (a ``__main__`` guard, or a training loop at
-    module level), and nothing in it can reach a CUDA device: no ``.cuda`` attribute (``.cuda()``,
+    """True where the file is a CPU program: it runs on its own (``facts.script.runs_itself``: a ``__main__``
+    guard, a training loop at module level, or a module-level call of a function of the file that runs
+    one), and nothing in it can reach a CUDA device: no ``.cuda`` attribute (``.cuda()``,
     ``torch.cuda.*``), no string that names CUDA or NCCL, no integer device, no import of a framework that
     places work on a GPU or of torch's CUDA / multi-GPU modules, and no device that could be CUDA (a
     ``device`` parameter of a function this file never calls, a device read from a config; an argparse
@@ -234,15 +235,9 @@ def never_uses_cuda(index: AstIndex) -> bool:
     A file that only defines a training function for others to call is not known to be one: False."""
     memo = index.shared.get("never_uses_cuda")
     if memo is None:
-        memo = index.shared["never_uses_cuda"] = _runs_itself(index) and not _mentions_cuda(index) \
+        memo = index.shared["never_uses_cuda"] = runs_itself(index) and not _mentions_cuda(index) \
             and not any(_may_be_cuda_device(index, info.node, info.function or index.tree) for info in index.calls)
     return memo  # type: ignore[return-value]
-
-
-def _runs_itself(index: AstIndex) -> bool:
-    if any(loop.is_training and loop.function is None for loop in index.loops):
-        return True
-    return any(type(statement) is ast.If and is_main_guard(statement.test) for statement in index.tree.body)
 
 
 def _mentions_cuda(index: AstIndex) -> bool:
