@@ -512,8 +512,35 @@ class LoaderFacts:
         index = self.index
         use_scope = index.scope_of(use)
         found = list(scopes.get(use_scope, ()))
+        if len(found) > 1:
+            found = self._reaching(use, use_scope, found)
         if use_scope is not index.tree and not index.values_of(use.id, use_scope):  # type: ignore[attr-defined]
             found += scopes.get(index.tree, ())
+        return found
+
+    def _reaching(self, use: ast.Name, scope: AstScope, found: List[object]) -> List[object]:
+        """Of what ``use``'s name holds in ``scope`` (its own def or the module), what the binding that reaches
+        ``use`` gave, where the code shows which one that is: ``use`` sits in a statement of the scope's own
+        body, and the last earlier statement of that body that binds the name is a plain assignment of one of
+        ``found`` (``loader = DataLoader(a)`` ... ``loader = DataLoader(b)`` ... ``train(loader)``: only
+        ``b``'s loader). Anything else (a binding under an ``if`` or in a loop, the use's own statement
+        binding it): all of ``found``."""
+        body = getattr(scope, "body", None)
+        if type(body) is not list:
+            return found  # a lambda
+        position = (use.lineno, use.col_offset)
+        at = next((i for i, statement in enumerate(body) if (statement.lineno, statement.col_offset) <= position
+                   <= (statement.end_lineno, statement.end_col_offset)), None)  # type: ignore[operator]
+        if at is None or _binds(body[at], use.id):
+            return found
+        for statement in reversed(body[:at]):
+            if not _binds(statement, use.id):
+                continue
+            if type(statement) is not ast.Assign or len(statement.targets) != 1 \
+                    or type(statement.targets[0]) is not ast.Name:
+                return found
+            given = [item for item in found if isinstance(item, LoaderSite) and item.call is statement.value]
+            return given or found
         return found
 
     def _arguments_for_parameter(
@@ -875,6 +902,25 @@ def conversion_before_move(move: ast.Call) -> Optional[ast.Call]:
             and not owner.args and not owner.keywords:  # type: ignore[attr-defined]
         return owner  # type: ignore[return-value]
     return None
+
+
+def _binds(statement: ast.stmt, name: str) -> bool:
+    """``statement`` (or a def, class, loop or block in it) binds ``name`` in its scope, in any way."""
+    for node in ast.walk(statement):
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id == name and type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            if node.name == name:  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.Import, ast.ImportFrom):
+            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.Global, ast.Nonlocal):
+            if name in node.names:  # type: ignore[attr-defined]
+                return True
+    return False
 
 
 def is_batch_part(expr: ast.AST) -> bool:
