@@ -116,13 +116,17 @@ class Fp32MatmulWithoutTf32(Rule):
     added `torch.set_float32_matmul_precision` ("highest", the default; "high" allows TF32; "medium" also
     allows bf16). cuDNN convolutions are a different story: `torch.backends.cudnn.allow_tf32` has defaulted to
     True since 1.7 and still does, so a convolution-only network already gets TF32 and gains nothing here. The
-    rule is silent where the program provably runs no matmul: the file names no `nn.Linear`, `matmul`, `bmm`,
-    `@`, attention or recurrent layer, builds convolutions, and every module its optimizers train and every
-    callable its training loops call is built, through the file's own classes, functions and lambdas, only
-    from `torch.nn` layers, `torch` functions, builtins and the standard library (`math`). Where part of it
+    rule is silent where the program provably runs no matmul: the file names no `nn.Linear`, `matmul`, `mm`,
+    `bmm`, `einsum`, `linear`, `@`, attention or recurrent layer (nor a `torch` matmul function imported under
+    another name), and every module its optimizers train and every callable its training loops call is
+    built, through the file's own classes, functions and lambdas, only from `torch` functions, builtins, the
+    standard library (`math`) and `torch.nn` layers: any layer where the file builds convolutions, else only
+    layers that run no matmul (`nn.Embedding`, norms, activations, pooling, dropout, `nn.Flatten`,
+    containers, losses: a bigram model that is one embedding lookup and a cross-entropy). Where part of it
     comes from elsewhere (a torchvision or timm model, a class of another file of the project, a module
-    passed in as a parameter, `torch.load`, a call of another package in the step) it cannot tell: the
-    finding stays, and the message notes that the file builds convolutions and no matmul layers.
+    passed in as a parameter, `torch.load`, a call of another package in the step, another `torch.nn` layer
+    in a program without convolutions) it cannot tell: the finding stays, and where the file builds
+    convolutions the message notes that it builds them and no matmul layers.
     PyTorch 2.9 added the
     `fp32_precision` settings (`torch.backends.cuda.matmul.fp32_precision = "tf32"`,
     `torch.backends.cudnn.conv.fp32_precision`, `torch.backends.fp32_precision`) and plans to deprecate the
@@ -202,10 +206,14 @@ class Fp32MatmulWithoutTf32(Rule):
             "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
             "(Ampere or newer), keeping fp32 weights and ranges"
         )
-        if not _has_matmuls(index, ctx.source) and _has_convolutions(index):
-            if _MatmulFree(index).holds():
-                return  # convolutions only, which cuDNN runs in TF32 by default: the setting changes nothing
-            message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
+        if not _has_matmuls(index, ctx.source):
+            convolutions = _has_convolutions(index)
+            if _MatmulFree(index, any_layer=convolutions).holds():
+                # convolutions (which cuDNN runs in TF32 by default) or lookups, norms, activations, pooling
+                # only: the setting changes nothing
+                return
+            if convolutions:
+                message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
         anchor = guard.test if in_guard else (loop_header(top_loops[0]) if top_loops else entry_calls[0])
@@ -310,7 +318,27 @@ def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
 
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
                  "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
-                 "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}
+                 "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear",
+                 # as much matmul work, by other names
+                 "LazyLinear", "TransformerDecoder", "LSTMCell", "GRUCell", "RNNCell", "AdaptiveLogSoftmaxWithLoss",
+                 "bilinear", "multi_head_attention_forward", "mv", "addmv", "addbmm", "tensordot", "chain_matmul",
+                 "multi_dot", "cdist"}
+# `torch.nn` layers (by their last name) that run no matmul: what a program without convolutions may be built
+# from and still provably run none (lookups, norms, activations, pooling, dropout, reshaping, containers, losses).
+_NO_MATMUL_LAYERS = frozenset({
+    "Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Parameter", "Identity",
+    "Flatten", "Unflatten", "Embedding", "EmbeddingBag",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LocalResponseNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+    "ReLU", "ReLU6", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid",
+    "Tanh", "Hardtanh", "Hardswish", "Hardsigmoid", "Softplus", "Softsign", "Softmax", "LogSoftmax", "GLU",
+    "Threshold", "Tanhshrink", "Softshrink", "Hardshrink", "LogSigmoid",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+    "KLDivLoss",
+})
 
 
 def _has_convolutions(index: AstIndex) -> bool:
@@ -318,8 +346,8 @@ def _has_convolutions(index: AstIndex) -> bool:
 
 
 def _has_matmuls(index: AstIndex, source: str) -> bool:
-    if "@" in source and re.search(r"\w\s*@\s*\w", source):
-        return True
+    if "@" in source and (index.binary_operations(ast.MatMult) or "@=" in source):
+        return True  # `a @ b` (a decorator is no matmul); `a @= b` by its text
     return any(name in index.calls_by_name for name in _MATMUL_CALLS)
 
 
@@ -328,6 +356,9 @@ def _has_matmuls(index: AstIndex, source: str) -> bool:
 _OPAQUE_TORCH = ("torch.load", "torch.hub.", "torch.jit.load", "torch.jit.script", "torch.package.",
                  "torch.export.load", "torch.compile")
 _BUILTINS = frozenset(dir(builtins))
+# Tensor methods that only reshape or read a tensor's layout: no matmul, whatever tensor a parameter holds.
+_RESHAPING_METHODS = frozenset({"view", "reshape", "flatten", "permute", "transpose", "contiguous", "size", "dim",
+                                "unsqueeze", "squeeze", "long", "float", "to"})
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")  # they take the optimizer, not modules
 _NUMBER_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "round", "abs", "complex"})  # never a module
 _STDLIB = frozenset(sys.stdlib_module_names)
@@ -341,8 +372,11 @@ class _MatmulFree:
     class of another project file, a parameter whose value the file does not show, `torch.load`) cannot
     be told: the answer is no."""
 
-    def __init__(self, index: AstIndex) -> None:
+    def __init__(self, index: AstIndex, any_layer: bool = True) -> None:
         self.index = index
+        # True: any `torch.nn` layer the file builds (a file that names no matmul layer and builds convolutions);
+        # False: only the layers that run no matmul (`_NO_MATMUL_LAYERS`)
+        self.any_layer = any_layer
         self.classes = {node.name: node for node in index.tree.body if type(node) is ast.ClassDef}
         self.defs = {node.name: node for node in index.tree.body
                      if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef)}
@@ -382,6 +416,9 @@ class _MatmulFree:
                 return self._module(func.value, scope, depth + 1)  # its arguments: a device, a dtype
             qualified = index.qualified_name(func) or ""
             if qualified.startswith("torch.nn.") and not qualified.startswith(_OPAQUE_TORCH):
+                last = qualified.rsplit(".", 1)[-1]
+                if last in _MATMUL_CALLS or not (self.any_layer or last in _NO_MATMUL_LAYERS):
+                    return False
                 return self._arguments(expr, scope, depth)
             if type(func) is ast.Name and func.id not in self.imported and func.id in self.classes \
                     and not self._bound_locally(func.id, scope):
@@ -467,10 +504,18 @@ class _MatmulFree:
         root = _root_name(func)
         if root is not None and root in self.imported:
             if qualified.startswith("torch."):
+                last = qualified.rsplit(".", 1)[-1]
+                if last in _MATMUL_CALLS:
+                    return False  # `from torch import matmul as mul_`: a matmul by another name
+                if not self.any_layer and qualified.startswith("torch.nn.") and last[:1].isupper() \
+                        and last not in _NO_MATMUL_LAYERS:
+                    return False  # a layer built in the step
                 return not qualified.startswith(_OPAQUE_TORCH)
             return qualified.split(".")[0] in _STDLIB
         if type(func) is ast.Name:
             name = func.id
+            if name == "self" and type(scope) in (ast.FunctionDef, ast.AsyncFunctionDef) and index.in_class(scope):
+                return True  # `self(x)` in a method runs the class's own forward: checked with the class
             if not self._bound_locally(name, scope):
                 if name in self.classes:
                     return self._definition(self.classes[name])
@@ -502,11 +547,27 @@ class _MatmulFree:
             if type(receiver) is ast.Name:
                 if receiver.id == "self" or receiver.id == "super":
                     return True  # the class's own modules and methods: checked with the class
+                if func.attr in _RESHAPING_METHODS and self._parameter(receiver.id, scope):
+                    return True  # `targets.view(B * T)` in `forward`: a tensor's reshaping, whatever it holds
                 return self._receiver(receiver, scope, loop)
             if type(receiver) is ast.Attribute and _root_name(receiver) == "self":
                 return True
             return _root_name(receiver) is None  # `x[0].to(...)`, `(a + b).sum()`: tensors
         return False
+
+    def _parameter(self, name: str, scope: AstScope) -> bool:
+        """``name`` is bound in ``scope`` as one of its parameters, and otherwise only to its own reshaping
+        (``targets = targets.view(B * T)``)."""
+        if type(scope) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return False
+        values = self.index.values_of(name, scope)
+        if values.count(None) != 1 or not all(
+                value is None or (type(value) is ast.Call and type(value.func) is ast.Attribute
+                                  and value.func.attr in _RESHAPING_METHODS and type(value.func.value) is ast.Name
+                                  and value.func.value.id == name) for value in values):
+            return False
+        arguments = scope.args  # type: ignore[attr-defined]
+        return name in {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
 
     def _receiver(self, name: ast.Name, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
         key = (name.id, scope)
