@@ -123,17 +123,6 @@ def training_entry_calls(index: AstIndex, loops=None) -> list:
         return []
     owners = {loop.function for loop in training if loop.function is not None}
     trains: dict = {}
-
-    def runs_training(function: ast.AST) -> bool:
-        if function in trains:
-            return trains[function]  # False while it is being answered: a cycle adds nothing
-        trains[function] = False
-        answer = function in owners or any(
-            type(info.node.func) is ast.Name and info.node.func.id in defs and info.function is function
-            and runs_training(defs[info.node.func.id]) for info in index.calls_within(function))  # type: ignore[arg-type]
-        trains[function] = answer
-        return answer
-
     guard = main_guard(index)
     found = []
     for info in index.calls:
@@ -144,9 +133,24 @@ def training_entry_calls(index: AstIndex, loops=None) -> list:
             continue
         if any(type(a) is ast.ClassDef for a in index.ancestors(info.node)):
             continue
-        if runs_training(defs[func.id]):
+        if _runs_training(index, defs[func.id], defs, owners, trains):
             found.append(info.node)
     return found
+
+
+def _runs_training(index: AstIndex, function: ast.AST, defs: dict, owners: set, trains: dict) -> bool:
+    """``function`` owns one of the training loops (``owners``) or calls, in its own body, a module-level def
+    (``defs``) that does, in turn. (A module-level function, not a closure: a recursive closure is a
+    reference cycle.)"""
+    if function in trains:
+        return trains[function]  # False while it is being answered: a cycle adds nothing
+    trains[function] = False
+    answer = function in owners or any(
+        type(info.node.func) is ast.Name and info.node.func.id in defs and info.function is function
+        and _runs_training(index, defs[info.node.func.id], defs, owners, trains)
+        for info in index.calls_within(function))  # type: ignore[arg-type]
+    trains[function] = answer
+    return answer
 
 
 def runs_itself(index: AstIndex, loops=None) -> bool:
