@@ -19,7 +19,7 @@ from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
-from torchlint.facts.devices import never_uses_cuda
+from torchlint.facts.devices import never_uses_cuda, on_cpu
 from torchlint.facts.steps import StepFacts, runs_once_in, step_facts, step_place
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
@@ -114,7 +114,12 @@ class SyncInTrainingLoop(Rule):
     `.grad` of such a tensor or of a parameter that a loop over `m.parameters()` / `m.named_parameters()`
     draws (`for name, p in model.named_parameters(): ... p.grad.norm()`).
     `float(lr)` and `print(epoch)` are not flagged. NumPy arrays and raw batches straight from the
-    `for x, y in loader` target (still on the CPU) are not flagged either.
+    `for x, y in loader` target (still on the CPU) are not flagged either, nor is a read of a tensor the file
+    shows lives on the CPU (`w[0].item()`, `float(w)`): a name every binding of which, anywhere in the file,
+    is a torch factory given no device or a CPU one (`w = torch.zeros(2)`; `torch.tensor(...)` only of
+    literal numbers, as a tensor given as data keeps its device), that the file never moves (`w.to(...)`,
+    `w.cuda()`, `w.data = ...`, `w.set_(...)`), in a file that sets no default device
+    (`torch.set_default_device`, `with torch.device(...)`) and star-imports nothing.
     Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: their speed does
     not matter.
 
@@ -167,7 +172,9 @@ class SyncInTrainingLoop(Rule):
     where the loop does not move `total_steps`; `if epoch == 0:` inside the batch loop runs every step of
     the first epoch and is checked).
 
-    A CPU program gets no finding: a script (a `__main__` guard or a module-level training loop) with no
+    A CPU program gets no finding: a script (a `__main__` guard, a module-level training loop, or a
+    module-level call of a function of the file that runs one, directly or through the file's other
+    functions, as a notebook's `train()`) with no
     `.cuda`, no string that names CUDA or NCCL (docstrings and `help=` texts are prose and do not count),
     no integer device, no import of a framework that places work on a GPU (Accelerate, Lightning,
     DeepSpeed, transformers...) or of `torch.distributed` / `torch.cuda`, and no device that could be
@@ -418,7 +425,7 @@ class _Detector:
         loop = self._training_loop(call)
         if loop is None or call in self._via:
             if name in ("item", "tolist", "cpu") and not chain_has_sync(recv) \
-                    and self.is_tensor(recv, index.scope_of(call)) \
+                    and self.is_tensor(recv, index.scope_of(call)) and not on_cpu(index, recv) \
                     and self.per_step_return(call, self._chain_top(call)):
                 what = f"`{self._short(recv, call)}.{name}()`"
                 self._via.pop(call, None)  # the message names the step already
@@ -431,8 +438,9 @@ class _Detector:
         if chain_has_sync(recv):
             return  # `x.cpu().numpy()`: reported once, at `.cpu()`
         scope = index.scope_of(call)
-        if numpy_source(index, recv, scope) is not None or self._is_raw_batch(recv, loop, call):
-            return
+        if numpy_source(index, recv, scope) is not None or self._is_raw_batch(recv, loop, call) \
+                or on_cpu(index, recv):
+            return  # a NumPy array, a batch the loader made, a tensor the file keeps on the CPU
         if name == "cpu" and _is_module(recv):
             return
         if name == "numpy" and not self.is_tensor(recv, scope):
@@ -567,7 +575,7 @@ class _Detector:
             return
         arg = _unstarred(call.args[0]) if call.args else call.keywords[0].value
         if not self.is_tensor(arg, index.scope_of(call)) or self._is_raw_batch(arg, loop, call) \
-                or not self._is_slowdown(call, loop):
+                or on_cpu(index, arg) or not self._is_slowdown(call, loop):
             return
         what = f"`{name}({self._short(arg, call)})`"
         self.report(call, f"{what} copies a tensor to the host and waits for the GPU "
@@ -688,7 +696,7 @@ class _Detector:
                     if found is not None:
                         return found
             return None
-        if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop, call):
+        if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop, call) and not on_cpu(self.index, value):
             return value
         return None
 

@@ -13,7 +13,7 @@ from torchlint.facts.index import (AstIndex, AstLoopInfo, AstScope, StatementLin
                                  dotted_name, has_star, is_literal, keyword_value, source_order, target_names, walk)
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, loader_facts
+from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, built_by_other_iterator, loader_facts
 from torchlint.facts.steps import runs_once_in
 from torchlint.facts.devices import never_uses_cuda
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
@@ -32,7 +32,11 @@ class BlockingHostToDeviceCopy(Rule):
 
     A loop counts as iterating a loader when it walks a `DataLoader(...)` this file builds (through its
     name, `enumerate`/`tqdm`/`zip`, or a function of the file that takes it as a parameter) or a name that
-    says it is one (`train_loader`, `dataloader`, `val_dl`). Silent for copies to a provable CPU device
+    says it is one (`train_loader`, `dataloader`, `val_dl`), unless the code shows that name holds a batch
+    iterator of another library that is no DataLoader: every binding of it is torchtext's legacy
+    `Iterator(...)`, `BucketIterator(...)` or `BPTTIterator(...)` or unpacks their `.splits(...)`, or it is a
+    parameter of a function of the file every call of which passes one (such an iterator builds its
+    batches' tensors itself, with no pinned memory for `non_blocking` to use). Silent for copies to a provable CPU device
     (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
     `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
     way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent for copies that run once, not
@@ -236,7 +240,10 @@ def _unpacked(target: ast.expr) -> List[ast.expr]:
 
 
 def _named_like_a_loader(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
+    index = facts.index
     for expr in facts.iterated(loop):
+        if built_by_other_iterator(index, expr, index.scope_of(expr)):
+            continue  # a torchtext `BucketIterator`: no DataLoader, whatever its name
         kind = type(expr)
         written = expr.attr if kind is ast.Attribute else expr.id if kind is ast.Name else None  # type: ignore[attr-defined]
         if written is not None and LOADER_NAME.search(written):

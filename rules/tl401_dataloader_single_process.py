@@ -27,7 +27,11 @@ class DataloaderSingleProcess(Rule):
       (also a name bound to one in the loader's own branch, `else: ds = TensorDataset(...)`, when the
       name has other bindings elsewhere);
     - loaders no training loop of the file iterates: validation and test loaders, the examples in a
-      `Dataset` module's docstring or `__main__` block. (A single-process validation loader slows the
+      `Dataset` module's docstring or `__main__` block, a loader only peeked at once
+      (`next(iter(loader))`) before its name is rebound to the loader that trains: where a plain assignment
+      in the same body rebinds the name (`loader = DataLoader(a)` ... `loader = DataLoader(b)` ...
+      `train(loader)`), a use is tied only to the loader the last earlier one gives (a rebinding under an
+      `if` or in a loop ties it to both). (A single-process validation loader slows the
       epoch too, but the evaluation loop is often short and memory-bound; this rule keeps to the loop that
       sets the pace of training.)
     - loaders built here and handed to another module, or built in another module in a way the project

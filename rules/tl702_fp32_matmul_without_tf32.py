@@ -15,7 +15,7 @@ from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, As
 from torchlint.config import Settings
 from torchlint.facts.devices import mixed_precision_evidence, project_cuda_evidence, uses_fp64
 from torchlint.facts.steps import step_facts
-from torchlint.facts.script import loop_header
+from torchlint.facts.script import loop_header, main_guard, training_entry_calls
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import TRAINING_WORDS, may_train, may_use_cuda, with_newline_ends
 
@@ -30,6 +30,9 @@ _TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_preci
 # loop, or a class body, which runs at import too).
 _TOP_LOOP_TEXT = re.compile(r"(?m:^(?:for|while|if|try|with|match|class)\b)")
 _TOP_STATEMENT_STARTS = ("for", "while", "if", "try", "with", "match", "class")
+# A module-level statement that may call a function of the file (`train()` at the end of a notebook):
+# anything at column 0 but a def or an import (a def's defaults run in the def's own scope to the index).
+_TOP_CALL_TEXT = re.compile(r"(?m:^(?!(?:def|async|import|from)\b)[A-Za-z_@(\[])")
 _SPAWN_CALLS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "multiprocessing.Process",
                 "torch.multiprocessing.Process", "multiprocessing.Pool", "torch.multiprocessing.Pool",
                 "multiprocessing.get_context", "torch.multiprocessing.get_context"}
@@ -39,7 +42,9 @@ _FP64 = {"double", "float64"}
 class Fp32MatmulWithoutTf32(Rule):
     """## What it does
     Flags a training script (a file with a training loop and an entry point: an
-    `if __name__ == "__main__":` block or a loop at module level) that puts its work on a CUDA device,
+    `if __name__ == "__main__":` block, a loop at module level, or, without either, a module-level call of a
+    function of the file that runs a training loop, in its body or through the file's other functions: the
+    `train()` at the end of a notebook) that puts its work on a CUDA device,
     trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=`, or a
     framework that manages precision) and never sets how fp32 matmuls may run: no
     `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
@@ -51,8 +56,8 @@ class Fp32MatmulWithoutTf32(Rule):
     TD3.TD3(...)`): where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
     the code shows to be CUDA, or CUDA when available), the message quotes it with its file and line; where
     the class's file computes in reduced or double precision anywhere, the script is left alone. The finding
-    stands on the entry point (the `if __name__ == "__main__":` line, or the first
-    module-level training loop) and quotes where the file moves work to CUDA.
+    stands on the entry point (the `if __name__ == "__main__":` line, the first
+    module-level training loop, or the first such call) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
     TF32 changes no dtype, no checkpoint and no code path; it only lets cuBLAS use tensor cores for fp32
@@ -92,7 +97,7 @@ class Fp32MatmulWithoutTf32(Rule):
     ## Fix safety
     The fix is **unsafe**: it inserts `torch.set_float32_matmul_precision("high")` once, as the first
     statement of the `if __name__ == "__main__":` block, or, for a script whose training loop runs at module
-    level, right after its leading imports. From then on fp32 matmuls on Ampere+ GPUs round their inputs to
+    level or is run by a module-level call, right after its leading imports. From then on fp32 matmuls on Ampere+ GPUs round their inputs to
     TF32 (10 mantissa bits instead of 23; fp32's range and fp32 accumulation stay): results change in the low
     bits (relative error around 1e-3 per matmul instead of 1e-6), runs are not bit-identical to earlier ones,
     and code that needs full fp32 matmul precision (some scientific code, ill-conditioned solves done with
@@ -111,13 +116,17 @@ class Fp32MatmulWithoutTf32(Rule):
     added `torch.set_float32_matmul_precision` ("highest", the default; "high" allows TF32; "medium" also
     allows bf16). cuDNN convolutions are a different story: `torch.backends.cudnn.allow_tf32` has defaulted to
     True since 1.7 and still does, so a convolution-only network already gets TF32 and gains nothing here. The
-    rule is silent where the program provably runs no matmul: the file names no `nn.Linear`, `matmul`, `bmm`,
-    `@`, attention or recurrent layer, builds convolutions, and every module its optimizers train and every
-    callable its training loops call is built, through the file's own classes, functions and lambdas, only
-    from `torch.nn` layers, `torch` functions, builtins and the standard library (`math`). Where part of it
+    rule is silent where the program provably runs no matmul: the file names no `nn.Linear`, `matmul`, `mm`,
+    `bmm`, `einsum`, `linear`, `@`, attention or recurrent layer (nor a `torch` matmul function imported under
+    another name), and every module its optimizers train and every callable its training loops call is
+    built, through the file's own classes, functions and lambdas, only from `torch` functions, builtins, the
+    standard library (`math`) and `torch.nn` layers: any layer where the file builds convolutions, else only
+    layers that run no matmul (`nn.Embedding`, norms, activations, pooling, dropout, `nn.Flatten`,
+    containers, losses: a bigram model that is one embedding lookup and a cross-entropy). Where part of it
     comes from elsewhere (a torchvision or timm model, a class of another file of the project, a module
-    passed in as a parameter, `torch.load`, a call of another package in the step) it cannot tell: the
-    finding stays, and the message notes that the file builds convolutions and no matmul layers.
+    passed in as a parameter, `torch.load`, a call of another package in the step, another `torch.nn` layer
+    in a program without convolutions) it cannot tell: the finding stays, and where the file builds
+    convolutions the message notes that it builds them and no matmul layers.
     PyTorch 2.9 added the
     `fp32_precision` settings (`torch.backends.cuda.matmul.fp32_precision = "tf32"`,
     `torch.backends.cudnn.conv.fp32_precision`, `torch.backends.fp32_precision`) and plans to deprecate the
@@ -151,7 +160,7 @@ class Fp32MatmulWithoutTf32(Rule):
         if not (may_use_cuda(text) and may_train(text)
                 and ("__main__" in text or (
                     (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))
-                    and _TOP_LOOP_TEXT.search(text)))):
+                    and _TOP_LOOP_TEXT.search(text)) or ("def" in text and _TOP_CALL_TEXT.search(text)))):
             return False
         return not ("32" in text and _TF32_SETTING_TEXT.search(text))
 
@@ -165,11 +174,14 @@ class Fp32MatmulWithoutTf32(Rule):
         training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops]
         if not training:
             return
-        guard = _main_guard_on_index(index)
-        # loops outside every def, other than in the `__main__` block: the setting goes before them
+        guard = main_guard(index)
+        # loops outside every def, other than in the `__main__` block: the setting goes before them; without
+        # one, the module-level calls of a function of the file that runs a training loop (`train()` at the
+        # end of a notebook)
         top_loops = [loop for loop in training
                      if loop.function is None and not (guard is not None and index.contains(guard, loop.node))]
-        module_level = bool(top_loops)
+        entry_calls = [] if top_loops else training_entry_calls(index, training)
+        module_level = bool(top_loops or entry_calls)
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
         # the classes of other project files whose methods are this script's steps
@@ -194,13 +206,17 @@ class Fp32MatmulWithoutTf32(Rule):
             "`torch.set_float32_matmul_precision(\"high\")` at its start runs fp32 matmuls on tensor cores "
             "(Ampere or newer), keeping fp32 weights and ranges"
         )
-        if not _has_matmuls(index, ctx.source) and _has_convolutions(index):
-            if _MatmulFree(index).holds():
-                return  # convolutions only, which cuDNN runs in TF32 by default: the setting changes nothing
-            message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
+        if not _has_matmuls(index, ctx.source):
+            convolutions = _has_convolutions(index)
+            if _MatmulFree(index, any_layer=convolutions).holds():
+                # convolutions (which cuDNN runs in TF32 by default) or lookups, norms, activations, pooling
+                # only: the setting changes nothing
+                return
+            if convolutions:
+                message += " (this file builds convolutions, which use TF32 by default already, and no matmul layers)"
         in_guard = guard is not None and not module_level
         # Reported at the entry point, where the fix goes and where a `# noqa: TL702` reads naturally.
-        anchor = guard.test if in_guard else loop_header(top_loops[0])
+        anchor = guard.test if in_guard else (loop_header(top_loops[0]) if top_loops else entry_calls[0])
         spawns = any(index.qualified_name(info.node.func) in _SPAWN_CALLS for info in index.calls)
         # what the fix reads besides the imports: the `__main__` block's header and first statement (it goes
         # before that), or the statements that start the file, of the first one past the imports only its kind
@@ -243,18 +259,6 @@ class Fp32MatmulWithoutTf32(Rule):
             return Fix({first: cst.FlattenSentinel([statement, first])}, Applicability.UNSAFE, imports)
         statement = statement.with_changes(leading_lines=[cst.EmptyLine()])  # set apart from the imports
         return Fix({anchor: cst.FlattenSentinel([anchor, statement])}, Applicability.UNSAFE, imports)
-
-
-def _main_guard_on_index(index: AstIndex) -> Optional[ast.If]:
-    """The module-level ``if __name__ == "__main__":`` (as ``_main_guard`` finds it on LibCST's tree)."""
-    for statement in index.tree.body:
-        if isinstance(statement, ast.If) and isinstance(statement.test, ast.Compare):
-            parts = [statement.test.left, *statement.test.comparators]
-            if any(isinstance(p, ast.Name) and p.id == "__name__" for p in parts) and any(
-                isinstance(p, ast.Constant) and p.value == "__main__" for p in parts
-            ):
-                return statement
-    return None
 
 
 def _leading_statements(index: AstIndex) -> tuple:
@@ -314,7 +318,27 @@ def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
 
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
                  "Transformer", "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
-                 "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear"}
+                 "LSTM", "GRU", "RNN", "addmm", "baddbmm", "Bilinear",
+                 # as much matmul work, by other names
+                 "LazyLinear", "TransformerDecoder", "LSTMCell", "GRUCell", "RNNCell", "AdaptiveLogSoftmaxWithLoss",
+                 "bilinear", "multi_head_attention_forward", "mv", "addmv", "addbmm", "tensordot", "chain_matmul",
+                 "multi_dot", "cdist"}
+# `torch.nn` layers (by their last name) that run no matmul: what a program without convolutions may be built
+# from and still provably run none (lookups, norms, activations, pooling, dropout, reshaping, containers, losses).
+_NO_MATMUL_LAYERS = frozenset({
+    "Module", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict", "Parameter", "Identity",
+    "Flatten", "Unflatten", "Embedding", "EmbeddingBag",
+    "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "RMSNorm", "LocalResponseNorm",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
+    "ReLU", "ReLU6", "LeakyReLU", "PReLU", "RReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Sigmoid",
+    "Tanh", "Hardtanh", "Hardswish", "Hardsigmoid", "Softplus", "Softsign", "Softmax", "LogSoftmax", "GLU",
+    "Threshold", "Tanhshrink", "Softshrink", "Hardshrink", "LogSigmoid",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d",
+    "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "AdaptiveMaxPool3d",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout",
+    "CrossEntropyLoss", "NLLLoss", "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss",
+    "KLDivLoss",
+})
 
 
 def _has_convolutions(index: AstIndex) -> bool:
@@ -322,8 +346,8 @@ def _has_convolutions(index: AstIndex) -> bool:
 
 
 def _has_matmuls(index: AstIndex, source: str) -> bool:
-    if "@" in source and re.search(r"\w\s*@\s*\w", source):
-        return True
+    if "@" in source and (index.binary_operations(ast.MatMult) or "@=" in source):
+        return True  # `a @ b` (a decorator is no matmul); `a @= b` by its text
     return any(name in index.calls_by_name for name in _MATMUL_CALLS)
 
 
@@ -332,6 +356,9 @@ def _has_matmuls(index: AstIndex, source: str) -> bool:
 _OPAQUE_TORCH = ("torch.load", "torch.hub.", "torch.jit.load", "torch.jit.script", "torch.package.",
                  "torch.export.load", "torch.compile")
 _BUILTINS = frozenset(dir(builtins))
+# Tensor methods that only reshape or read a tensor's layout: no matmul, whatever tensor a parameter holds.
+_RESHAPING_METHODS = frozenset({"view", "reshape", "flatten", "permute", "transpose", "contiguous", "size", "dim",
+                                "unsqueeze", "squeeze", "long", "float", "to"})
 _NOT_OPTIMIZERS = ("torch.optim.lr_scheduler.", "torch.optim.swa_utils.")  # they take the optimizer, not modules
 _NUMBER_BUILTINS = frozenset({"int", "float", "bool", "str", "len", "round", "abs", "complex"})  # never a module
 _STDLIB = frozenset(sys.stdlib_module_names)
@@ -345,8 +372,11 @@ class _MatmulFree:
     class of another project file, a parameter whose value the file does not show, `torch.load`) cannot
     be told: the answer is no."""
 
-    def __init__(self, index: AstIndex) -> None:
+    def __init__(self, index: AstIndex, any_layer: bool = True) -> None:
         self.index = index
+        # True: any `torch.nn` layer the file builds (a file that names no matmul layer and builds convolutions);
+        # False: only the layers that run no matmul (`_NO_MATMUL_LAYERS`)
+        self.any_layer = any_layer
         self.classes = {node.name: node for node in index.tree.body if type(node) is ast.ClassDef}
         self.defs = {node.name: node for node in index.tree.body
                      if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef)}
@@ -386,6 +416,9 @@ class _MatmulFree:
                 return self._module(func.value, scope, depth + 1)  # its arguments: a device, a dtype
             qualified = index.qualified_name(func) or ""
             if qualified.startswith("torch.nn.") and not qualified.startswith(_OPAQUE_TORCH):
+                last = qualified.rsplit(".", 1)[-1]
+                if last in _MATMUL_CALLS or not (self.any_layer or last in _NO_MATMUL_LAYERS):
+                    return False
                 return self._arguments(expr, scope, depth)
             if type(func) is ast.Name and func.id not in self.imported and func.id in self.classes \
                     and not self._bound_locally(func.id, scope):
@@ -471,10 +504,18 @@ class _MatmulFree:
         root = _root_name(func)
         if root is not None and root in self.imported:
             if qualified.startswith("torch."):
+                last = qualified.rsplit(".", 1)[-1]
+                if last in _MATMUL_CALLS:
+                    return False  # `from torch import matmul as mul_`: a matmul by another name
+                if not self.any_layer and qualified.startswith("torch.nn.") and last[:1].isupper() \
+                        and last not in _NO_MATMUL_LAYERS:
+                    return False  # a layer built in the step
                 return not qualified.startswith(_OPAQUE_TORCH)
             return qualified.split(".")[0] in _STDLIB
         if type(func) is ast.Name:
             name = func.id
+            if name == "self" and type(scope) in (ast.FunctionDef, ast.AsyncFunctionDef) and index.in_class(scope):
+                return True  # `self(x)` in a method runs the class's own forward: checked with the class
             if not self._bound_locally(name, scope):
                 if name in self.classes:
                     return self._definition(self.classes[name])
@@ -506,11 +547,27 @@ class _MatmulFree:
             if type(receiver) is ast.Name:
                 if receiver.id == "self" or receiver.id == "super":
                     return True  # the class's own modules and methods: checked with the class
+                if func.attr in _RESHAPING_METHODS and self._parameter(receiver.id, scope):
+                    return True  # `targets.view(B * T)` in `forward`: a tensor's reshaping, whatever it holds
                 return self._receiver(receiver, scope, loop)
             if type(receiver) is ast.Attribute and _root_name(receiver) == "self":
                 return True
             return _root_name(receiver) is None  # `x[0].to(...)`, `(a + b).sum()`: tensors
         return False
+
+    def _parameter(self, name: str, scope: AstScope) -> bool:
+        """``name`` is bound in ``scope`` as one of its parameters, and otherwise only to its own reshaping
+        (``targets = targets.view(B * T)``)."""
+        if type(scope) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return False
+        values = self.index.values_of(name, scope)
+        if values.count(None) != 1 or not all(
+                value is None or (type(value) is ast.Call and type(value.func) is ast.Attribute
+                                  and value.func.attr in _RESHAPING_METHODS and type(value.func.value) is ast.Name
+                                  and value.func.value.id == name) for value in values):
+            return False
+        arguments = scope.args  # type: ignore[attr-defined]
+        return name in {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
 
     def _receiver(self, name: ast.Name, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
         key = (name.id, scope)

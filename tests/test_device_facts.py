@@ -5,8 +5,9 @@ import ast
 import pytest
 
 from torchlint.facts.index import AstIndex
-from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, reduced_precision_calls,
-                                     reduced_precision_evidence, to_destination)
+from torchlint.facts.devices import (CPU, CUDA, cuda_evidence, mixed_precision_evidence, on_cpu,
+                                     reduced_precision_calls, reduced_precision_evidence, to_destination)
+from torchlint.facts.script import training_entry_calls
 
 
 def index(source: str) -> AstIndex:
@@ -104,3 +105,46 @@ def test_reduced_precision_calls_are_every_sign_less_the_disabled_autocasts():
     assert reduced_precision_calls(index("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n")) == []
     fp8 = "import transformer_engine.pytorch as te\nwith te.autocast(enabled=True):\n    pass\n"
     assert reduced_precision_calls(index(fp8)) == [] and reduced_precision_evidence(index(fp8)) is not None
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("w = torch.tensor([1.0, -2.0])", True),
+        ("w = torch.zeros(2, 3, device='cpu')", True),
+        ("w = torch.zeros(2)\nw = torch.ones(2)", True),
+        ("w = torch.tensor([1.0], device='cuda')", False),
+        ("w = torch.tensor(other)", False),  # a tensor given as data keeps its device
+        ("w = torch.zeros(2)\nw = w.to(device)", False),
+        ("w = torch.zeros(2)\nv = w.cuda()", False),  # the file moves it (or a copy): not shown to stay
+        ("w = torch.zeros(2)\nw.data = w.data.cuda()", False),
+        ("w = torch.zeros(2)\ndef f(w):\n    return w", False),  # a parameter of the same name
+        ("w = torch.zeros(2)\ndef f():\n    global w\n    w = g()", False),
+        ("w = torch.zeros(2)\nfor w in batches:\n    pass", False),
+        ("torch.set_default_device('cuda')\nw = torch.zeros(2)", False),
+        ("with torch.device('cuda'):\n    w = torch.zeros(2)", False),
+        ("from helpers import *\nw = torch.zeros(2)", False),
+        ("w = torch.zeros_like(x)", False),
+    ],
+)
+def test_on_cpu(source, expected):
+    found = index(f"import torch\n{source}\nw[0].item()\n")
+    [read] = [info.node for info in found.calls if info.node.lineno == source.count("\n") + 3]
+    assert on_cpu(found, read.func.value) is expected
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("def train():\n    for x in data:\n        loss(x).backward()\ntrain()", 1),
+        ("def step(x):\n    loss(x).backward()\ndef epoch():\n    for x in data:\n        step(x)\n"
+         "def run():\n    for e in range(3):\n        epoch()\nrun()", 0),  # `epoch`'s loop trains only through a call
+        ("def one():\n    for x in data:\n        loss(x).backward()\ndef run():\n    one()\nfor e in range(3):\n    run()", 1),
+        ("def train():\n    for x in data:\n        loss(x).backward()\nif __name__ == '__main__':\n    train()", 0),
+        ("def train():\n    for x in data:\n        loss(x).backward()\ndef helper():\n    pass\nhelper()", 0),
+        ("def train():\n    for x in data:\n        loss(x).backward()\ntrain = other\ntrain()", 0),
+        ("from lib import train\ntrain()", 0),
+    ],
+)
+def test_training_entry_calls(source, expected):
+    assert len(training_entry_calls(index(source))) == expected

@@ -16,7 +16,7 @@ from typing import List, Optional
 from torchlint.facts.index import (
     AstIndex, AstScope, call_arguments, call_name, called_origin, dotted_name, import_origins, is_literal, keyword_value,
 )
-from torchlint.facts.script import is_main_guard
+from torchlint.facts.script import runs_itself
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -225,8 +225,9 @@ _MULTI_GPU_MODULES = ("torch.distributed", "torch.nn.parallel", "torch.cuda", "t
 
 
 def never_uses_cuda(index: AstIndex) -> bool:
-    """True where the file is a CPU program: it runs on its own (a ``__main__`` guard, or a training loop at
-    module level), and nothing in it can reach a CUDA device: no ``.cuda`` attribute (``.cuda()``,
+    """True where the file is a CPU program: it runs on its own (``facts.script.runs_itself``: a ``__main__``
+    guard, a training loop at module level, or a module-level call of a function of the file that runs
+    one), and nothing in it can reach a CUDA device: no ``.cuda`` attribute (``.cuda()``,
     ``torch.cuda.*``), no string that names CUDA or NCCL, no integer device, no import of a framework that
     places work on a GPU or of torch's CUDA / multi-GPU modules, and no device that could be CUDA (a
     ``device`` parameter of a function this file never calls, a device read from a config; an argparse
@@ -234,15 +235,9 @@ def never_uses_cuda(index: AstIndex) -> bool:
     A file that only defines a training function for others to call is not known to be one: False."""
     memo = index.shared.get("never_uses_cuda")
     if memo is None:
-        memo = index.shared["never_uses_cuda"] = _runs_itself(index) and not _mentions_cuda(index) \
+        memo = index.shared["never_uses_cuda"] = runs_itself(index) and not _mentions_cuda(index) \
             and not any(_may_be_cuda_device(index, info.node, info.function or index.tree) for info in index.calls)
     return memo  # type: ignore[return-value]
-
-
-def _runs_itself(index: AstIndex) -> bool:
-    if any(loop.is_training and loop.function is None for loop in index.loops):
-        return True
-    return any(type(statement) is ast.If and is_main_guard(statement.test) for statement in index.tree.body)
 
 
 def _mentions_cuda(index: AstIndex) -> bool:
@@ -459,3 +454,115 @@ def uses_fp64(index: AstIndex) -> bool:
     if any(not info.node.args and not info.node.keywords for info in index.calls_by_name.get("double", ())):
         return True
     return bool(_FP64_TEXT.search(index.source))
+
+
+# torch factories whose result lives on the default device (the CPU unless the code changes it), unless
+# given a `device=`; `torch.tensor(...)` / `torch.as_tensor(...)` only of literal data (a tensor given as data
+# keeps its own device).
+_CPU_FACTORIES = {"zeros", "ones", "full", "empty", "rand", "randn", "randint", "arange", "linspace", "logspace",
+                  "eye", "randperm"}
+_LITERAL_DATA_FACTORIES = {"tensor", "as_tensor"}
+# What changes the device a factory without `device=` uses, or moves a tensor where it is.
+_DEFAULT_DEVICE_CALLS = {"torch.set_default_device", "torch.set_default_tensor_type"}
+_DEVICE_MOVES = {"to", "cuda", "set_", "type", "share_memory_"}
+
+
+def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
+    """``expr`` (a name, or a subscript or attribute chain of one: ``w``, ``w[0]``, ``w.grad``) is a tensor the
+    file shows lives on the CPU: every binding of the name anywhere in the file is an assignment of a torch
+    factory without a device or with a CPU one (``w = torch.tensor([1.0, 1.0])``, ``torch.zeros(3)``), nothing
+    in the file moves it (``w.to(...)``, ``w.cuda()``, ``w.data = ...``, ``w.set_(...)``), and the file changes
+    no default device (``torch.set_default_device``, ``with torch.device(...)``) and star-imports nothing."""
+    root = expr
+    while type(root) in (ast.Attribute, ast.Subscript):
+        root = root.value  # type: ignore[attr-defined]
+    if type(root) is not ast.Name:
+        return False
+    names = index.shared.get("cpu_tensor_names")
+    if names is None:
+        names = index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
+    return root.id in names  # type: ignore[attr-defined]
+
+
+def _cpu_tensor_names(index: AstIndex) -> frozenset:
+    if any(index.qualified_name(info.node.func) in _DEFAULT_DEVICE_CALLS for info in index.calls):
+        return frozenset()
+    factory_targets = set()  # the Name nodes an assignment of a CPU factory binds
+    bound: dict = {}  # name -> every node that binds it
+    moved = set()
+    for node in ast.walk(index.tree):
+        kind = type(node)
+        if kind is ast.Name:
+            if type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
+                bound.setdefault(node.id, []).append(node)  # type: ignore[attr-defined]
+        elif kind is ast.Assign:
+            if type(node.value) is ast.Call and _cpu_factory(index, node.value):  # type: ignore[attr-defined]
+                factory_targets.update(t for t in node.targets if type(t) is ast.Name)  # type: ignore[attr-defined]
+            for target in node.targets:  # type: ignore[attr-defined]
+                if type(target) is ast.Attribute and type(target.value) is ast.Name:
+                    moved.add(target.value.id)  # `w.data = w.data.cuda()`
+        elif kind is ast.Call:
+            func = node.func  # type: ignore[attr-defined]
+            if type(func) is ast.Attribute and func.attr in _DEVICE_MOVES:
+                root = func.value
+                while type(root) in (ast.Attribute, ast.Subscript):
+                    root = root.value
+                if type(root) is ast.Name:
+                    moved.add(root.id)
+        elif kind in (ast.With, ast.AsyncWith):
+            if any(type(item.context_expr) is ast.Call  # type: ignore[attr-defined]
+                   and index.qualified_name(item.context_expr.func) == "torch.device"
+                   for item in node.items):  # type: ignore[attr-defined]
+                return frozenset()
+        elif kind is ast.ImportFrom:
+            if any(alias.name == "*" for alias in node.names):  # type: ignore[attr-defined]
+                return frozenset()
+            for alias in node.names:  # type: ignore[attr-defined]
+                bound.setdefault(alias.asname or alias.name, []).append(alias)
+        elif kind is ast.Import:
+            for alias in node.names:  # type: ignore[attr-defined]
+                bound.setdefault(alias.asname or alias.name.split(".")[0], []).append(alias)
+        elif kind is ast.arg:
+            bound.setdefault(node.arg, []).append(node)  # type: ignore[attr-defined]
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound.setdefault(node.name, []).append(node)  # type: ignore[attr-defined]
+        elif kind in (ast.Global, ast.Nonlocal):
+            for name in node.names:  # type: ignore[attr-defined]
+                bound.setdefault(name, []).append(node)
+        elif kind is ast.ExceptHandler or kind.__name__ in ("MatchAs", "MatchStar", "MatchMapping"):
+            name = getattr(node, "name", None) or getattr(node, "rest", None)
+            if name:
+                bound.setdefault(name, []).append(node)
+    return frozenset(name for name, nodes in bound.items()
+                     if name not in moved and all(n in factory_targets for n in nodes))
+
+
+def _cpu_factory(index: AstIndex, call: ast.Call) -> bool:
+    """``call`` makes a tensor on the CPU (the default device): a torch factory with no ``device=`` or a CPU
+    one, and no ``out=``; ``torch.tensor`` / ``torch.as_tensor`` only of literal numbers."""
+    qualified = index.qualified_name(call.func) or ""
+    if not qualified.startswith("torch.") or qualified.count(".") != 1:
+        return False
+    name = qualified[len("torch."):]
+    if name not in _CPU_FACTORIES and name not in _LITERAL_DATA_FACTORIES:
+        return False
+    if any(keyword.arg is None or keyword.arg == "out" for keyword in call.keywords) \
+            or any(type(arg) is ast.Starred for arg in call.args):
+        return False
+    device = keyword_value(call, "device")
+    if device is not None and device_kind(index, device, index.scope_of(call)) != CPU:
+        return False
+    if name in _LITERAL_DATA_FACTORIES:
+        return bool(call.args) and _literal_numbers(call.args[0])
+    return True
+
+
+def _literal_numbers(node: ast.AST) -> bool:
+    kind = type(node)
+    if kind is ast.Constant:
+        return type(node.value) in (int, float, bool, complex)  # type: ignore[attr-defined]
+    if kind is ast.UnaryOp:
+        return _literal_numbers(node.operand)  # type: ignore[attr-defined]
+    if kind in (ast.List, ast.Tuple):
+        return all(_literal_numbers(e) for e in node.elts)  # type: ignore[attr-defined]
+    return False

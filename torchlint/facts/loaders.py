@@ -527,8 +527,35 @@ class LoaderFacts:
         index = self.index
         use_scope = index.scope_of(use)
         found = list(scopes.get(use_scope, ()))
+        if len(found) > 1:
+            found = self._reaching(use, use_scope, found)
         if use_scope is not index.tree and not index.values_of(use.id, use_scope):  # type: ignore[attr-defined]
             found += scopes.get(index.tree, ())
+        return found
+
+    def _reaching(self, use: ast.Name, scope: AstScope, found: List[object]) -> List[object]:
+        """Of what ``use``'s name holds in ``scope`` (its own def or the module), what the binding that reaches
+        ``use`` gave, where the code shows which one that is: ``use`` sits in a statement of the scope's own
+        body, and the last earlier statement of that body that binds the name is a plain assignment of one of
+        ``found`` (``loader = DataLoader(a)`` ... ``loader = DataLoader(b)`` ... ``train(loader)``: only
+        ``b``'s loader). Anything else (a binding under an ``if`` or in a loop, the use's own statement
+        binding it): all of ``found``."""
+        body = getattr(scope, "body", None)
+        if type(body) is not list:
+            return found  # a lambda
+        position = (use.lineno, use.col_offset)
+        at = next((i for i, statement in enumerate(body) if (statement.lineno, statement.col_offset) <= position
+                   <= (statement.end_lineno, statement.end_col_offset)), None)  # type: ignore[operator]
+        if at is None or _binds(body[at], use.id):
+            return found
+        for statement in reversed(body[:at]):
+            if not _binds(statement, use.id):
+                continue
+            if type(statement) is not ast.Assign or len(statement.targets) != 1 \
+                    or type(statement.targets[0]) is not ast.Name:
+                return found
+            given = [item for item in found if isinstance(item, LoaderSite) and item.call is statement.value]
+            return given or found
         return found
 
     def _arguments_for_parameter(
@@ -905,6 +932,25 @@ def conversion_before_move(move: ast.Call) -> Optional[ast.Call]:
     return None
 
 
+def _binds(statement: ast.stmt, name: str) -> bool:
+    """``statement`` (or a def, class, loop or block in it) binds ``name`` in its scope, in any way."""
+    for node in ast.walk(statement):
+        kind = type(node)
+        if kind is ast.Name:
+            if node.id == name and type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            if node.name == name:  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.Import, ast.ImportFrom):
+            if any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names):  # type: ignore[attr-defined]
+                return True
+        elif kind in (ast.Global, ast.Nonlocal):
+            if name in node.names:  # type: ignore[attr-defined]
+                return True
+    return False
+
+
 def is_batch_part(expr: ast.AST) -> bool:
     """A name, or a subscript/attribute chain of one: a part of the batch, not something computed from it."""
     while type(expr) in (ast.Attribute, ast.Subscript):
@@ -935,3 +981,82 @@ def _is_loader_expr(index: AstIndex, expr: ast.expr, scope: AstScope) -> bool:
         if type(value) is ast.Call:
             return (index.qualified_name(value.func) or "").endswith("DataLoader")  # type: ignore[attr-defined]
     return False
+
+
+# Batch iterators of other libraries that are no torch DataLoader, nor a subclass of one: torchtext's legacy
+# iterators build each batch's tensors themselves (on the device their `device=` names), with no pinned memory.
+_OTHER_BATCH_ITERATORS = frozenset(
+    f"{package}.{klass}{method}"
+    for package in ("torchtext.data", "torchtext.data.iterator", "torchtext.legacy.data",
+                    "torchtext.legacy.data.iterator")
+    for klass in ("Iterator", "BucketIterator", "BPTTIterator") for method in ("", ".splits"))
+
+
+def built_by_other_iterator(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0) -> bool:
+    """``expr`` (a name) certainly holds a batch iterator of another library that is no torch DataLoader
+    (torchtext's ``BucketIterator(...)``, or one of what ``BucketIterator.splits(...)`` returns): every binding
+    of the name seen from ``scope`` is such a call or unpacks one, or it is a parameter of a function of the
+    file every call of which (there is at least one) passes such an iterator."""
+    if type(expr) is not ast.Name or depth > 4:
+        return False
+    name = expr.id  # type: ignore[attr-defined]
+    where = scope if index.values_of(name, scope) else index.tree
+    values = index.values_of(name, where)
+    if not values:
+        return False
+    unpacked = _iterator_unpackings(index).get((where, name), 0)
+    unbound = 0
+    for value in values:
+        if value is None:
+            unbound += 1
+        elif not (type(value) is ast.Call and index.qualified_name(value.func) in _OTHER_BATCH_ITERATORS):
+            return False
+    if unbound == unpacked:
+        return True
+    return unbound == unpacked + 1 and _iterator_parameter(index, where, name, depth)
+
+
+def _iterator_unpackings(index: AstIndex) -> dict:
+    """(scope, name) -> how many times ``a, b, c = BucketIterator.splits(...)`` binds the name there."""
+    memo = index.shared.get("iterator_unpackings")
+    if memo is None:
+        memo = index.shared["iterator_unpackings"] = {}
+        for info in index.calls:
+            if index.qualified_name(info.node.func) not in _OTHER_BATCH_ITERATORS:
+                continue
+            target = index.assigned_to.get(info.node)
+            if target is None or type(target) is ast.Name:
+                continue  # a plain `x = BucketIterator(...)` is a binding with its value
+            statement = index.parent(info.node)
+            if type(statement) is not ast.Assign or len(statement.targets) != 1:
+                continue
+            for name in target_names(target):
+                key = (info.function or index.tree, name)
+                memo[key] = memo.get(key, 0) + 1
+    return memo
+
+
+def _iterator_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -> bool:
+    """``name`` is a parameter of ``function`` (a plain def of the file) that every call of it in the file
+    passes a batch iterator of another library (``built_by_other_iterator``)."""
+    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or index.in_class(function):
+        return False
+    arguments = function.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
+    if name not in positional and name not in [a.arg for a in arguments.kwonlyargs]:
+        return False
+    calls = [info for info in index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
+             if type(info.node.func) is ast.Name]  # (`model.train()` is another object's method)
+    if not calls:
+        return False
+    for info in calls:
+        call = info.node
+        if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+            return False
+        value = keyword_value(call, name)
+        if value is None and name in positional:
+            at = positional.index(name)
+            value = call.args[at] if at < len(call.args) else None
+        if value is None or not built_by_other_iterator(index, value, info.function or index.tree, depth + 1):
+            return False
+    return True

@@ -96,3 +96,70 @@ def runs_on_every_run(index: AstIndex, node: ast.AST, depth: int = 0) -> bool:
                 and runs_on_every_run(index, info.node, depth + 1)):
             return True
     return False
+
+
+def main_guard(index: AstIndex) -> Optional[ast.If]:
+    """The first module-level ``if __name__ == "__main__":`` block."""
+    return next((statement for statement in index.tree.body
+                 if type(statement) is ast.If and is_main_guard(statement.test)), None)
+
+
+def training_entry_calls(index: AstIndex, loops=None) -> list:
+    """The calls outside every def and class, outside the ``__main__`` block, in source order, of a
+    module-level function of the file that runs one of ``loops`` (the file's training loops by default), in
+    its own body or through other module-level functions of the file it calls: ``train()`` at the end of a
+    notebook or of a simple script. A function the file also binds otherwise (an import, an assignment) is
+    not known to be that def: it does not count."""
+    training = [loop for loop in (index.loops if loops is None else loops) if loops is not None or loop.is_training]
+    if not training:
+        return []
+    defs = {}
+    for statement in index.tree.body:
+        if type(statement) in (ast.FunctionDef, ast.AsyncFunctionDef):
+            defs.setdefault(statement.name, []).append(statement)
+    defs = {name: nodes[0] for name, nodes in defs.items()
+            if len(nodes) == 1 and name not in index.imports and index.values_of(name, index.tree) == [None]}
+    if not defs:
+        return []
+    owners = {loop.function for loop in training if loop.function is not None}
+    trains: dict = {}
+    guard = main_guard(index)
+    found = []
+    for info in index.calls:
+        func = info.node.func
+        if info.function is not None or type(func) is not ast.Name or func.id not in defs:
+            continue
+        if guard is not None and index.contains(guard, info.node):
+            continue
+        if any(type(a) is ast.ClassDef for a in index.ancestors(info.node)):
+            continue
+        if _runs_training(index, defs[func.id], defs, owners, trains):
+            found.append(info.node)
+    return found
+
+
+def _runs_training(index: AstIndex, function: ast.AST, defs: dict, owners: set, trains: dict) -> bool:
+    """``function`` owns one of the training loops (``owners``) or calls, in its own body, a module-level def
+    (``defs``) that does, in turn. (A module-level function, not a closure: a recursive closure is a
+    reference cycle.)"""
+    if function in trains:
+        return trains[function]  # False while it is being answered: a cycle adds nothing
+    trains[function] = False
+    answer = function in owners or any(
+        type(info.node.func) is ast.Name and info.node.func.id in defs and info.function is function
+        and _runs_training(index, defs[info.node.func.id], defs, owners, trains)
+        for info in index.calls_within(function))  # type: ignore[arg-type]
+    trains[function] = answer
+    return answer
+
+
+def runs_itself(index: AstIndex, loops=None) -> bool:
+    """The file runs training when it is run: it has a ``__main__`` block, a training loop (of ``loops``, the
+    file's training loops by default) outside every def, or a module-level call of a function of the file that
+    runs one (``training_entry_calls``). A file that only defines training functions for others to call does not."""
+    if main_guard(index) is not None:
+        return True
+    training = [loop for loop in (index.loops if loops is None else loops) if loops is not None or loop.is_training]
+    if any(loop.function is None for loop in training):
+        return True
+    return bool(training_entry_calls(index, training))
