@@ -229,7 +229,8 @@ def test_workers_from_an_option_get_a_condition_that_holds_with_no_workers():
 
 @pytest.mark.parametrize("copies, found", [(2, 2), (16, 16), (17, 0)])
 def test_a_loop_over_a_name_bound_to_many_loaders_is_left_alone(copies, found):
-    """A generated file that rebinds `train_loader` at module level many times over: up to
+    """A generated file that rebinds `train_loader` at module level many times over, each under an ``if``
+    (so any of them may reach the loop; consecutive plain rebindings reach it only through the last): up to
     ``MAX_LOADERS_PER_LOOP`` bindings the loop is tied to each (each unpinned loader: a finding at each),
     beyond it the rules cannot tell which one the loop iterates (and tying every loop to every binding
     was quadratic: 560 copies of a script took 627,200 ties)."""
@@ -237,7 +238,8 @@ def test_a_loop_over_a_name_bound_to_many_loaders_is_left_alone(copies, found):
 
     assert MAX_LOADERS_PER_LOOP == 16
     source = "import torch\nfrom torch.utils.data import DataLoader\n" + "".join(
-        f"train_loader = DataLoader(data, batch_size={i + 1}, num_workers=2)\n" for i in range(copies)) + (
+        f"if flag == {i}: train_loader = DataLoader(data, batch_size={i + 1}, num_workers=2)\n"
+        for i in range(copies)) + (
         "model = torch.nn.Linear(2, 2).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x in train_loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n    opt.step()\n")
     assert [d.line for d in lint(source, "TL402")] == list(range(3, 3 + found))
