@@ -235,6 +235,7 @@ class StepFacts:
         self.imported_steps: Dict[ast.Call, dict] = {}
         self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         self._classes: Dict[str, ast.ClassDef] = {}
+        self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
         self._graph(index, project)
         # the defs that run a training step when called: a step function, or one that calls such a def (or a
         # stepping method of an imported class) outside a loop of its own and not under a logging guard
@@ -278,6 +279,15 @@ class StepFacts:
         if loop is None or under_logging_guard(index, node, function):  # type: ignore[arg-type]
             return None
         return function, loop  # type: ignore[return-value]
+
+    def calls_of(self, function: ast.AST) -> List[ast.Call]:
+        """The calls of this file that run ``function`` (a def of the file), as the call graph resolves them."""
+        if self._calls_of is None:
+            self._calls_of = {}
+            for call, callees in self._callees_of.items():
+                for callee in callees:
+                    self._calls_of.setdefault(callee, []).append(call)
+        return self._calls_of.get(function, [])
 
     def methods_of(self, class_name: str, method: str) -> List[_Def]:
         """The defs of method ``method`` of the file's class ``class_name``."""
