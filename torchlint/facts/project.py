@@ -134,16 +134,20 @@ class ProjectModel:
     """The summaries of the project files one checked file imports (and the files they re-export from)."""
 
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
-                 steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None) -> None:
+                 steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
+                 loaders: bool = True) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
-        self.has_factories = any(summary.get("factories") for summary in summaries.values())
+        # (``loaders``: the loader rules follow the factories; without, the summaries serve re-exports only)
+        self.loaders = loaders
+        self.has_factories = loaders and any(summary.get("factories") for summary in summaries.values())
         self.steps = steps or {}  # file -> its step summary (``facts.steps.step_summary``), for those files
         # the loops of the files that import this one which run its classes' methods (``callers``)
         self._callers: List[Caller] = callers or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
+        self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
 
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
@@ -151,9 +155,16 @@ class ProjectModel:
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
-        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold."""
-        return ((not READING_RULES.isdisjoint(codes) or not STEP_RULES.isdisjoint(codes)) and b"import" in data
-                and any(word in data for word in _TRAINING_WORDS))
+        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold: the
+        loaders of the files it imports where it trains itself (``follows_loaders``), the steps of those files
+        wherever it imports one (its loop may train only through a function of another file: ``run_epoch(...)``)."""
+        return b"import" in data and (not STEP_RULES.isdisjoint(codes) or cls.follows_loaders(data, codes))
+
+    @classmethod
+    def follows_loaders(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether the loader rules (``READING_RULES``) may follow a loader of another file in these bytes."""
+        return not READING_RULES.isdisjoint(codes) and b"import" in data \
+            and any(word in data for word in _TRAINING_WORDS)
 
     @classmethod
     def empty(cls, path: Path) -> "ProjectModel":
@@ -161,9 +172,10 @@ class ProjectModel:
 
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
-                 max_size: int = _SOURCE_LIMIT, steps: bool = False) -> "ProjectModel":
+                 max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True) -> "ProjectModel":
         """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
-        summaries of the files it imports and the loops of the files that import it (``STEP_RULES``)."""
+        summaries of the files it imports and the loops of the files that import it (``STEP_RULES``);
+        ``loaders``: with their loader factories (``follows_loaders``)."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         imports: Dict[Module, Path] = {}
@@ -182,14 +194,14 @@ class ProjectModel:
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
         if not steps:
-            return cls(importer, root, summaries, imports)
+            return cls(importer, root, summaries, imports, loaders=loaders)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
         callers = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -197,13 +209,14 @@ class ProjectModel:
         or a function that returns a CUDA device, or another file's loops run its classes' methods
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
         if code in STEP_RULES:
-            return self.has_imported_steps or self.has_device_functions or bool(self._callers)
+            return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
+                or bool(self._callers)
         return self.has_factories and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
         """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
         each entry's ``path`` (relative to the root), or None."""
-        file = self.imports.get((module, level))
+        file = self.imports.get((module, level)) if self.loaders else None
         for _ in range(MAX_HOPS + 1):
             summary = self.summaries.get(file) if file is not None else None
             if summary is None:
@@ -228,9 +241,9 @@ class ProjectModel:
             if file is None:
                 return None
             summary = self.steps.get(file, {})
-            entries = summary.get(kind, {} if kind == "classes" else [])
+            entries = summary.get(kind, [] if kind == "devices" else {})
             if name in entries:
-                return file, summary, entries[name] if kind == "classes" else True
+                return file, summary, True if kind == "devices" else entries[name]
             origin = self.summaries.get(file, {}).get("reexports", {}).get(name)
             if origin is None:
                 return None
@@ -248,6 +261,16 @@ class ProjectModel:
             return None
         file, summary, entry = found
         return dict(entry, path=self._shown(file), name=name, reduced=summary.get("reduced", True))  # type: ignore[arg-type]
+
+    def function_steps(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The step summary of the module-level function ``name`` of ``module`` (as the checked file imports
+        it), or None: ``kind`` "steps" (one training step a call: ``def train_step(...)``) or "trains" (a
+        training loop of its own: ``def train_epoch(...)``), with ``path``, ``name`` and ``reduced``."""
+        found = self._step_entry(module, level, name, "functions")
+        if found is None:
+            return None
+        file, summary, kind = found
+        return {"kind": kind, "path": self._shown(file), "name": name, "reduced": summary.get("reduced", True)}
 
     def device_function(self, module: str, level: int, name: str) -> bool:
         """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
@@ -362,11 +385,11 @@ def summarize(text: str) -> dict:
 
 
 def _may_hold(data: bytes, kind: str) -> bool:
-    """Whether a step summary of a file of these bytes can hold anything: a class whose methods may train or
-    a function that may return a device ("steps"), a call of an imported name ("uses")."""
+    """Whether a step summary of a file of these bytes can hold anything: a class or function that may train
+    or a function that may return a device ("steps"), a call of an imported name ("uses")."""
     if kind == "uses":
         return b"import" in data
-    return (b"class" in data and (b".backward(" in data or b".step(" in data)) or (b"device(" in data and b"return" in data)
+    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data)
 
 
 def summarize_steps(text: str, kind: str) -> dict:

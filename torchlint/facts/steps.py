@@ -19,7 +19,11 @@ function, or one that calls a stepping def outside a loop of its own) makes a lo
 Through the project model (``facts.project``) the class may be another file's: ``policy.train(...)`` with
 ``policy = TD3.TD3(...)`` steps where ``TD3.py``'s summary says ``train`` does (``step_summary``), and a loop
 of a file that imports this one runs this file's methods every iteration where that file's summary says so
-(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line).
+(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line). A module-level
+function of another project file steps the same way (``train_step(model, batch, opt)`` from ``steps.py``), and a
+loop that calls another file's function or method that runs a training loop of its own (``train_epoch(...)`` of
+``training.py``, ``agent.update()`` looping over its epochs) is an epoch loop (``epoch_loops``): the program
+trains there (TL502, TL702), one epoch a call, so it is no step loop.
 
 Built once per file (``step_facts``), in time linear in the file: one pass over its calls, one walk over the
 graph.
@@ -233,6 +237,9 @@ class StepFacts:
         # a call in this file that runs a training step of an imported project class -> that class's summary
         # (``class_steps``: its file, name, where it moves work to CUDA)
         self.imported_steps: Dict[ast.Call, dict] = {}
+        # a call in this file of an imported project function or method that runs a training loop of its own
+        # (``train_epoch(...)`` of ``training.py``, ``agent.update()`` that loops over its epochs) -> its summary
+        self.imported_trainers: Dict[ast.Call, dict] = {}
         self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         self._classes: Dict[str, ast.ClassDef] = {}
         self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
@@ -242,6 +249,11 @@ class StepFacts:
         self.stepping: Set[ast.AST] = self._stepping(index)
         self.step_loops: Dict[ast.AST, AstLoopInfo] = {
             loop.node: loop for loop in index.loops if self._steps(loop)}
+        # the loops of this file that run a training loop of another project file (an epoch loop that calls
+        # ``train_epoch(...)`` of ``training.py``): the program trains there, one epoch (not one step) a call
+        self.epoch_loops: Dict[ast.AST, AstLoopInfo] = {
+            loop.node: loop for loop in index.loops if loop.node not in self.step_loops
+            and any(call in self.imported_trainers for call in loop.direct_calls)} if self.imported_trainers else {}
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
         self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
@@ -325,6 +337,14 @@ class StepFacts:
                         if found is not None and method in found["steps"]:
                             self.imported_steps[info.node] = found
                             break
+                        if found is not None and method in found.get("trains", ()):
+                            self.imported_trainers[info.node] = found
+            elif not callees and project is not None and project.has_imported_functions and origins:
+                written = dotted_name(func)
+                origin = called_origin(origins, written) if written is not None else None
+                found = project.function_steps(*origin) if origin is not None else None
+                if found is not None:  # `train_step(...)` / `training.train_epoch(...)` of another project file
+                    (self.imported_steps if found["kind"] == "steps" else self.imported_trainers)[info.node] = found
 
     def _stepping(self, index: AstIndex) -> Set[ast.AST]:
         stepping: Set[ast.AST] = {
@@ -346,6 +366,26 @@ class StepFacts:
                     stepping.add(caller)
                     queue.append(caller)
         return stepping
+
+    def trainers(self, index: AstIndex) -> Set[ast.AST]:
+        """The defs that run a whole training loop when called, not one step: a def with a step loop of its
+        own (``train_one_epoch``), one that calls an imported project function or method that does, and one
+        that calls such a def, anywhere in it (stepping defs left out: they are one step a call)."""
+        found: Set[ast.AST] = {loop.function for loop in self.step_loops.values() if type(loop.function) in _DEFS}
+        found.update(info.function for info in index.calls
+                     if info.node in self.imported_trainers and type(info.function) in _DEFS)
+        callers: Dict[ast.AST, List[ast.AST]] = {}
+        for info in index.calls:
+            if type(info.function) in _DEFS:
+                for callee in self._callees_of.get(info.node, ()):
+                    callers.setdefault(callee, []).append(info.function)  # type: ignore[arg-type]
+        queue = deque(found)
+        while queue:
+            for caller in callers.get(queue.popleft(), ()):
+                if caller not in found:
+                    found.add(caller)
+                    queue.append(caller)
+        return found - self.stepping
 
     def _reach(self, index: AstIndex, project) -> None:
         if not self._callees_of and project is None:
@@ -506,22 +546,37 @@ def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.Class
 def step_summary(index: AstIndex) -> dict:
     """What a file that imports this one may use of its training steps (``facts.project``): per class, the
     methods that run a training step when called (``steps``: through ``self.<method>()`` and the file's
-    functions) and the first place its methods move work to a CUDA device the code shows (``cuda``: line and
+    functions), those that run a training loop of their own (``trains``: ``update()`` looping over its
+    epochs), and the first place its methods move work to a CUDA device the code shows (``cuda``: line and
     statement; ``.to(device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"``, not a device
     known only by its name); whether the file computes in reduced or double precision anywhere
-    (``reduced``); and its module-level functions that return a CUDA device, or one when available
+    (``reduced``); its module-level functions that step or train (``functions``: name -> "steps" for one
+    step a call, "trains" for a training loop of their own); and those that return a CUDA device, or one when available
     (``devices``: ``def dev(): return torch.device("cuda") if torch.cuda.is_available() else ...``)."""
     from torchlint.facts.devices import returns_cuda_device, moves_to_cuda, mixed_precision_evidence, uses_fp64
 
     summary: dict = {}
     facts = StepFacts(index)
     classes: Dict[str, dict] = {}
+    functions: Dict[str, str] = {}
+    trainers = facts.trainers(index) if facts.step_loops or facts.stepping else set()
     for function in index.functions:
+        if index.function_of(function) is not None:
+            continue
+        kind = "steps" if function in facts.stepping else "trains" if function in trainers else None
+        if kind is None:
+            continue
         klass = index.class_of.get(function)
-        if klass is not None and function in facts.stepping and index.function_of(function) is None:
-            steps = classes.setdefault(klass.name, {"steps": []})["steps"]
-            if function.name not in steps:
-                steps.append(function.name)
+        if klass is None:
+            functions.setdefault(function.name, kind)
+            continue
+        entry = classes.setdefault(klass.name, {"steps": []})
+        names = entry["steps"] if kind == "steps" else entry.setdefault("trains", [])
+        if function.name not in names:
+            names.append(function.name)
+    if functions:
+        summary["functions"] = functions
+        summary["reduced"] = mixed_precision_evidence(index) is not None or uses_fp64(index)
     if classes:
         for info in index.calls:
             klass = index.class_of.get(info.function) if info.function is not None else None
