@@ -158,7 +158,12 @@ class SyncInTrainingLoop(Rule):
     its callers use it: `n_correct = ....sum().item(); return loss, n_correct` is reported where every call of
     the function in the file only shows, stores or sums that value (`loss, hits, seen = score(...)` then
     `total += hits`), and not where a caller needs it in Python, keeps the result whole (`result = score(...)`),
-    or the function is named otherwise than by those calls (handed around as a value). The step may be in another file of the
+    or the function is named otherwise than by those calls (handed around as a value). A module-level
+    function of the file that a training loop of another project file calls every iteration
+    (`acc = calculate_accuracy(out, y)` in `training.py`'s batch loop, `from utils import calculate_accuracy`)
+    is reached the same way; a value it returns counts as shown there only where that loop drops it or passes
+    it to a collecting or logging call (`meters.update(acc, n)`, `print(...)`): a sum there, whose use is out
+    of sight, keeps it silent. The step may be in another file of the
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
@@ -978,7 +983,10 @@ class _Detector:
                              size: int) -> str:
         index = self.index
         calls = self.steps.calls_of(function)
-        if not calls or self._spelled(function.name) != len(calls):
+        foreign = self.steps.foreign_results.get(function, [])
+        if (not calls and not foreign) or self._spelled(function.name) != len(calls):
+            return "load"
+        if foreign and (position is not None or not all(self._shown_there(uses) for uses in foreign)):
             return "load"
         for call in calls:
             caller = index.function_of(call)
@@ -1002,6 +1010,20 @@ class _Detector:
             if found != "sink":
                 return "load"
         return "sink"
+
+    @staticmethod
+    def _shown_there(uses: Optional[list]) -> bool:
+        """A call's result in a loop of another project file (``facts.steps.result_uses``) is only shown or
+        stored there: dropped, or each use an argument of a collecting or logging call (``meter.update(acc,
+        n)``, ``print(acc)``); anything else, a sum included (what the sum feeds is out of sight), needs it."""
+        if uses is None:
+            return False
+        for kind, written in uses:
+            last = written.rsplit(".", 1)[-1]
+            if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS
+                                     or ("." not in written and _DISPLAY_HELPER.search(last))):
+                return False
+        return True
 
     def _spelled(self, name: str) -> int:
         """How often the file names ``name`` as a variable or an attribute (a def is called by one of those)."""

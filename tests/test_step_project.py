@@ -362,3 +362,64 @@ def test_the_summaries_of_training_functions_and_methods():
     assert summary == {"classes": {"Agent": {"steps": [], "trains": ["learn"],
                                              "cuda": [11, "self.net = nn.Linear(4, 2).to(device)"]}},
                        "reduced": False}
+
+
+# --- a helper function of another file that a step loop calls every iteration (kenshohara's
+# `calculate_accuracy` of utils.py, called by training.py's batch loop)
+
+METRICS = """\
+import torch
+
+
+def hits(out, y):
+    with torch.no_grad():
+        right = out.argmax(1).eq(y).sum().item()
+        return right / y.numel()
+
+
+def spread(out):
+    return out.std().item()
+"""
+
+FIT = """\
+import torch
+from metrics import hits, spread
+
+
+def fit(net, batches, opt, meter):
+    net.cuda()
+    for step, (x, y) in enumerate(batches):
+        out = net(x.cuda())
+        loss = torch.nn.functional.cross_entropy(out, y.cuda())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+{body}
+"""
+
+
+def test_a_helper_of_another_file_whose_value_the_step_only_records(tmp_path):
+    body = ("        acc = hits(out, y.cuda())\n        meter.update(acc, len(y))\n"
+            "        meter.update(spread(out))")
+    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == ["metrics.py:11 TL101", "metrics.py:6 TL101"]
+    messages = _messages(tmp_path, "metrics.py", "TL101")
+    assert all(m.endswith("runs every step: the training loop at fit.py:7 reaches it)") for m in messages)
+
+
+def test_a_helper_of_another_file_whose_value_the_step_needs_or_sums(tmp_path):
+    # a test on the value, a sum whose use is out of sight, and a call under a logging guard: silent
+    body = ("        if hits(out, y.cuda()) > 0.99:\n            break\n"
+            "        total = 0.0\n        total += spread(out)\n"
+            "        if step % 100 == 0:\n            meter.update(hits(out, y.cuda()))")
+    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == []
+
+
+def test_the_uses_summary_of_helper_calls():
+    body = "        acc = hits(out, y)\n        meter.update(acc)\n        print(spread(out))"
+    uses = uses_summary(_index(FIT.format(body=body)))
+    # (`loss.backward()` is kept as the class-method entries are: `loss` is a call of an imported name)
+    assert uses == {"loops": [[7, True, [["torch.nn.functional", 0, "cross_entropy", "backward"],
+                                         ["metrics", 0, "hits", "", [["arg", "meter.update"]]],
+                                         ["metrics", 0, "spread", "", [["arg", "print"]]]]]]}

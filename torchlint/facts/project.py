@@ -277,8 +277,9 @@ class ProjectModel:
         return self._step_entry(module, level, name, "devices") is not None
 
     def callers(self) -> List["Caller"]:
-        """The loops of the project files that import the checked one and call methods of its classes every
-        iteration: (file relative to the root, line, whether it is a step loop there, [(class, method)])."""
+        """The loops of the project files that import the checked one and call methods of its classes or its
+        module-level functions every iteration: (file relative to the root, line, whether it is a step loop
+        there, [(class, method)] and [(function, "", where its value goes: ``facts.steps.result_uses``)])."""
         return self._callers
 
     def digest(self) -> str:
@@ -316,7 +317,8 @@ _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
-Caller = Tuple[str, int, bool, List[Tuple[str, str]]]
+# (file, line, whether a step loop there, [(class, method) or (function, "", where its value goes)])
+Caller = Tuple[str, int, bool, List[tuple]]
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -406,6 +408,7 @@ def summarize_steps(text: str, kind: str) -> dict:
 
 
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+_FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
 def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
@@ -413,11 +416,13 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
     from torchlint.run.fileio import SourceError, read_regular
 
-    if not (b"class" in data and (b".backward(" in data or b".step(" in data)):
-        return []  # no class of it can train
-    # the importer must build one of them: `TD3.TD3(`, `Trainer(` in its text
-    built = [name + b"(" for name in _CLASS_NAMES.findall(data)]
-    table = _import_table(str(root)) if built else None
+    trains = b".backward(" in data or b".step(" in data
+    # the importer must build one of its classes (`TD3.TD3(`, `Trainer(` in its text), where one can train, or
+    # call one of its module-level functions (`calculate_accuracy(`), from a loop that trains there or that
+    # calls one that trains
+    built = [name + b"(" for name in _CLASS_NAMES.findall(data)] if trains and b"class" in data else []
+    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if b"def" in data else []
+    table = _import_table(str(root)) if built or called else None
     if not table:
         return []
     target = os.path.realpath(path)
@@ -431,12 +436,13 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
             text, _ = read_regular(importer, max_size)
         except (SourceError, OSError):
             continue
-        if not any(spelled in text for spelled in built):
+        if not any(spelled in text for spelled in built) and not (
+                (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
-            mine = [(name_, method) for module, level, name_, method in calls
-                    if _resolves_to(module, level, importer, root, target)]
+            mine = [(entry[2], entry[3], *entry[4:]) for entry in calls
+                    if _resolves_to(entry[0], entry[1], importer, root, target)]
             if mine:
                 found.append((shown, line, steps, mine))
     return found

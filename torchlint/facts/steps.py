@@ -32,11 +32,12 @@ graph.
 from __future__ import annotations
 
 import ast
+import sys
 from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, source_order, target_names,
+    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
 )
 from torchlint.facts.guards import is_logging_guard
 
@@ -242,6 +243,8 @@ class StepFacts:
         self.imported_trainers: Dict[ast.Call, dict] = {}
         self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         self._classes: Dict[str, ast.ClassDef] = {}
+        self._functions: Dict[str, List[_Def]] = {}
+        self._function_of = index.function_of
         self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
         self._graph(index, project)
         # the defs that run a training step when called: a step function, or one that calls such a def (or a
@@ -257,6 +260,9 @@ class StepFacts:
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
         self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
+        # a module-level def of this file that loops of other project files call -> for each such call, where its
+        # result goes there (``result_uses``; None where out of sight)
+        self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
         self._reach(index, project)
 
     def _steps(self, loop: AstLoopInfo) -> bool:
@@ -302,7 +308,10 @@ class StepFacts:
         return self._calls_of.get(function, [])
 
     def methods_of(self, class_name: str, method: str) -> List[_Def]:
-        """The defs of method ``method`` of the file's class ``class_name``."""
+        """The defs of method ``method`` of the file's class ``class_name`` (``method`` empty: the module-level
+        defs named ``class_name``)."""
+        if not method:
+            return [function for function in self._functions.get(class_name, ()) if self._function_of(function) is None]
         klass = self._classes.get(class_name)
         return self._methods.get((klass, method), []) if klass is not None else []
 
@@ -316,6 +325,7 @@ class StepFacts:
                 functions.setdefault(function.name, []).append(function)
             else:
                 methods.setdefault((klass, function.name), []).append(function)
+        self._functions = functions
         self._classes = classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
         origins = import_origins(index) if index.import_statements else {}
         if not functions and not methods and not origins:
@@ -406,7 +416,10 @@ class StepFacts:
                 edges.setdefault(info.function, []).extend(callees)
         if project is not None:  # loops of other files that run methods of this file's classes
             for path, line, steps, calls in project.callers():
-                targets = [function for name, method in calls for function in self.methods_of(name, method)]
+                targets = [function for name, method, *_ in calls for function in self.methods_of(name, method)]
+                for name, method, *uses in calls:
+                    for function in self.methods_of(name, method) if not method else ():
+                        self.foreign_results.setdefault(function, []).append(uses[0] if uses else None)
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
                     roots.extend((function, foreign) for function in targets)
@@ -603,13 +616,21 @@ def uses_summary(index: AstIndex) -> dict:
     TD3.TD3(...)``, ``self.trainer.optimize(...)`` with ``self.trainer = Trainer(...)``), in the loop or in a def
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
     facts = StepFacts(index)
-    if not facts._imported_of:
+    called = _imported_function_calls(index, facts)
+    if not facts._imported_of and not called:
         return {}
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
     for info in index.calls:
         imported = facts._imported_of.get(info.node)
         if not imported:
+            origin = called.get(info.node)
+            if origin is None or info.loop is None:
+                continue
+            loop = facts._per_iteration(index, info.node, info.loop)
+            if loop is not None:
+                calls = loops.setdefault(loop.node, (loop, []))[1]
+                calls.append([*origin, "", result_uses(index, info.node, loop)])
             continue
         if info.loop is not None:
             loop = facts._per_iteration(index, info.node, info.loop)
@@ -625,6 +646,58 @@ def uses_summary(index: AstIndex) -> dict:
         return {}
     return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
                       for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]}
+
+
+# the top-level modules no project file is: a call of theirs is not recorded in a uses summary
+_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
+
+
+def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call, Tuple[str, int, str]]:
+    """The calls of imported names that are no method of an instance (``calculate_accuracy(...)`` with ``from
+    utils import calculate_accuracy``, ``utils.accuracy(...)``): (module, level, name) as the file imports them,
+    for the modules a project file may be."""
+    origins = import_origins(index) if index.import_statements else {}
+    found: Dict[ast.Call, Tuple[str, int, str]] = {}
+    if not origins:
+        return found
+    for info in index.calls:
+        if info.loop is None or info.node in facts._imported_of or info.node in facts._callees_of:
+            continue
+        written = dotted_name(info.node.func)
+        origin = called_origin(origins, written) if written is not None else None
+        if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            found[info.node] = origin
+    return found
+
+
+def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[list]:
+    """Where the value ``call`` returns goes in ``loop``, as plain data: ``[]`` where it is dropped (an
+    expression statement); ``[["arg", "meter.update"]]`` as an argument of that call; for a name bound once in the loop to it (``acc = accuracy(out, y)``), each
+    use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add", ""]]``
+    for ``total += accuracy(...)``; None where it goes anywhere else (a tuple, an attribute, a test)."""
+    parent = index.parent(call)
+    kind = type(parent)
+    if kind is ast.Expr:
+        return []
+    if kind is ast.AugAssign and parent.value is call and type(parent.op) is ast.Add:  # type: ignore[attr-defined]
+        return [["add", ""]]
+    if kind is ast.Call and any(argument is call for argument in parent.args):  # type: ignore[attr-defined]
+        return [["arg", dotted_name(parent.func) or ""]]  # type: ignore[attr-defined]
+    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1 \
+            or type(parent.targets[0]) is not ast.Name:  # type: ignore[attr-defined]
+        return None
+    name = parent.targets[0].id  # type: ignore[attr-defined]
+    uses: list = []
+    for spelling, use, how, above in names_spelled(loop.node):
+        if spelling != name or use is parent.targets[0] or how in ("attribute", "keyword"):  # type: ignore[attr-defined]
+            continue  # (`x.acc`, `f(acc=...)`: not the variable)
+        if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
+            return None  # bound again (a target, a parameter, a def of that name)
+        if type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
+            uses.append(["arg", dotted_name(above.func) or ""])  # type: ignore[attr-defined]
+        else:
+            uses.append(["other", ""])
+    return uses
 
 
 def step_facts(index: AstIndex, project=None) -> StepFacts:
