@@ -155,10 +155,20 @@ class ProjectModel:
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
-        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold: the
-        loaders of the files it imports where it trains itself (``follows_loaders``), the steps of those files
-        wherever it imports one (its loop may train only through a function of another file: ``run_epoch(...)``)."""
-        return b"import" in data and (not STEP_RULES.isdisjoint(codes) or cls.follows_loaders(data, codes))
+        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold: where
+        it trains (``backward``, ``step`` in its text) the loaders and steps of the files it imports and the loops
+        of those that import it; else, for a step rule, the loops of other files that call its functions
+        (``may_be_reached``)."""
+        if not READING_RULES.isdisjoint(codes) or not STEP_RULES.isdisjoint(codes):
+            if b"import" in data and any(word in data for word in _TRAINING_WORDS):
+                return True
+        return not STEP_RULES.isdisjoint(codes) and may_be_reached(data)
+
+    @classmethod
+    def trains(cls, data: bytes) -> bool:
+        """A file of these bytes may train itself (``backward``, ``step`` in its text): it may use the loaders
+        and steps of the files it imports."""
+        return any(word in data for word in _TRAINING_WORDS)
 
     @classmethod
     def follows_loaders(cls, data: bytes, codes: "set[str]") -> bool:
@@ -172,12 +182,17 @@ class ProjectModel:
 
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
-                 max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True) -> "ProjectModel":
+                 max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True,
+                 imported: bool = True) -> "ProjectModel":
         """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
         summaries of the files it imports and the loops of the files that import it (``STEP_RULES``);
-        ``loaders``: with their loader factories (``follows_loaders``)."""
+        ``loaders``: with their loader factories (``follows_loaders``); ``imported``: with anything of the files
+        it imports (``trains``), else only the loops of those that import it."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
+        if not imported:  # only what other files' loops run of it
+            callers = _callers_of(importer, data, root, cache, max_size) if steps else []
+            return cls(importer, root, {}, {}, {}, callers, loaders=False)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
         for module in imported_modules(data):
@@ -408,6 +423,18 @@ def summarize_steps(text: str, kind: str) -> dict:
 
 
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+# what a function that another file's step reaches may be reported for (TL101's syncs, TL501's per-parameter
+# loops): a file without any of these is not searched for the loops that call its functions
+_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(")
+
+
+def may_be_reached(data: bytes) -> bool:
+    """Whether a loop of another file may run a module-level function of a file of these bytes with something
+    the step rules report in it."""
+    return (data.startswith((b"def ", b"async def ")) or b"\ndef " in data or b"\nasync def " in data) \
+        and any(text in data for text in _REACHED_TEXTS)
+
+
 _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
@@ -421,7 +448,7 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     # call one of its module-level functions (`calculate_accuracy(`), from a loop that trains there or that
     # calls one that trains
     built = [name + b"(" for name in _CLASS_NAMES.findall(data)] if trains and b"class" in data else []
-    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if b"def" in data else []
+    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if may_be_reached(data) else []
     table = _import_table(str(root)) if built or called else None
     if not table:
         return []
