@@ -243,8 +243,7 @@ class StepFacts:
         self.imported_trainers: Dict[ast.Call, dict] = {}
         self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         self._classes: Dict[str, ast.ClassDef] = {}
-        self._functions: Dict[str, List[_Def]] = {}
-        self._function_of = index.function_of
+        self._functions: Dict[str, List[_Def]] = {}  # module-level defs by name
         self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
         self._graph(index, project)
         # the defs that run a training step when called: a step function, or one that calls such a def (or a
@@ -311,7 +310,7 @@ class StepFacts:
         """The defs of method ``method`` of the file's class ``class_name`` (``method`` empty: the module-level
         defs named ``class_name``)."""
         if not method:
-            return [function for function in self._functions.get(class_name, ()) if self._function_of(function) is None]
+            return self._functions.get(class_name, [])
         klass = self._classes.get(class_name)
         return self._methods.get((klass, method), []) if klass is not None else []
 
@@ -325,7 +324,7 @@ class StepFacts:
                 functions.setdefault(function.name, []).append(function)
             else:
                 methods.setdefault((klass, function.name), []).append(function)
-        self._functions = functions
+        self._functions = {name: [f for f in defs if index.function_of(f) is None] for name, defs in functions.items()}
         self._classes = classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
         origins = import_origins(index) if index.import_statements else {}
         if not functions and not methods and not origins:
