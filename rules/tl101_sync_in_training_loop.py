@@ -159,7 +159,16 @@ class SyncInTrainingLoop(Rule):
     message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
     once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
     `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class, `self.meter.add(loss)`
-    with `self.meter = Meter()`), and whatever those call in turn. The step may be in another file of the
+    with `self.meter = Meter()`), and whatever those call in turn. A host value such a function returns counts as
+    its callers use it: `n_correct = ....sum().item(); return loss, n_correct` is reported where every call of
+    the function in the file only shows, stores or sums that value (`loss, hits, seen = score(...)` then
+    `total += hits`), and not where a caller needs it in Python, keeps the result whole (`result = score(...)`),
+    or the function is named otherwise than by those calls (handed around as a value). A module-level
+    function of the file that a training loop of another project file calls every iteration
+    (`acc = calculate_accuracy(out, y)` in `training.py`'s batch loop, `from utils import calculate_accuracy`)
+    is reached the same way; a value it returns counts as shown there only where that loop drops it or passes
+    it to a collecting or logging call (`meters.update(acc, n)`, `print(...)`): a sum there, whose use is out
+    of sight, keeps it silent. The step may be in another file of the
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
@@ -304,6 +313,8 @@ class _Detector:
         self._via: dict = {}
         self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
         self._guarded_below: dict = {}  # (child, loop) -> whether an ancestor of child up to loop guards it
+        self._returned_memo: dict = {}  # (def, position, size) -> where its callers take a returned host value
+        self._spellings: Optional[dict] = None  # name -> how often the file spells it (``_spelled``)
 
     def run(self) -> None:
         index = self.index
@@ -915,6 +926,12 @@ class _Detector:
                 return "sink"  # `v is not None`: true of every number, its value is not needed
             if kind is ast.BinOp and type(parent.op) is ast.Mod and node is parent.right and _is_text(parent.left):
                 return "sink"  # "loss %.3f" % value: formatted for display
+            if kind is ast.Tuple and type(self._parent(parent)) is ast.Return:
+                # `return loss, n_correct`: the callers' element at this position
+                position = next(at for at, element in enumerate(parent.elts) if element is node)
+                return self._returned(self._parent(parent), position, len(parent.elts))
+            if kind is ast.Return:
+                return self._returned(parent, None, 0)
             if kind in _PASS_UP:
                 if kind is ast.DictComp and node is parent.key:
                     return "load"
@@ -950,6 +967,86 @@ class _Detector:
                         return "load"
                 return "sink"
             return "load"  # if/while/assert tests, return, yield, lambda, await...
+
+    def _returned(self, statement: ast.Return, position: Optional[int], size: int) -> str:
+        """Where a host value returned by a def of the file goes (``position``: its place in a returned tuple
+        of ``size``): "sink" where every call of the def in the file only shows, stores or sums it
+        (``n_correct`` of ``loss, n_correct = perf(pred, y)`` only added to a total), "load" where any needs
+        it, or where the def is named otherwise than by the calls the step model resolves (passed as a value,
+        called from another file: callers out of sight)."""
+        index = self.index
+        function = index.function_of(statement)
+        if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+            return "load"
+        key = (function, position, size)
+        found = self._returned_memo.get(key)
+        if found is not None:
+            return found
+        self._returned_memo[key] = "load"  # (a def that returns its own call's value: unsure)
+        found = self._callers_destination(function, position, size)  # type: ignore[arg-type]
+        self._returned_memo[key] = found
+        return found
+
+    def _callers_destination(self, function: Union[ast.FunctionDef, ast.AsyncFunctionDef], position: Optional[int],
+                             size: int) -> str:
+        index = self.index
+        calls = self.steps.calls_of(function)
+        foreign = self.steps.foreign_results.get(function, [])
+        if (not calls and not foreign) or self._spelled(function.name) != len(calls):
+            return "load"
+        if foreign and (position is not None or not all(self._shown_there(uses) for uses in foreign)):
+            return "load"
+        for call in calls:
+            caller = index.function_of(call)
+            loop = next(index.enclosing_loops(call), None)
+            if loop is None:
+                if type(caller) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+                    return "load"
+                loop = AstLoopInfo(caller, caller, None)  # type: ignore[arg-type]
+            if position is None:
+                found = self._destination(call, loop, follow=True)
+            else:
+                assign = index.parent(call)
+                if type(assign) is not ast.Assign or assign.value is not call or len(assign.targets) != 1 \
+                        or type(assign.targets[0]) not in (ast.Tuple, ast.List) \
+                        or len(assign.targets[0].elts) != size \
+                        or any(type(element) is ast.Starred for element in assign.targets[0].elts):
+                    return "load"  # `result = perf(...)`, `a, *rest = perf(...)`: where the element goes is out of sight
+                found = self._name_destination(assign.targets[0].elts[position], loop)
+                if type(assign.targets[0].elts[position]) is not ast.Name:
+                    found = "load"
+            if found != "sink":
+                return "load"
+        return "sink"
+
+    @staticmethod
+    def _shown_there(uses: Optional[list]) -> bool:
+        """A call's result in a loop of another project file (``facts.steps.result_uses``) is only shown or
+        stored there: dropped, or each use an argument of a collecting or logging call (``meter.update(acc,
+        n)``, ``print(acc)``); anything else, a sum included (what the sum feeds is out of sight), needs it."""
+        if uses is None:
+            return False
+        for kind, written in uses:
+            last = written.rsplit(".", 1)[-1]
+            if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS
+                                     or ("." not in written and _DISPLAY_HELPER.search(last))):
+                return False
+        return True
+
+    def _spelled(self, name: str) -> int:
+        """How often the file names ``name`` as a variable or an attribute (a def is called by one of those)."""
+        if self._spellings is None:
+            self._spellings = {}
+            for node in ast.walk(self.index.tree):
+                kind = type(node)
+                if kind is ast.Name:
+                    spelled = node.id  # type: ignore[attr-defined]
+                elif kind is ast.Attribute:
+                    spelled = node.attr  # type: ignore[attr-defined]
+                else:
+                    continue
+                self._spellings[spelled] = self._spellings.get(spelled, 0) + 1
+        return self._spellings.get(name, 0)
 
     def _feeds_tensor(self, statement: ast.stmt, target: Optional[ast.expr], value: Optional[ast.expr]) -> str:
         """A host value used in a statement that computes a tensor (``d_loss = real - k * fake``, the next step's

@@ -66,7 +66,9 @@ class OptimizerNotFused(Rule):
     CUDA where the machine has a GPU), for the optimizers that
     have a fused implementation in the configured `torch-version`: Adam since 1.13, AdamW since 2.0, SGD
     since 2.3. A training loop is one that calls `backward()` or steps an optimizer, or calls a function
-    or a method that does (`agent.update(batch)` with `agent = Agent(...)`); a device may also come from a
+    or a method that does (`agent.update(batch)` with `agent = Agent(...)`), or a function or method of another
+    project file that runs a training loop of its own (an epoch loop that calls `train_epoch(model, loader,
+    optimizer)` of `training.py`: the optimizer built here is stepped there); a device may also come from a
     function of another project file that returns a CUDA device, or one when available
     (`.to(dist_util.dev())`).
 
@@ -159,7 +161,7 @@ class OptimizerNotFused(Rule):
         if _unsupported(index):
             return
         steps = step_facts(index, ctx.project)
-        if first_training_loop(index) is None and not steps.step_loops:
+        if first_training_loop(index) is None and not steps.step_loops and not steps.epoch_loops:
             self._detect_in_foreign_step(ctx, steps)
             return
         # a framework that places the model (Accelerate, Fabric) may launch it on a TPU: no fix then

@@ -53,10 +53,14 @@ class Fp32MatmulWithoutTf32(Rule):
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
     them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
     Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
-    TD3.TD3(...)`): where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
-    the code shows to be CUDA, or CUDA when available), the message quotes it with its file and line; where
-    the class's file computes in reduced or double precision anywhere, the script is left alone. The finding
-    stands on the entry point (the `if __name__ == "__main__":` line, the first
+    TD3.TD3(...)`), or through a function of another project file (`train_step(model, batch, opt)`), and a loop
+    that calls another project file's function or method that runs a training loop of its own
+    (`train_epoch(...)` of `training.py` every epoch, `agent.update()` that loops over its own epochs, under a
+    guard or not) makes the file train too: where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
+    the code shows to be CUDA, or CUDA when available, also a name bound once to a CPU and once to a CUDA
+    device), the message quotes it with its file and line; where the file of that class or function computes
+    in reduced or double precision anywhere, the script is left alone. The finding
+    stands on the entry point (the `if __name__ == "__main__":` line, or the first
     module-level training loop, or the first such call) and quotes where the file moves work to CUDA.
 
     This is not TL701 (train in mixed precision): it is the step for a project that keeps fp32 on purpose.
@@ -170,8 +174,10 @@ class Fp32MatmulWithoutTf32(Rule):
             return
         steps = step_facts(index, ctx.project)
         # a loop that trains itself, or whose step is a function or a method of a class (of this file or of
-        # another project file: `policy.train(batch)` with `policy = TD3.TD3(...)`)
-        training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops]
+        # another project file: `policy.train(batch)` with `policy = TD3.TD3(...)`), or that runs a training loop of
+        # another project file, one epoch a call (`train_epoch(...)` of `training.py`)
+        training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops
+                    or loop.node in steps.epoch_loops]
         if not training:
             return
         guard = main_guard(index)
@@ -185,8 +191,8 @@ class Fp32MatmulWithoutTf32(Rule):
         if not module_level and guard is None:
             return  # a library module: the script that runs it decides
         # the classes of other project files whose methods are this script's steps
-        imported = [steps.imported_steps[call] for loop in training for call in loop.direct_calls
-                    if call in steps.imported_steps]
+        imported = [found for loop in training for call in loop.direct_calls
+                    for found in (steps.imported_steps.get(call), steps.imported_trainers.get(call)) if found]
         if mixed_precision_evidence(index) is not None or uses_fp64(index) or any(
                 summary["reduced"] for summary in imported):
             return  # the script or a class that runs its steps computes in reduced (or double) precision

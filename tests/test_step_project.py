@@ -219,3 +219,210 @@ def test_the_summaries():
     assert step_summary(_index(DIST)) == {"devices": ["dev"]}
     uses = uses_summary(_index(RUN.format(body=EVERY_STEP + "\n        if step % 10 == 0:\n            learner.report(batch)")))
     assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update"]]]]}
+
+
+# --- a training loop in a function of another file (issue 24, recall): `main.py`'s epoch loop calls
+# `run_epoch(...)` of `epochs.py`, which runs the batch loop; or its loop calls `fit_batch(...)`, one step
+
+EPOCHS = """\
+import torch
+
+
+def run_epoch(net, batches, opt, device):
+    net.train()
+    for x, y in batches:
+        loss = torch.nn.functional.mse_loss(net(x.to(device)), y.to(device))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def fit_batch(net, x, y, opt):
+    loss = (net(x) - y).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def score(net, batches, device):
+    with torch.no_grad():
+        return sum(float(net(x.to(device)).mean()) for x, _ in batches)
+"""
+
+MAIN = """\
+import torch
+from epochs import run_epoch, fit_batch, score
+
+
+def main():
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    net = torch.nn.Linear(8, 8).to(device)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 5)
+    batches = [(torch.randn(4, 8), torch.randn(4, 8))]
+{body}
+    sched.step()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_an_epoch_loop_that_calls_another_files_training_loop(tmp_path):
+    # (a file that says neither `backward` nor `step` reads no other file's steps: `sched.step()` here)
+    body = "    for epoch in range(10):\n        run_epoch(net, batches, opt, device)"
+    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
+    # the optimizer built here is stepped there, and the script trains on CUDA
+    assert _check(tmp_path, "main.py") == ["main.py:16 TL702", "main.py:8 TL502"]
+
+
+def test_a_step_function_of_another_file_called_every_iteration(tmp_path):
+    body = "    for x, y in batches * 100:\n        fit_batch(net, x.to(device), y.to(device), opt)"
+    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
+    assert _check(tmp_path, "main.py") == ["main.py:16 TL702", "main.py:8 TL502"]
+
+
+def test_another_files_function_that_does_not_train_or_runs_outside_a_loop(tmp_path):
+    # an evaluation function every epoch; a training function called once, outside any loop of this file
+    # (silent: the model follows calls in loops), and a file whose own functions train in reduced precision
+    evaluating = "    for epoch in range(10):\n        print(score(net, batches, device))"
+    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=evaluating)})
+    assert _check(tmp_path, "main.py") == []
+    _tree(tmp_path, {"main.py": MAIN.format(body="    run_epoch(net, batches, opt, device)")})
+    assert _check(tmp_path, "main.py") == []
+    reduced = EPOCHS.replace("        loss = torch", "        with torch.autocast('cuda'):\n            loss = torch")
+    body = "    for epoch in range(10):\n        run_epoch(net, batches, opt, device)"
+    _tree(tmp_path, {"epochs.py": reduced, "main.py": MAIN.format(body=body)})
+    assert _check(tmp_path, "main.py", select=("TL702",)) == []
+
+
+AGENT_EPOCHS = """\
+import torch
+import torch.nn as nn
+
+device = torch.device("cpu")
+if torch.cuda.is_available():
+    device = torch.device({device})
+
+
+class Agent:
+    def __init__(self):
+        self.net = nn.Linear(4, 2).to(device)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=3e-4)
+        self.memory = []
+
+    def act(self, state):
+        with torch.no_grad():
+            return self.net(torch.as_tensor(state, device=device)).argmax().item()
+
+    def learn(self):
+        states = torch.tensor(self.memory, device=device)
+        for _ in range(4):
+            loss = self.net(states).pow(2).mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+        self.memory.clear()
+"""
+
+PLAY = """\
+import torch
+from agent import Agent
+
+
+def play(steps):
+    agent = Agent()
+    for t in range(1, steps + 1):
+        agent.memory.append([0.0] * 4)
+        agent.act([0.0] * 4)
+        if t % 200 == 0:
+            agent.learn()
+
+
+if __name__ == "__main__":
+    play(10000)
+"""
+
+
+def test_a_method_of_another_file_that_loops_over_its_own_epochs(tmp_path):
+    # `learn()` runs its own loop of steps (every 200 moves): the script trains, on CUDA when available
+    # (the device is bound twice in agent.py, once to CUDA under `torch.cuda.is_available()`)
+    _tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cuda:0"'), "play.py": PLAY})
+    assert _check(tmp_path, "play.py") == ["play.py:14 TL702"]
+    [script] = _messages(tmp_path, "play.py", "TL702")
+    assert "(`self.net = nn.Linear(4, 2).to(device)` in `agent.py:11`)" in script
+    assert _check(tmp_path, "agent.py") == ["agent.py:12 TL502"]
+    # bound twice, both times to the CPU: no CUDA
+    _tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cpu"')})
+    assert _check(tmp_path, "play.py") == []
+
+
+def test_the_summaries_of_training_functions_and_methods():
+    assert step_summary(_index(EPOCHS)) == {"functions": {"run_epoch": "trains", "fit_batch": "steps"},
+                                            "reduced": False}
+    summary = step_summary(_index(AGENT_EPOCHS.format(device='"cuda:0"')))
+    assert summary == {"classes": {"Agent": {"steps": [], "trains": ["learn"],
+                                             "cuda": [11, "self.net = nn.Linear(4, 2).to(device)"]}},
+                       "reduced": False}
+
+
+# --- a helper function of another file that a step loop calls every iteration (kenshohara's
+# `calculate_accuracy` of utils.py, called by training.py's batch loop)
+
+METRICS = """\
+import torch
+
+
+def hits(out, y):
+    with torch.no_grad():
+        right = out.argmax(1).eq(y).sum().item()
+        return right / y.numel()
+
+
+def spread(out):
+    return out.std().item()
+"""
+
+FIT = """\
+import torch
+from metrics import hits, spread
+
+
+def fit(net, batches, opt, meter):
+    net.cuda()
+    for step, (x, y) in enumerate(batches):
+        out = net(x.cuda())
+        loss = torch.nn.functional.cross_entropy(out, y.cuda())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+{body}
+"""
+
+
+def test_a_helper_of_another_file_whose_value_the_step_only_records(tmp_path):
+    body = ("        acc = hits(out, y.cuda())\n        meter.update(acc, len(y))\n"
+            "        meter.update(spread(out))")
+    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == ["metrics.py:11 TL101", "metrics.py:6 TL101"]
+    messages = _messages(tmp_path, "metrics.py", "TL101")
+    assert all(m.endswith("runs every step: the training loop at fit.py:7 reaches it)") for m in messages)
+
+
+def test_a_helper_of_another_file_whose_value_the_step_needs_or_sums(tmp_path):
+    # a test on the value, a sum whose use is out of sight, and a call under a logging guard: silent
+    body = ("        if hits(out, y.cuda()) > 0.99:\n            break\n"
+            "        total = 0.0\n        total += spread(out)\n"
+            "        if step % 100 == 0:\n            meter.update(hits(out, y.cuda()))")
+    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == []
+
+
+def test_the_uses_summary_of_helper_calls():
+    body = "        acc = hits(out, y)\n        meter.update(acc)\n        print(spread(out))"
+    uses = uses_summary(_index(FIT.format(body=body)))
+    # (`loss.backward()` is kept as the class-method entries are: `loss` is a call of an imported name)
+    assert uses == {"loops": [[7, True, [["torch.nn.functional", 0, "cross_entropy", "backward"],
+                                         ["metrics", 0, "hits", "", [["arg", "meter.update"]]],
+                                         ["metrics", 0, "spread", "", [["arg", "print"]]]]]]}

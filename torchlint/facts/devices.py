@@ -63,6 +63,14 @@ def device_kind(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0
         value, where = index.single_value_and_scope(expr.id, scope)  # type: ignore[attr-defined]
         if value is not None:
             return device_kind(index, value, where, depth + 1)
+        # bound more than once, each time to a device the code shows (`device = torch.device("cpu")`, then
+        # `device = torch.device("cuda:0")` under `if torch.cuda.is_available():`): CUDA where one binding is,
+        # as for the one-line `"cuda" if ... else "cpu"`
+        values = index.values_of(expr.id, where)  # type: ignore[attr-defined]
+        if len(values) > 1 and all(value is not None for value in values):
+            kinds = {device_kind(index, value, where, depth + 1) for value in values}  # type: ignore[arg-type]
+            if kinds == {CUDA, CPU}:
+                return CUDA
     return UNKNOWN
 
 

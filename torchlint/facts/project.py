@@ -134,16 +134,20 @@ class ProjectModel:
     """The summaries of the project files one checked file imports (and the files they re-export from)."""
 
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
-                 steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None) -> None:
+                 steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
+                 loaders: bool = True) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
-        self.has_factories = any(summary.get("factories") for summary in summaries.values())
+        # (``loaders``: the loader rules follow the factories; without, the summaries serve re-exports only)
+        self.loaders = loaders
+        self.has_factories = loaders and any(summary.get("factories") for summary in summaries.values())
         self.steps = steps or {}  # file -> its step summary (``facts.steps.step_summary``), for those files
         # the loops of the files that import this one which run its classes' methods (``callers``)
         self._callers: List[Caller] = callers or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
+        self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
 
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
@@ -151,9 +155,26 @@ class ProjectModel:
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
-        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold."""
-        return ((not READING_RULES.isdisjoint(codes) or not STEP_RULES.isdisjoint(codes)) and b"import" in data
-                and any(word in data for word in _TRAINING_WORDS))
+        """Whether a file of these bytes, checked with the rules ``codes``, may use what other files hold: where
+        it trains (``backward``, ``step`` in its text) the loaders and steps of the files it imports and the loops
+        of those that import it; else, for a step rule, the loops of other files that call its functions
+        (``may_be_reached``)."""
+        if not READING_RULES.isdisjoint(codes) or not STEP_RULES.isdisjoint(codes):
+            if b"import" in data and any(word in data for word in _TRAINING_WORDS):
+                return True
+        return not STEP_RULES.isdisjoint(codes) and may_be_reached(data)
+
+    @classmethod
+    def trains(cls, data: bytes) -> bool:
+        """A file of these bytes may train itself (``backward``, ``step`` in its text): it may use the loaders
+        and steps of the files it imports."""
+        return any(word in data for word in _TRAINING_WORDS)
+
+    @classmethod
+    def follows_loaders(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether the loader rules (``READING_RULES``) may follow a loader of another file in these bytes."""
+        return not READING_RULES.isdisjoint(codes) and b"import" in data \
+            and any(word in data for word in _TRAINING_WORDS)
 
     @classmethod
     def empty(cls, path: Path) -> "ProjectModel":
@@ -161,11 +182,17 @@ class ProjectModel:
 
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
-                 max_size: int = _SOURCE_LIMIT, steps: bool = False) -> "ProjectModel":
+                 max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True,
+                 imported: bool = True) -> "ProjectModel":
         """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
-        summaries of the files it imports and the loops of the files that import it (``STEP_RULES``)."""
+        summaries of the files it imports and the loops of the files that import it (``STEP_RULES``);
+        ``loaders``: with their loader factories (``follows_loaders``); ``imported``: with anything of the files
+        it imports (``trains``), else only the loops of those that import it."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
+        if not imported:  # only what other files' loops run of it
+            callers = _callers_of(importer, data, root, cache, max_size) if steps else []
+            return cls(importer, root, {}, {}, {}, callers, loaders=False)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
         for module in imported_modules(data):
@@ -182,14 +209,14 @@ class ProjectModel:
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
         if not steps:
-            return cls(importer, root, summaries, imports)
+            return cls(importer, root, summaries, imports, loaders=loaders)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
         callers = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -197,13 +224,14 @@ class ProjectModel:
         or a function that returns a CUDA device, or another file's loops run its classes' methods
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
         if code in STEP_RULES:
-            return self.has_imported_steps or self.has_device_functions or bool(self._callers)
+            return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
+                or bool(self._callers)
         return self.has_factories and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
         """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
         each entry's ``path`` (relative to the root), or None."""
-        file = self.imports.get((module, level))
+        file = self.imports.get((module, level)) if self.loaders else None
         for _ in range(MAX_HOPS + 1):
             summary = self.summaries.get(file) if file is not None else None
             if summary is None:
@@ -228,9 +256,9 @@ class ProjectModel:
             if file is None:
                 return None
             summary = self.steps.get(file, {})
-            entries = summary.get(kind, {} if kind == "classes" else [])
+            entries = summary.get(kind, [] if kind == "devices" else {})
             if name in entries:
-                return file, summary, entries[name] if kind == "classes" else True
+                return file, summary, True if kind == "devices" else entries[name]
             origin = self.summaries.get(file, {}).get("reexports", {}).get(name)
             if origin is None:
                 return None
@@ -249,13 +277,24 @@ class ProjectModel:
         file, summary, entry = found
         return dict(entry, path=self._shown(file), name=name, reduced=summary.get("reduced", True))  # type: ignore[arg-type]
 
+    def function_steps(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The step summary of the module-level function ``name`` of ``module`` (as the checked file imports
+        it), or None: ``kind`` "steps" (one training step a call: ``def train_step(...)``) or "trains" (a
+        training loop of its own: ``def train_epoch(...)``), with ``path``, ``name`` and ``reduced``."""
+        found = self._step_entry(module, level, name, "functions")
+        if found is None:
+            return None
+        file, summary, kind = found
+        return {"kind": kind, "path": self._shown(file), "name": name, "reduced": summary.get("reduced", True)}
+
     def device_function(self, module: str, level: int, name: str) -> bool:
         """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
         return self._step_entry(module, level, name, "devices") is not None
 
     def callers(self) -> List["Caller"]:
-        """The loops of the project files that import the checked one and call methods of its classes every
-        iteration: (file relative to the root, line, whether it is a step loop there, [(class, method)])."""
+        """The loops of the project files that import the checked one and call methods of its classes or its
+        module-level functions every iteration: (file relative to the root, line, whether it is a step loop
+        there, [(class, method)] and [(function, "", where its value goes: ``facts.steps.result_uses``)])."""
         return self._callers
 
     def digest(self) -> str:
@@ -293,7 +332,8 @@ _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
-Caller = Tuple[str, int, bool, List[Tuple[str, str]]]
+# (file, line, whether a step loop there, [(class, method) or (function, "", where its value goes)])
+Caller = Tuple[str, int, bool, List[tuple]]
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -362,11 +402,11 @@ def summarize(text: str) -> dict:
 
 
 def _may_hold(data: bytes, kind: str) -> bool:
-    """Whether a step summary of a file of these bytes can hold anything: a class whose methods may train or
-    a function that may return a device ("steps"), a call of an imported name ("uses")."""
+    """Whether a step summary of a file of these bytes can hold anything: a class or function that may train
+    or a function that may return a device ("steps"), a call of an imported name ("uses")."""
     if kind == "uses":
         return b"import" in data
-    return (b"class" in data and (b".backward(" in data or b".step(" in data)) or (b"device(" in data and b"return" in data)
+    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data)
 
 
 def summarize_steps(text: str, kind: str) -> dict:
@@ -383,6 +423,19 @@ def summarize_steps(text: str, kind: str) -> dict:
 
 
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
+# what a function that another file's step reaches may be reported for (TL101's syncs, TL501's per-parameter
+# loops): a file without any of these is not searched for the loops that call its functions
+_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(")
+
+
+def may_be_reached(data: bytes) -> bool:
+    """Whether a loop of another file may run a module-level function of a file of these bytes with something
+    the step rules report in it."""
+    return (data.startswith((b"def ", b"async def ")) or b"\ndef " in data or b"\nasync def " in data) \
+        and any(text in data for text in _REACHED_TEXTS)
+
+
+_FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
 def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
@@ -390,11 +443,13 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
     from torchlint.run.fileio import SourceError, read_regular
 
-    if not (b"class" in data and (b".backward(" in data or b".step(" in data)):
-        return []  # no class of it can train
-    # the importer must build one of them: `TD3.TD3(`, `Trainer(` in its text
-    built = [name + b"(" for name in _CLASS_NAMES.findall(data)]
-    table = _import_table(str(root)) if built else None
+    trains = b".backward(" in data or b".step(" in data
+    # the importer must build one of its classes (`TD3.TD3(`, `Trainer(` in its text), where one can train, or
+    # call one of its module-level functions (`calculate_accuracy(`), from a loop that trains there or that
+    # calls one that trains
+    built = [name + b"(" for name in _CLASS_NAMES.findall(data)] if trains and b"class" in data else []
+    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if may_be_reached(data) else []
+    table = _import_table(str(root)) if built or called else None
     if not table:
         return []
     target = os.path.realpath(path)
@@ -408,12 +463,13 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
             text, _ = read_regular(importer, max_size)
         except (SourceError, OSError):
             continue
-        if not any(spelled in text for spelled in built):
+        if not any(spelled in text for spelled in built) and not (
+                (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
-            mine = [(name_, method) for module, level, name_, method in calls
-                    if _resolves_to(module, level, importer, root, target)]
+            mine = [(entry[2], entry[3], *entry[4:]) for entry in calls
+                    if _resolves_to(entry[0], entry[1], importer, root, target)]
             if mine:
                 found.append((shown, line, steps, mine))
     return found

@@ -19,7 +19,11 @@ function, or one that calls a stepping def outside a loop of its own) makes a lo
 Through the project model (``facts.project``) the class may be another file's: ``policy.train(...)`` with
 ``policy = TD3.TD3(...)`` steps where ``TD3.py``'s summary says ``train`` does (``step_summary``), and a loop
 of a file that imports this one runs this file's methods every iteration where that file's summary says so
-(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line).
+(``uses_summary``): those methods are then reached by a ``ForeignStep`` (its file and line). A module-level
+function of another project file steps the same way (``train_step(model, batch, opt)`` from ``steps.py``), and a
+loop that calls another file's function or method that runs a training loop of its own (``train_epoch(...)`` of
+``training.py``, ``agent.update()`` looping over its epochs) is an epoch loop (``epoch_loops``): the program
+trains there (TL502, TL702), one epoch a call, so it is no step loop.
 
 Built once per file (``step_facts``), in time linear in the file: one pass over its calls, one walk over the
 graph.
@@ -28,11 +32,12 @@ graph.
 from __future__ import annotations
 
 import ast
+import sys
 from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, source_order, target_names,
+    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
 )
 from torchlint.facts.guards import is_logging_guard
 
@@ -237,17 +242,30 @@ class StepFacts:
         # a call in this file that runs a training step of an imported project class -> that class's summary
         # (``class_steps``: its file, name, where it moves work to CUDA)
         self.imported_steps: Dict[ast.Call, dict] = {}
+        # a call in this file of an imported project function or method that runs a training loop of its own
+        # (``train_epoch(...)`` of ``training.py``, ``agent.update()`` that loops over its epochs) -> its summary
+        self.imported_trainers: Dict[ast.Call, dict] = {}
         self._methods: Dict[Tuple[ast.AST, str], List[_Def]] = {}
         self._classes: Dict[str, ast.ClassDef] = {}
+        self._functions: Dict[str, List[_Def]] = {}  # module-level defs by name
+        self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
         self._graph(index, project)
         # the defs that run a training step when called: a step function, or one that calls such a def (or a
         # stepping method of an imported class) outside a loop of its own and not under a logging guard
         self.stepping: Set[ast.AST] = self._stepping(index)
         self.step_loops: Dict[ast.AST, AstLoopInfo] = {
             loop.node: loop for loop in index.loops if self._steps(loop)}
+        # the loops of this file that run a training loop of another project file (an epoch loop that calls
+        # ``train_epoch(...)`` of ``training.py``): the program trains there, one epoch (not one step) a call
+        self.epoch_loops: Dict[ast.AST, AstLoopInfo] = {
+            loop.node: loop for loop in index.loops if loop.node not in self.step_loops
+            and any(call in self.imported_trainers for call in loop.direct_calls)} if self.imported_trainers else {}
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
         self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
+        # a module-level def of this file that loops of other project files call -> for each such call, where its
+        # result goes there (``result_uses``; None where out of sight)
+        self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
         self._reach(index, project)
 
     def _steps(self, loop: AstLoopInfo) -> bool:
@@ -283,8 +301,20 @@ class StepFacts:
             return None
         return function, loop  # type: ignore[return-value]
 
+    def calls_of(self, function: ast.AST) -> List[ast.Call]:
+        """The calls of this file that run ``function`` (a def of the file), as the call graph resolves them."""
+        if self._calls_of is None:
+            self._calls_of = {}
+            for call, callees in self._callees_of.items():
+                for callee in callees:
+                    self._calls_of.setdefault(callee, []).append(call)
+        return self._calls_of.get(function, [])
+
     def methods_of(self, class_name: str, method: str) -> List[_Def]:
-        """The defs of method ``method`` of the file's class ``class_name``."""
+        """The defs of method ``method`` of the file's class ``class_name`` (``method`` empty: the module-level
+        defs named ``class_name``)."""
+        if not method:
+            return self._functions.get(class_name, [])
         klass = self._classes.get(class_name)
         return self._methods.get((klass, method), []) if klass is not None else []
 
@@ -301,6 +331,8 @@ class StepFacts:
                 functions.setdefault(function.name, {}).setdefault(home, []).append(function)
             else:
                 methods.setdefault((klass, function.name), []).append(function)
+        module = index.tree
+        self._functions = {name: groups[module] for name, groups in functions.items() if module in groups}
         self._classes = classes = {klass.name: klass for klass in index.class_of.values() if klass is not None}
         origins = import_origins(index) if index.import_statements else {}
         if not functions and not methods and not origins:
@@ -322,6 +354,14 @@ class StepFacts:
                         if found is not None and method in found["steps"]:
                             self.imported_steps[info.node] = found
                             break
+                        if found is not None and method in found.get("trains", ()):
+                            self.imported_trainers[info.node] = found
+            elif not callees and project is not None and project.has_imported_functions and origins:
+                written = dotted_name(func)
+                origin = called_origin(origins, written) if written is not None else None
+                found = project.function_steps(*origin) if origin is not None else None
+                if found is not None:  # `train_step(...)` / `training.train_epoch(...)` of another project file
+                    (self.imported_steps if found["kind"] == "steps" else self.imported_trainers)[info.node] = found
 
     def _stepping(self, index: AstIndex) -> Set[ast.AST]:
         stepping: Set[ast.AST] = {
@@ -344,6 +384,26 @@ class StepFacts:
                     queue.append(caller)
         return stepping
 
+    def trainers(self, index: AstIndex) -> Set[ast.AST]:
+        """The defs that run a whole training loop when called, not one step: a def with a step loop of its
+        own (``train_one_epoch``), one that calls an imported project function or method that does, and one
+        that calls such a def, anywhere in it (stepping defs left out: they are one step a call)."""
+        found: Set[ast.AST] = {loop.function for loop in self.step_loops.values() if type(loop.function) in _DEFS}
+        found.update(info.function for info in index.calls
+                     if info.node in self.imported_trainers and type(info.function) in _DEFS)
+        callers: Dict[ast.AST, List[ast.AST]] = {}
+        for info in index.calls:
+            if type(info.function) in _DEFS:
+                for callee in self._callees_of.get(info.node, ()):
+                    callers.setdefault(callee, []).append(info.function)  # type: ignore[arg-type]
+        queue = deque(found)
+        while queue:
+            for caller in callers.get(queue.popleft(), ()):
+                if caller not in found:
+                    found.add(caller)
+                    queue.append(caller)
+        return found - self.stepping
+
     def _reach(self, index: AstIndex, project) -> None:
         if not self._callees_of and project is None:
             return
@@ -363,7 +423,10 @@ class StepFacts:
                 edges.setdefault(info.function, []).extend(callees)
         if project is not None:  # loops of other files that run methods of this file's classes
             for path, line, steps, calls in project.callers():
-                targets = [function for name, method in calls for function in self.methods_of(name, method)]
+                targets = [function for name, method, *_ in calls for function in self.methods_of(name, method)]
+                for name, method, *uses in calls:
+                    for function in self.methods_of(name, method) if not method else ():
+                        self.foreign_results.setdefault(function, []).append(uses[0] if uses else None)
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
                     roots.extend((function, foreign) for function in targets)
@@ -512,22 +575,37 @@ def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.Class
 def step_summary(index: AstIndex) -> dict:
     """What a file that imports this one may use of its training steps (``facts.project``): per class, the
     methods that run a training step when called (``steps``: through ``self.<method>()`` and the file's
-    functions) and the first place its methods move work to a CUDA device the code shows (``cuda``: line and
+    functions), those that run a training loop of their own (``trains``: ``update()`` looping over its
+    epochs), and the first place its methods move work to a CUDA device the code shows (``cuda``: line and
     statement; ``.to(device)`` with ``device = "cuda" if torch.cuda.is_available() else "cpu"``, not a device
     known only by its name); whether the file computes in reduced or double precision anywhere
-    (``reduced``); and its module-level functions that return a CUDA device, or one when available
+    (``reduced``); its module-level functions that step or train (``functions``: name -> "steps" for one
+    step a call, "trains" for a training loop of their own); and those that return a CUDA device, or one when available
     (``devices``: ``def dev(): return torch.device("cuda") if torch.cuda.is_available() else ...``)."""
     from torchlint.facts.devices import returns_cuda_device, moves_to_cuda, mixed_precision_evidence, uses_fp64
 
     summary: dict = {}
     facts = StepFacts(index)
     classes: Dict[str, dict] = {}
+    functions: Dict[str, str] = {}
+    trainers = facts.trainers(index) if facts.step_loops or facts.stepping else set()
     for function in index.functions:
+        if index.function_of(function) is not None:
+            continue
+        kind = "steps" if function in facts.stepping else "trains" if function in trainers else None
+        if kind is None:
+            continue
         klass = index.class_of.get(function)
-        if klass is not None and function in facts.stepping and index.function_of(function) is None:
-            steps = classes.setdefault(klass.name, {"steps": []})["steps"]
-            if function.name not in steps:
-                steps.append(function.name)
+        if klass is None:
+            functions.setdefault(function.name, kind)
+            continue
+        entry = classes.setdefault(klass.name, {"steps": []})
+        names = entry["steps"] if kind == "steps" else entry.setdefault("trains", [])
+        if function.name not in names:
+            names.append(function.name)
+    if functions:
+        summary["functions"] = functions
+        summary["reduced"] = mixed_precision_evidence(index) is not None or uses_fp64(index)
     if classes:
         for info in index.calls:
             klass = index.class_of.get(info.function) if info.function is not None else None
@@ -554,13 +632,21 @@ def uses_summary(index: AstIndex) -> dict:
     TD3.TD3(...)``, ``self.trainer.optimize(...)`` with ``self.trainer = Trainer(...)``), in the loop or in a def
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
     facts = StepFacts(index)
-    if not facts._imported_of:
+    called = _imported_function_calls(index, facts)
+    if not facts._imported_of and not called:
         return {}
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
     for info in index.calls:
         imported = facts._imported_of.get(info.node)
         if not imported:
+            origin = called.get(info.node)
+            if origin is None or info.loop is None:
+                continue
+            loop = facts._per_iteration(index, info.node, info.loop)
+            if loop is not None:
+                calls = loops.setdefault(loop.node, (loop, []))[1]
+                calls.append([*origin, "", result_uses(index, info.node, loop)])
             continue
         if info.loop is not None:
             loop = facts._per_iteration(index, info.node, info.loop)
@@ -576,6 +662,58 @@ def uses_summary(index: AstIndex) -> dict:
         return {}
     return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
                       for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]}
+
+
+# the top-level modules no project file is: a call of theirs is not recorded in a uses summary
+_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
+
+
+def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call, Tuple[str, int, str]]:
+    """The calls of imported names that are no method of an instance (``calculate_accuracy(...)`` with ``from
+    utils import calculate_accuracy``, ``utils.accuracy(...)``): (module, level, name) as the file imports them,
+    for the modules a project file may be."""
+    origins = import_origins(index) if index.import_statements else {}
+    found: Dict[ast.Call, Tuple[str, int, str]] = {}
+    if not origins:
+        return found
+    for info in index.calls:
+        if info.loop is None or info.node in facts._imported_of or info.node in facts._callees_of:
+            continue
+        written = dotted_name(info.node.func)
+        origin = called_origin(origins, written) if written is not None else None
+        if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            found[info.node] = origin
+    return found
+
+
+def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[list]:
+    """Where the value ``call`` returns goes in ``loop``, as plain data: ``[]`` where it is dropped (an
+    expression statement); ``[["arg", "meter.update"]]`` as an argument of that call; for a name bound once in the loop to it (``acc = accuracy(out, y)``), each
+    use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add", ""]]``
+    for ``total += accuracy(...)``; None where it goes anywhere else (a tuple, an attribute, a test)."""
+    parent = index.parent(call)
+    kind = type(parent)
+    if kind is ast.Expr:
+        return []
+    if kind is ast.AugAssign and parent.value is call and type(parent.op) is ast.Add:  # type: ignore[attr-defined]
+        return [["add", ""]]
+    if kind is ast.Call and any(argument is call for argument in parent.args):  # type: ignore[attr-defined]
+        return [["arg", dotted_name(parent.func) or ""]]  # type: ignore[attr-defined]
+    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1 \
+            or type(parent.targets[0]) is not ast.Name:  # type: ignore[attr-defined]
+        return None
+    name = parent.targets[0].id  # type: ignore[attr-defined]
+    uses: list = []
+    for spelling, use, how, above in names_spelled(loop.node):
+        if spelling != name or use is parent.targets[0] or how in ("attribute", "keyword"):  # type: ignore[attr-defined]
+            continue  # (`x.acc`, `f(acc=...)`: not the variable)
+        if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
+            return None  # bound again (a target, a parameter, a def of that name)
+        if type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
+            uses.append(["arg", dotted_name(above.func) or ""])  # type: ignore[attr-defined]
+        else:
+            uses.append(["other", ""])
+    return uses
 
 
 def step_facts(index: AstIndex, project=None) -> StepFacts:

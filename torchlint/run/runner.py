@@ -172,7 +172,8 @@ def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> Pro
     if not ProjectModel.may_use(data, codes):
         return ProjectModel.empty(path)
     return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
-                                 steps=not STEP_RULES.isdisjoint(codes))
+                                 steps=not STEP_RULES.isdisjoint(codes),
+                                 loaders=ProjectModel.follows_loaders(data, codes), imported=ProjectModel.trains(data))
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
