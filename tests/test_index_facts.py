@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.facts.index import AstIndex
+from torchlint.facts.index import AstIndex, argument_for, is_parameter
 from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad, turns_grad_off
 from torchlint.facts.guards import is_logging_guard
@@ -128,3 +128,17 @@ def test_blocks_where_autograd_is_off():
     blocks = [s for s in index.tree.body if isinstance(s, ast.With)]
     assert [disables_grad(index, s) for s in blocks] == [True, True, True, True, True, False, False, False, False]
     assert not turns_grad_off(index, expr("torch.no_grad"))
+
+
+def test_argument_for_reads_keywords_positions_and_self():
+    function = ast.parse("def f(a, /, b, c=1, *rest, d, **extra): pass").body[0]
+    assert [name for name in ("a", "b", "c", "d", "rest", "extra", "e") if is_parameter(function, name)] \
+        == ["a", "b", "c", "d"]
+    call = expr("f(1, 2, d=4)")
+    assert [ast.unparse(v) if v is not None else None
+            for v in (argument_for(function, name, call.args, call.keywords) for name in "abcd")] \
+        == ["1", "2", None, "4"]  # `c` is left at its default
+    method_call = expr("obj.f(2, 3)")  # `obj` binds the first parameter
+    assert ast.unparse(argument_for(function, "c", method_call.args, method_call.keywords, skip=1)) == "3"
+    assert argument_for(function, "a", method_call.args, method_call.keywords, skip=1) is None
+    assert not is_parameter(ast.parse("x = 1").body[0], "x")

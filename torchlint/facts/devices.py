@@ -14,7 +14,8 @@ import re
 from typing import List, Optional
 
 from torchlint.facts.index import (
-    AstIndex, AstScope, call_arguments, call_name, called_origin, dotted_name, import_origins, is_literal, keyword_value,
+    AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, has_star, import_origins,
+    is_literal, is_parameter, keyword_value,
 )
 from torchlint.facts.script import runs_itself
 
@@ -323,12 +324,10 @@ def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -
     """``name``, bound without a value in ``function``, is a parameter of it that every call of it in this
     file passes a CPU device (or leaves at a CPU default). A function this file never calls, a call with
     ``*args`` / ``**kwargs``, or a name that is no parameter (a loop target): not known, False."""
-    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+    if not is_parameter(function, name):
         return False
     arguments = function.args  # type: ignore[attr-defined]
     positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-    if name not in positional and name not in [a.arg for a in arguments.kwonlyargs]:
-        return False
     defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
     defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
     calls = index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
@@ -336,12 +335,10 @@ def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -
         return False
     for info in calls:
         call = info.node
-        if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+        if has_star(call):
             return False
-        value = keyword_value(call, name)
-        if value is None and name in positional:
-            at = positional.index(name) - (1 if type(call.func) is ast.Attribute and positional[:1] == ["self"] else 0)
-            value = call.args[at] if 0 <= at < len(call.args) else None
+        binds_self = type(call.func) is ast.Attribute and positional[:1] == ["self"]
+        value = argument_for(function, name, call.args, call.keywords, 1 if binds_self else 0)
         if value is None:
             value = defaults.get(name)
             if value is None:

@@ -1022,6 +1022,31 @@ def keyword_value(call: ast.Call, name: str) -> Optional[ast.expr]:
     return next((keyword.value for keyword in call.keywords if keyword.arg == name), None)
 
 
+def is_parameter(function: ast.AST, name: str) -> bool:
+    """``name`` is a positional or keyword parameter of the def ``function`` (not ``*args`` / ``**kwargs``)."""
+    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+        return False
+    arguments = function.args  # type: ignore[attr-defined]
+    return any(a.arg == name for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+
+
+def argument_for(function: ast.AST, name: str, args: Sequence[ast.expr], keywords: Sequence[ast.keyword] = (),
+                 skip: int = 0) -> Optional[ast.expr]:
+    """What a call of the def ``function`` given ``args`` and ``keywords`` passes for its parameter ``name``:
+    the ``name=`` keyword, else the positional argument at the parameter's place, ``skip`` places earlier (1
+    where the call binds ``self`` itself, as ``obj.f(...)`` does). None where it passes none: the default
+    applies. Whether the call spreads ``*args`` / ``**kwargs`` is the caller's to check (``has_star``)."""
+    value = next((keyword.value for keyword in keywords if keyword.arg == name), None)
+    if value is not None:
+        return value
+    arguments = function.args  # type: ignore[attr-defined]
+    positional = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
+    if name not in positional:
+        return None
+    at = positional.index(name) - skip
+    return args[at] if 0 <= at < len(args) else None
+
+
 @dataclass(frozen=True)
 class Extent:
     """The text from ``first``'s start to ``last``'s end, where no one node spans it (a dict entry

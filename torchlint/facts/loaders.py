@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, has_star,
-    import_origins, is_integer, is_literal, keyword_value, source_order, target_names, walk,
+    AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, argument_for, call_name, called_origin, dotted_name,
+    has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, to_destination
 from torchlint.facts.options import option_default
@@ -500,12 +500,9 @@ class LoaderFacts:
             feeds = self._generators.get(name)
             if feeds and not has_star(expr):  # type: ignore[arg-type]
                 function = next(f for f in self.index.functions if f.name == name and self.index.parent(f) is self.index.tree)
-                params = [p.arg for p in (*function.args.posonlyargs, *function.args.args)]
                 drawn = []
                 for param, feeder in feeds:
-                    argument = keyword_value(expr, param)  # type: ignore[arg-type]
-                    if argument is None and param in params and params.index(param) < len(expr.args):  # type: ignore[attr-defined]
-                        argument = expr.args[params.index(param)]  # type: ignore[attr-defined]
+                    argument = argument_for(function, param, expr.args, expr.keywords)  # type: ignore[attr-defined]
                     if argument is not None:
                         drawn += [Drawn(site, feeder) for site in self._loader_sites(argument)]
                 return drawn
@@ -562,23 +559,17 @@ class LoaderFacts:
         self, function: Optional[AstScope], expr: ast.expr
     ) -> Iterator[Tuple[ast.Call, ast.expr]]:
         """(call, argument) for each same-file call of ``function`` that passes the parameter ``expr`` names."""
-        if type(expr) is not ast.Name or type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+        if type(expr) is not ast.Name or not is_parameter(function, expr.id):  # type: ignore[attr-defined]
             return
         name = expr.id  # type: ignore[attr-defined]
         arguments = function.args  # type: ignore[union-attr]
         params = [p.arg for p in (*arguments.posonlyargs, *arguments.args)]
-        if name not in params and name not in {p.arg for p in arguments.kwonlyargs}:
-            return
         is_method = self.index.class_of.get(function) is not None and params[:1] in (["self"], ["cls"])
         for info in self.index.calls_by_name.get(function.name, ()):  # type: ignore[union-attr]
             call = info.node
             if is_method != (type(call.func) is ast.Attribute) or has_star(call):
                 continue
-            chosen = keyword_value(call, name)
-            if chosen is None and name in params:
-                position = params.index(name) - (1 if is_method else 0)
-                if 0 <= position < len(call.args):
-                    chosen = call.args[position]
+            chosen = argument_for(function, name, call.args, call.keywords, 1 if is_method else 0)
             if chosen is not None:
                 yield call, chosen
 
@@ -1039,11 +1030,7 @@ def _iterator_unpackings(index: AstIndex) -> dict:
 def _iterator_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -> bool:
     """``name`` is a parameter of ``function`` (a plain def of the file) that every call of it in the file
     passes a batch iterator of another library (``built_by_other_iterator``)."""
-    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or index.in_class(function):
-        return False
-    arguments = function.args  # type: ignore[attr-defined]
-    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-    if name not in positional and name not in [a.arg for a in arguments.kwonlyargs]:
+    if not is_parameter(function, name) or index.in_class(function):
         return False
     calls = [info for info in index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
              if type(info.node.func) is ast.Name]  # (`model.train()` is another object's method)
@@ -1051,12 +1038,9 @@ def _iterator_parameter(index: AstIndex, function: AstScope, name: str, depth: i
         return False
     for info in calls:
         call = info.node
-        if any(type(a) is ast.Starred for a in call.args) or any(k.arg is None for k in call.keywords):
+        if has_star(call):
             return False
-        value = keyword_value(call, name)
-        if value is None and name in positional:
-            at = positional.index(name)
-            value = call.args[at] if at < len(call.args) else None
+        value = argument_for(function, name, call.args, call.keywords)
         if value is None or not built_by_other_iterator(index, value, info.function or index.tree, depth + 1):
             return False
     return True

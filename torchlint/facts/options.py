@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Set, Tuple
 
-from torchlint.facts.index import AstIndex, AstScope, has_star, keyword_value, walk
+from torchlint.facts.index import AstIndex, AstScope, argument_for, has_star, is_parameter, keyword_value, walk
 
 _PARSERS = {"argparse.ArgumentParser"}
 _GROUPS = ("add_argument_group", "add_mutually_exclusive_group")
@@ -111,11 +111,7 @@ def _passed_for_parameter(index: AstIndex, function: AstScope, name: str
     """(argument, the caller's scope) for every way the file runs ``function`` with a value for its parameter
     ``name``: its calls by name, and ``torch.multiprocessing.spawn(function, args=(...))``. None where the
     name is no parameter, the function is used otherwise (handed elsewhere), or a call passes ``*args``."""
-    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef) or index.class_of.get(function) is not None:
-        return None
-    arguments = function.args  # type: ignore[attr-defined]
-    positional = [a.arg for a in (*arguments.posonlyargs, *arguments.args)]
-    if name not in positional and name not in {a.arg for a in arguments.kwonlyargs}:
+    if not is_parameter(function, name) or index.class_of.get(function) is not None:
         return None
     # every mention of the function's name: each call (or spawn) of it below accounts for one
     uses = sum(1 for node in ast.walk(index.tree) if type(node) is ast.Name and node.id == function.name)  # type: ignore[attr-defined]
@@ -137,10 +133,7 @@ def _passed_for_parameter(index: AstIndex, function: AstScope, name: str
             continue
         if has_star(call) or any(type(p) is ast.Starred for p in passed):
             return None
-        value = keyword_value(call, name) if offset == 0 else None
-        if value is None and name in positional:
-            at = positional.index(name) - offset
-            value = passed[at] if 0 <= at < len(passed) else None
+        value = argument_for(function, name, passed, call.keywords if offset == 0 else (), offset)
         if value is None:
             return None  # left at its default, or passed in a way not read here
         found.append((value, scope))
