@@ -115,3 +115,23 @@ def test_a_target_outside_the_analysed_tree_enters_every_node():
     applier = FixApplier(module, FileAnalysis(module, "x = 1\n"), "m.py")
     stranger = cst.Name("y")
     assert applier._path_to({stranger: cst.Name("z")}) is None
+
+
+def test_a_decorator_fixed_beside_a_repeated_statement_lands_on_its_own_def():
+    """Two identical classes make the fixed statement's text occur twice, so the statements' tree is rendered
+    whole and carried back by a line diff, where `@torch.no_grad()` sits between a narrowed `__init__`
+    statement and `def evaluate`, lines apart in the file: carried after the first, it decorated `helper`
+    (and still parsed)."""
+    net = ("class Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+           "        self.features = nn.Sequential(nn.Conv2d(3, 32, 3), nn.BatchNorm2d(32))\n")
+    source = ("import torch\nimport torch.nn as nn\n\n\n" + net + "\n\ndef helper(x):\n    return x + 1\n\n\n"
+              "def evaluate(loader):\n    model = Net()\n    model.eval()\n    correct = 0\n"
+              "    for images, labels in loader:\n        correct += (model(images).argmax(1) == labels).sum()\n"
+              "    return correct\n\n\n" + net)
+    outcome = fix_source(source, "m.py", ALL_RULES, Settings(select=("ALL",)), unsafe=True)
+    assert outcome.source.count("@torch.no_grad()") == 1
+    assert "@torch.no_grad()\ndef evaluate(loader):" in outcome.source
+    assert "def helper(x):\n    return x + 1\n\n\n@torch.no_grad()" in outcome.source
+    assert outcome.source.count("bias=False") == 2
+    assert fix_source(outcome.source, "m.py", ALL_RULES, Settings(select=("ALL",)), unsafe=True).source \
+        == outcome.source

@@ -80,5 +80,14 @@ def test_a_decorator_added_to_a_def_apart_from_the_line_before_lands_on_the_def(
     regions = [(start, len(tree.text), "@torch.no_grad()\ndef f():\n    return 1\n")]
     fixed = tree.text[:start] + regions[0][2]
     assert tree.carried(source, fixed, regions) == "import torch\nx = 1\n@torch.no_grad()\ndef f():\n    return 1\n"
-    # by a line diff alone the new line sits between two lines apart in the file, and goes after the first
-    assert tree.carried(source, fixed) == "import torch\n@torch.no_grad()\nx = 1\ndef f():\n    return 1\n"
+    # by a line diff alone the new line sits between two lines apart in the file: it may end the first or
+    # begin the second, so it is not carried (the caller fixes the whole file instead; after the first, it
+    # would decorate whatever follows that line in the file)
+    assert tree.carried(source, fixed) is None
+    after_loop = "import torch\nfor x in y:\n    f(x)\ntotal = float(total)\ndef g():\n    return 1\n"
+    tree = StatementTree(analysis=None, text="import torch\nfor x in y:\n    f(x)\ndef g():\n    return 1\n",
+                         file_lines=[0, 2, 3, 5, 6])
+    assert tree.carried("import torch\nz = 0\nfor x in y:\n    f(x)\n\ndef g():\n    return 1\n", after_loop) is None
+    # where the two are adjacent in the file, the line goes between them
+    tree = StatementTree(analysis=None, text="import torch\ndef f():\n    return 1\n", file_lines=[0, 1, 2])
+    assert tree.carried("import torch\ndef f():\n    return 1\n", fixed) == fixed

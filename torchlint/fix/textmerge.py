@@ -40,9 +40,10 @@ def carry_fixes(original: str, base: str, fixed: str, same: Optional[Dict[int, i
     if original == base:
         return fixed
     original_lines, base_lines, fixed_lines = split_lines(original), split_lines(base), split_lines(fixed)
-    # Lines inserted between two base lines that are apart in the original (``same`` given: between two
-    # statements LibCST parsed alone) go after the first, as a statement inserted after another would.
-    after_first = same is not None
+    # ``same`` given: base is statements LibCST parsed alone. Lines inserted between two of them that are
+    # apart in the original may end the first (a statement added after a loop) or begin the second (a
+    # decorator): the diff cannot tell, and after the first would decorate whatever def follows it there.
+    apart_statements = same is not None
     if same is None:
         same = _kept(original_lines, base_lines)
     replacements: Dict[int, tuple] = {}  # original line -> (how many original lines it replaces, new lines)
@@ -52,13 +53,15 @@ def carry_fixes(original: str, base: str, fixed: str, same: Optional[Dict[int, i
         if i1 < i2:  # replaced or deleted base lines: all kept by the round trip, and adjacent in the original
             if any(i not in same for i in range(i1, i2)) or same[i2 - 1] - same[i1] != i2 - i1 - 1:
                 return None
+            if apart_statements and j2 - j1 > i2 - i1 and (_apart(same, i1 - 1, i1) or _apart(same, i2 - 1, i2)):
+                return None  # lines added beside a statement apart from its neighbour: as an insertion
             at, count = same[i1], i2 - i1
-        elif i1 > 0 and i1 - 1 in same and (after_first or i1 not in same):  # inserted after a kept line
-            at, count = same[i1 - 1] + 1, 0
-        elif i1 in same:  # inserted before a kept line
-            at, count = same[i1], 0
+        elif i1 > 0 and i1 - 1 in same and not _apart(same, i1 - 1, i1):
+            at, count = same[i1 - 1] + 1, 0  # inserted after a kept line (and before the next, if kept)
+        elif i1 in same and not (apart_statements and _apart(same, i1 - 1, i1)):
+            at, count = same[i1], 0  # inserted before a kept line
         else:
-            return None
+            return None  # between two statements apart in the original: which one it goes with is unknown
         if at in replacements:
             return None
         replacements[at] = (count, fixed_lines[j1:j2])
@@ -75,6 +78,11 @@ def carry_fixes(original: str, base: str, fixed: str, same: Optional[Dict[int, i
             out.append(original_lines[index])
         index += 1
     return "".join(out)
+
+
+def _apart(same: Dict[int, int], first: int, second: int) -> bool:
+    """Base lines ``first`` and ``second`` both stand for original lines, and those are not adjacent."""
+    return first in same and second in same and same[second] != same[first] + 1
 
 
 def _opcodes(a: List[str], b: List[str]) -> Iterator[Tuple[str, int, int, int, int]]:
