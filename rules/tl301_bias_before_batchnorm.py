@@ -65,6 +65,8 @@ class _Finding:
     why_not: Optional[str] = None
     # `if normalize: layers.append(BatchNorm2d(n))`: the BatchNorm follows only when its test is true
     guard: Optional[ast.If] = None
+    # `bias=bias` of a parameter of this def that defaults to True (`def __init__(self, ..., bias=True)`)
+    default_of: Optional[str] = None
 
 
 class BiasBeforeBatchNorm(Rule):
@@ -83,6 +85,13 @@ class BiasBeforeBatchNorm(Rule):
     A BatchNorm added only under a condition right after the layer (`if normalize: layers.append(
     nn.BatchNorm2d(n))`, no `else`) cancels the bias only when the condition holds: the message and the fix
     say `bias=not normalize`, which keeps the bias on the path without BatchNorm.
+
+    A layer built with `bias=bias`, where `bias` is a parameter of the def that builds it (a block's
+    `__init__(self, ..., bias=True)`, a `conv_bn(c_in, c_out, bias=True)` helper) that defaults to `True`
+    and is not rebound there, is reported too, with no fix: every caller that keeps the default gets a bias
+    the BatchNorm cancels, whatever other callers pass (`bias=False` at some calls makes those layers right,
+    not the default). The message names the def and the parameter. It is silent for a parameter with no
+    default or another default, and for any other name (`bias=use_bias`).
 
     It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
     (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
@@ -147,7 +156,11 @@ class BiasBeforeBatchNorm(Rule):
     files that reads the bias cannot be seen. No fix is offered either where the layer is also used without
     the BatchNorm (a module bound to a name that
     is used elsewhere, a `self.conv` called elsewhere or whose `.bias` the class reads): the finding is
-    still reported.
+    still reported. No fix is offered for a `bias=<parameter>` whose default is `True`: the fix would be the
+    default `bias=False` in the def's signature, which changes the layer for every caller in the project
+    (and in other projects that import the block) that keeps the default, with the checkpoint keys, the
+    trained outputs and the seeded initialisation above, while a caller that passes `bias=True` on purpose
+    keeps it; passing `bias=False` at the calls instead is the author's choice, call by call.
 
     ## PyTorch versions
     All versions: BatchNorm has always normalised with the batch mean, and `bias=False` is accepted by every
@@ -201,6 +214,17 @@ class BiasBeforeBatchNorm(Rule):
                 f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, which subtracts the "
                 f"per-channel batch mean and cancels the bias: pass `bias=False`"
             )
+            if finding.default_of is not None:
+                name = finding.bias.id  # type: ignore[union-attr]
+                when = ""
+                if finding.guard is not None:
+                    when = f" when `{index.code_for_node(finding.guard.test, finding.guard).strip()}` is true"
+                message = (
+                    f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`{when}, and its bias is "
+                    f"`{finding.producer_name}(..., bias={name})` with `{name}=True` by default in "
+                    f"`{finding.default_of}`: every caller that keeps the default gets a bias the BatchNorm cancels; "
+                    f"default `{name}` to `False` or pass `{name}=False` at the calls"
+                )
             if not finding.fixable:
                 ctx.report(producer, message=f"{message} ({finding.why_not})")
                 continue
@@ -295,8 +319,11 @@ def _match(index: AstIndex, producer: ast.Call, norm: ast.Call) -> Optional[_Fin
     if nl.dim is not None and nl.dim != pl.dim:
         return None
     bias = _arg_at(producer, pl.bias_index, "bias")
+    default_of: Optional[str] = None
     if bias is not None and not is_literal(bias, True):
-        return None  # bias=False, or a value we cannot read (bias=use_bias)
+        default_of = _true_default_parameter(index, producer, bias)
+        if default_of is None:
+            return None  # bias=False, or a value we cannot read (bias=use_bias)
     out = _arg_at(producer, pl.count_index, pl.count_keyword)
     features = _arg_at(norm, nl.count_index, nl.count_keyword) if not _has_star(norm) else None
     if out is not None and features is not None:
@@ -308,7 +335,37 @@ def _match(index: AstIndex, producer: ast.Call, norm: ast.Call) -> Optional[_Fin
         # normalises L, not the features: only a count provably equal (same literal or same expression,
         # `Linear(d, hidden)` then `BatchNorm1d(hidden)`) shows the bias cancels.
         return None
-    return _Finding(producer, _short(pq), _short(nq), bias)
+    finding = _Finding(producer, _short(pq), _short(nq), bias)
+    if default_of is not None:
+        finding.default_of = default_of
+        finding.fixable = False
+        finding.why_not = "not fixed automatically: a new default changes the layer for every caller that keeps it"
+    return finding
+
+
+def _true_default_parameter(index: AstIndex, producer: ast.Call, bias: ast.expr) -> Optional[str]:
+    """``bias=bias`` where ``bias`` is a parameter of the def that builds the layer (a block's ``__init__``,
+    a ``conv_bn(...)`` helper), with the default ``True`` and never rebound there: the name of that def. A
+    caller that keeps the default gets a bias the BatchNorm cancels; one that passes ``bias=False`` does not."""
+    if type(bias) is not ast.Name:
+        return None
+    function = index.function_of(producer)
+    if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
+        return None
+    arguments = function.args  # type: ignore[union-attr]
+    positional = arguments.posonlyargs + arguments.args
+    defaults: Dict[str, Optional[ast.expr]] = {}
+    for parameter, default in zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults):
+        defaults[parameter.arg] = default
+    for parameter, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
+        defaults[parameter.arg] = default
+    default = defaults.get(bias.id)
+    if default is None or not is_literal(default, True):
+        return None  # no default (every caller decides), or another one
+    if index.values_of(bias.id, function) != [None]:  # type: ignore[arg-type]
+        return None  # rebound in the def (`bias = bias and not bn`): the value at the call is not the default
+    klass = index.class_of.get(function)
+    return f"{klass.name}.{function.name}" if klass is not None else function.name  # type: ignore[union-attr]
 
 
 def _statement_of(index: AstIndex, node: ast.AST) -> ast.stmt:

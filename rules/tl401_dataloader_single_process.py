@@ -26,6 +26,14 @@ class DataloaderSingleProcess(Rule):
     - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes
       (also a name bound to one in the loader's own branch, `else: ds = TensorDataset(...)`, when the
       name has other bindings elsewhere);
+    - a dataset whose samples are made on the GPU: the loader's dataset is, or may be (one binding of its
+      name, the argument of a wrapper such as `Subset(ds, ids)`), an instance of a class of the file whose
+      `__getitem__` (`__getitems__`, `__iter__`), or a method of its class that one calls, moves a tensor to
+      a device that is CUDA or may be, or makes one there (`x.cuda()`, `x.to(device)`,
+      `torch.tensor(..., device="cuda")`). Worker processes cannot do that: CUDA does not survive a fork,
+      and spawned workers each start a CUDA context of their own and hand CUDA tensors back through
+      inter-process memory, which PyTorch advises against. Such a loader moves nothing between host and
+      device per batch in the training loop, so there is little for workers to overlap;
     - loaders no training loop of the file iterates: validation and test loaders, the examples in a
       `Dataset` module's docstring or `__main__` block, a loader only peeked at once
       (`next(iter(loader))`) before its name is rebound to the loader that trains: where a plain assignment
@@ -114,7 +122,7 @@ class DataloaderSingleProcess(Rule):
             workers = facts.setting(site, "num_workers")
             if workers != ABSENT and workers != 0:
                 continue
-            if facts.is_in_memory_dataset(site) or not facts.training_loops(site):
+            if facts.is_in_memory_dataset(site) or facts.samples_on_gpu(site) or not facts.training_loops(site):
                 continue
             message = self.message if workers == ABSENT else self.message.replace(
                 "(`num_workers` is 0)", "(`num_workers=0`)")

@@ -40,7 +40,10 @@ class DataloaderUnpinned(Rule):
 
     Silent where `pin_memory` comes through `**kwargs` or a variable (`pin_memory=args.pin_mem`), where the
     destination is provably the CPU, for `TensorDataset` loaders and files whose `Dataset` classes move data
-    to the GPU themselves (their batches may already be on the device, which cannot be pinned), for loaders
+    to the GPU themselves (their batches may already be on the device, which cannot be pinned), for a loader
+    whose dataset is, or may be, an instance of a class of the file (also one defined inside a function)
+    whose `__getitem__`, or a method of its class that it calls, makes or moves a tensor on a device that is
+    CUDA or may be (as in TL401), for loaders
     no training loop of the file iterates (also those built in another module in a way the project model
     does not follow: the rule stays silent rather than guess), and in tests.
 

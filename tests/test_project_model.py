@@ -125,7 +125,7 @@ def test_the_summary_is_plain_data(tmp_path):
     model = ProjectModel.for_file(tmp_path / "train.py", b"import data\n", tmp_path)
     assert model.summaries == {(tmp_path / "data.py"): {"factories": {"build_loader": {"tuple": False, "sites": [{
         "line": 5, "num_workers": 0, "pin_memory": "absent", "persistent_workers": "absent", "in_memory": False,
-        "on_cuda": False, "default_collate": True}]}}}}
+        "on_cuda": False, "gpu_samples": False, "default_collate": True}]}}}}
 
 
 def test_imports_read_off_the_bytes():
@@ -190,3 +190,18 @@ def _check_messages(root: Path, *names: str) -> List[str]:
     job = runner.Job(_settings(root), cache_dir=None)
     return [f"{d.code} {d.message}" for result in runner.run([root / name for name in names], job)
             for d in result.diagnostics]
+
+
+def test_a_factory_whose_dataset_makes_samples_on_the_gpu_silences_tl401_and_tl402(tmp_path):
+    """The factory's file answers for its dataset (the summary's ``gpu_samples``): its ``__getitem__`` moves
+    each sample to the GPU, so neither workers nor pinning can be used at the factory's call here."""
+    gpu = ("import torch\nfrom torch.utils.data import DataLoader\n\n\nclass Windows:\n"
+           "    def __init__(self, data):\n        self.data = data\n\n"
+           "    def __len__(self):\n        return len(self.data)\n\n"
+           "    def __getitem__(self, i):\n        return self.data[i]{move}\n\n\n"
+           "def build_loader(data, batch_size):\n    return DataLoader(Windows(data), batch_size=batch_size)\n")
+    for move, expected in (("", ["TL401", "TL402"]), (".cuda()", [])):
+        root = tmp_path / (move.strip(".()") or "cpu")
+        _tree(root, {"data.py": gpu.format(move=move),
+                     "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+        assert [line.split(" ")[1] for line in _check(root, "train.py")] == expected, move

@@ -1,5 +1,7 @@
 """TL301 bias-before-batchnorm: alias handling, formatting of the fix, and silence on near misses."""
 
+import pytest
+
 from fixture_support import fix, lint
 
 HEADER = "import torch\nimport torch.nn as nn\n"
@@ -92,3 +94,38 @@ def test_the_first_unguarded_bias_use_in_source_order_is_named():
     )
     [finding] = lint(source, "TL301")
     assert "`nn.init.constant_(m.bias, 0.0)` reads a `.bias`" in finding.message and finding.fix is None
+
+
+@pytest.mark.parametrize("signature, flagged", [
+    ("c, bias=True", True),
+    ("c, *, bias=True", True),  # keyword-only
+    ("c, bias=False", False),
+    ("c, bias", False),  # no default: the callers decide
+    ("c, bias=None", False),
+    ("c, bias=True, norm=True", True),
+])
+def test_a_bias_parameter_is_reported_only_for_its_default_true(signature, flagged):
+    source = (
+        "import torch.nn as nn\n"
+        f"def block({signature}):\n"
+        "    return nn.Sequential(nn.Conv2d(c, c, 3, bias=bias), nn.BatchNorm2d(c))\n"
+    )
+    found = lint(source, "TL301")
+    assert bool(found) is flagged
+    if flagged:
+        assert "`bias=True` by default in `block`" in found[0].message
+        assert fix(source, "TL301") == source  # report only: a new default would change every caller
+
+
+def test_a_bias_parameter_rebound_in_its_def_is_silent():
+    source = (
+        "import torch.nn as nn\n"
+        "class Block(nn.Module):\n"
+        "    def __init__(self, c, bias=True):\n"
+        "        super().__init__()\n"
+        "        if c > 8:\n"
+        "            bias = False\n"
+        "        self.body = nn.Sequential(nn.Conv2d(c, c, 3, bias=bias), nn.BatchNorm2d(c))\n"
+    )
+    assert lint(source, "TL301") == []
+    assert lint(source.replace("        if c > 8:\n            bias = False\n", ""), "TL301")

@@ -243,3 +243,61 @@ def test_a_loop_over_a_name_bound_to_many_loaders_is_left_alone(copies, found):
         "model = torch.nn.Linear(2, 2).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
         "for x in train_loader:\n    loss = model(x.cuda()).sum()\n    loss.backward()\n    opt.step()\n")
     assert [d.line for d in lint(source, "TL402")] == list(range(3, 3 + found))
+
+
+GPU_DATASET = """
+class Windows:
+    def __init__(self, data, device):
+        self.data, self.device = data, device
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        return self.{method}(i)
+
+    def cut(self, i):
+        return {sample}
+
+    def upload(self):
+        return self.data.to(self.device)
+"""
+
+
+@pytest.mark.parametrize("sample, on_gpu", [
+    ("self.data[i].to(self.device)", True),
+    ("self.data[i].cuda()", True),
+    ("torch.tensor(self.data[i], device='cuda')", True),
+    ("torch.as_tensor(self.data[i]).to(0)", True),
+    ("self.data[i].to(torch.float32)", False),  # a dtype, no device
+    ("torch.zeros(3, device='cpu')", False),  # provably the CPU
+    ("self.data[i]", False),  # only upload(), which __getitem__ never calls, moves data
+])
+def test_samples_on_gpu_follows_getitem_and_the_methods_it_calls(sample, on_gpu):
+    source = HEADER + GPU_DATASET.format(sample=sample, method="cut") + TRAIN + (
+        "def main(data, model, optimizer, device):\n"
+        "    train_one_epoch(model, optimizer, DataLoader(Windows(data, device)), device)\n"
+    )
+    f = facts(source)
+    (site,) = f.sites
+    assert f.samples_on_gpu(site) is on_gpu
+    assert bool(lint(source, "TL401")) is not on_gpu
+    assert bool(lint(source, "TL402")) is not on_gpu
+
+
+def test_samples_on_gpu_when_one_binding_or_a_wrapper_holds_such_a_dataset():
+    gpu = GPU_DATASET.format(sample="self.data[i].cuda()", method="cut")
+    cases = {
+        "    ds = Windows(data, device) if flag else data\n    loader = DataLoader(ds)\n": True,
+        "    ds = data\n    if flag:\n        ds = Windows(data, device)\n    loader = DataLoader(ds)\n": True,
+        "    loader = DataLoader(Subset(Windows(data, device), range(8)))\n": True,
+        "    loader = DataLoader(ConcatDataset([data, Windows(data, device)]))\n": True,
+        "    loader = DataLoader(Subset(data, range(8)))\n": False,
+    }
+    for body, on_gpu in cases.items():
+        source = HEADER + "from torch.utils.data import ConcatDataset, Subset\n" + gpu + (
+            "def main(data, flag, model, optimizer, device):\n" + body
+            + "    for x in loader:\n        model(x).backward()\n        optimizer.step()\n")
+        f = facts(source)
+        (site,) = f.sites
+        assert f.samples_on_gpu(site) is on_gpu, body

@@ -296,6 +296,15 @@ def _may_be_cuda_device(index: AstIndex, call: ast.Call, scope: AstScope) -> boo
     return any(not _cpu_device(index, target, scope) for target in targets)
 
 
+def may_place_on_cuda(index: AstIndex, call: ast.Call, scope: AstScope) -> bool:
+    """``call`` moves a tensor to, or makes one on, a device that is CUDA or may be: ``x.cuda()``, ``x.to(0)``,
+    ``x.to(device)`` / ``torch.tensor(..., device=d)`` with a device the file cannot show to be the CPU
+    (``_may_be_cuda_device``)."""
+    if call_name(call) == "cuda" and isinstance(call.func, ast.Attribute):
+        return True
+    return _may_be_cuda_device(index, call, scope)
+
+
 def _cpu_device(index: AstIndex, expr: ast.expr, scope: AstScope, depth: int = 0) -> bool:
     """``expr`` (a device) is the CPU as far as this file shows: its value is a CPU device, a parameter of a
     function this file calls (its callers are this file's), or an argparse option whose default is not

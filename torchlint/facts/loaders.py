@@ -27,7 +27,7 @@ from torchlint.facts.index import (
     AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, argument_for, call_name, called_origin, dotted_name,
     has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, source_order, target_names, walk,
 )
-from torchlint.facts.devices import CUDA, device_kind, to_destination
+from torchlint.facts.devices import CUDA, device_kind, may_place_on_cuda, to_destination
 from torchlint.facts.options import option_default
 
 if TYPE_CHECKING:
@@ -134,6 +134,8 @@ class LoaderFacts:
         self.project = project
         self._trains: Dict[ast.AST, bool] = {}
         self._dataset_on_cuda: Optional[bool] = None
+        self._classes: Optional[Dict[str, List[ast.ClassDef]]] = None  # the file's classes with methods, by name
+        self._gpu_classes: Dict[ast.ClassDef, bool] = {}
         self._names: _Bindings = {}  # names that hold loaders
         self._iterators: _Bindings = {}  # names that hold iterators over loaders (``Drawn``)
         self._generators: Dict[str, List[Tuple[str, ast.AST]]] = {}
@@ -293,6 +295,7 @@ class LoaderFacts:
             entry[name] = self.setting(site, name)
         entry["in_memory"] = self.is_in_memory_dataset(site)
         entry["on_cuda"] = self.dataset_on_cuda()
+        entry["gpu_samples"] = self.samples_on_gpu(site)
         entry["default_collate"] = loader_argument(site.call, "collate_fn") is None
         parameter = self._workers_parameter(site)
         if parameter is not None:
@@ -709,8 +712,108 @@ class LoaderFacts:
 
     def batches_may_be_on_cuda(self, site: LoaderSite) -> bool:
         """A ``Dataset`` class of this file, or of the file whose factory builds the loader, moves data to a
-        CUDA device (``dataset_on_cuda``)."""
-        return self.dataset_on_cuda() or bool(site.imported and site.imported.get("on_cuda"))
+        CUDA device (``dataset_on_cuda``), or the loader's own dataset makes its samples on the GPU
+        (``samples_on_gpu``)."""
+        return (self.dataset_on_cuda() or bool(site.imported and site.imported.get("on_cuda"))
+                or self.samples_on_gpu(site))
+
+    # --- datasets whose samples are made on the GPU ----------------------------------------------
+    def samples_on_gpu(self, site: LoaderSite) -> bool:
+        """The loader's dataset is, or may be, an instance of a class of the file whose ``__getitem__``
+        (``__getitems__``, ``__iter__``), or a method of its class that one calls (``self.sample(i)``), moves
+        a tensor to a device that is CUDA or may be, or makes one there (``x.cuda()``, ``x.to(device)``,
+        ``torch.tensor(..., device="cuda")``: ``may_place_on_cuda``): each sample comes out on the GPU.
+        Worker processes cannot make CUDA tensors (CUDA does not survive a fork, and spawned workers each
+        start their own context), and pinning a CUDA tensor raises. "May be": the dataset argument, a name
+        any of whose bindings is such an instance, or a wrapper call's argument (``Subset(ds, ids)``,
+        ``ConcatDataset([a, b])``) that is one. Read in this file only; a loader built by a factory of
+        another file takes that file's answer (its summary's ``gpu_samples``)."""
+        if site.imported is not None:
+            return bool(site.imported.get("gpu_samples"))
+        value = loader_argument(site.call, "dataset")
+        if not isinstance(value, ast.expr):
+            return False
+        return any(self._class_samples_on_gpu(klass) for klass in self._instance_classes(value, 0))
+
+    def _classes_named(self, name: str) -> List[ast.ClassDef]:
+        if self._classes is None:
+            self._classes = {}
+            for klass in dict.fromkeys(k for k in self.index.class_of.values() if k is not None):
+                self._classes.setdefault(klass.name, []).append(klass)
+        return self._classes.get(name, [])
+
+    def _instance_classes(self, expr: ast.AST, depth: int) -> Iterator[ast.ClassDef]:
+        """The classes of the file ``expr`` is, or may be, an instance of, or may wrap one of."""
+        if depth > 5:
+            return
+        index = self.index
+        kind = type(expr)
+        if kind is ast.Name:
+            scope = index.scope_of(expr)
+            values = index.values_of(expr.id, scope) or index.values_of(expr.id, index.tree)  # type: ignore[attr-defined]
+            for value in values:
+                if isinstance(value, ast.expr):
+                    yield from self._instance_classes(value, depth + 1)
+        elif kind is ast.Call:
+            func = expr.func  # type: ignore[attr-defined]
+            classes = self._classes_named(func.id) if type(func) is ast.Name else []
+            if classes:
+                yield from classes
+                return
+            for argument in (*expr.args, *(k.value for k in expr.keywords)):  # type: ignore[attr-defined]
+                yield from self._instance_classes(argument, depth + 1)
+        elif kind in (ast.List, ast.Tuple):
+            for element in expr.elts:  # type: ignore[attr-defined]
+                yield from self._instance_classes(element, depth + 1)
+        elif kind is ast.IfExp:  # `Noise() if use_noise else Windows(...)`
+            yield from self._instance_classes(expr.body, depth + 1)  # type: ignore[attr-defined]
+            yield from self._instance_classes(expr.orelse, depth + 1)  # type: ignore[attr-defined]
+        elif kind is ast.Starred:
+            yield from self._instance_classes(expr.value, depth + 1)  # type: ignore[attr-defined]
+
+    def _method(self, klass: ast.ClassDef, name: str, depth: int = 0) -> Optional[AstFunction]:
+        """``klass``'s method ``name``, its own or one it inherits from a class of the file."""
+        for node in klass.body:
+            if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef) and node.name == name:  # type: ignore[attr-defined]
+                return node  # type: ignore[return-value]
+        if depth < 4:
+            for base in klass.bases:
+                if type(base) is ast.Name:
+                    for parent in self._classes_named(base.id):
+                        if parent is not klass:
+                            found = self._method(parent, name, depth + 1)
+                            if found is not None:
+                                return found
+        return None
+
+    def _class_samples_on_gpu(self, klass: ast.ClassDef) -> bool:
+        known = self._gpu_classes.get(klass)
+        if known is None:
+            known = self._gpu_classes[klass] = self._makes_samples_on_gpu(klass)
+        return known
+
+    def _makes_samples_on_gpu(self, klass: ast.ClassDef) -> bool:
+        index = self.index
+        pending = [m for m in (self._method(klass, name) for name in _SAMPLE_METHODS) if m is not None]
+        seen: Set[ast.AST] = set()
+        while pending:
+            method = pending.pop()
+            if method in seen:
+                continue
+            seen.add(method)
+            arguments = method.args.posonlyargs + method.args.args
+            receiver = arguments[0].arg if arguments else None
+            for info in index.calls_within(method):
+                call = info.node
+                if may_place_on_cuda(index, call, info.function if info.function is not None else index.tree):
+                    return True
+                func = call.func
+                if (receiver is not None and type(func) is ast.Attribute and type(func.value) is ast.Name
+                        and func.value.id == receiver and len(seen) < 16):
+                    helper = self._method(klass, func.attr)
+                    if helper is not None:
+                        pending.append(helper)
+        return False
 
     def sites_of(self, loop: AstLoopInfo) -> List[LoaderSite]:
         """The loaders ``loop`` iterates (those whose ``loops`` hold it), in the order of ``sites``."""
@@ -786,6 +889,10 @@ class LoaderFacts:
                         self._dataset_on_cuda = True
                         break
         return self._dataset_on_cuda
+
+
+# the methods that make a dataset's samples: map-style (``__getitems__``: batched, torch 2.2+) and iterable
+_SAMPLE_METHODS = ("__getitem__", "__getitems__", "__iter__")
 
 
 def loader_facts(index: AstIndex, project: Optional["ProjectModel"] = None) -> LoaderFacts:
