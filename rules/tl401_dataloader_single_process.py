@@ -25,7 +25,12 @@ class DataloaderSingleProcess(Rule):
     - `num_workers=args.workers`, `cfg.num_workers` or any name not bound to `0` in the file;
     - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes
       (also a name bound to one in the loader's own branch, `else: ds = TensorDataset(...)`, when the
-      name has other bindings elsewhere);
+      name has other bindings elsewhere), or an instance of a class of the file that cuts pieces of a
+      tensor it holds the same way: its `__getitem__` only assigns and returns slices of `self.<attr>`,
+      arithmetic, `len`/`min`/`max`, a random offset (`torch.randint`) and shaping or converting tensor
+      methods, and a slice of `self.<attr>` goes through a method only tensors have (`.long()`,
+      `.clone()`), so what it cuts is a tensor in memory (a NumPy memory map or an HDF5 dataset, read from
+      disk when indexed, has no such method, and is still reported);
     - a dataset whose samples are made on the GPU: the loader's dataset is, or may be (one binding of its
       name, the argument of a wrapper such as `Subset(ds, ids)`), an instance of a class of the file whose
       `__getitem__` (`__getitems__`, `__iter__`), or a method of its class that one calls, moves a tensor to

@@ -213,6 +213,7 @@ class AstIndex:
         self.functions: List[Union[ast.FunctionDef, ast.AsyncFunctionDef]] = []
         self.lambdas: List[ast.Lambda] = []
         self.class_of: Dict[ast.AST, Optional[ast.ClassDef]] = {}  # function -> the class it is defined in
+        self.classes: List[ast.ClassDef] = []  # every class, methods or not (`class Rows(Windows): pass`)
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
         self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
@@ -292,6 +293,7 @@ class AstIndex:
                     frames.append((node, None, None, klass, body, inner))
                     continue
                 elif kind is ast.ClassDef:
+                    self.classes.append(node)
                     keywords = node.keywords
                     if len(keywords) > 1 and len({k.arg for k in keywords}) != len(keywords):
                         compilable.repeated(keywords)

@@ -738,7 +738,7 @@ class LoaderFacts:
     def _classes_named(self, name: str) -> List[ast.ClassDef]:
         if self._classes is None:
             self._classes = {}
-            for klass in dict.fromkeys(k for k in self.index.class_of.values() if k is not None):
+            for klass in self.index.classes:
                 self._classes.setdefault(klass.name, []).append(klass)
         return self._classes.get(name, [])
 
@@ -844,6 +844,9 @@ class LoaderFacts:
             return False
         if index.qualified_name(value.func) in _IN_MEMORY_DATASETS:  # type: ignore[attr-defined]
             return True
+        classes = list(dict.fromkeys(self._instance_classes(value, 0)))
+        if len(classes) == 1 and type(value.func) is ast.Name and classes[0].name == value.func.id:  # type: ignore[attr-defined]
+            return self._cuts_held_tensor(classes[0])
         # `load_split(path)`, a function of this file whose every `return` builds a TensorDataset
         func = value.func  # type: ignore[attr-defined]
         if type(func) is ast.Name:
@@ -854,6 +857,47 @@ class LoaderFacts:
                         type(r.value) is ast.Call and index.qualified_name(r.value.func) in _IN_MEMORY_DATASETS
                         for r in returns)
         return False
+
+    def _cuts_held_tensor(self, klass: ast.ClassDef) -> bool:
+        """``klass`` hands out pieces of a tensor it holds, as a ``TensorDataset`` does: its ``__getitem__``
+        (its own or inherited; no ``__getitems__`` / ``__iter__``) only assigns and returns names,
+        constants, ``self.<attr>`` reads, subscripts, arithmetic, ``len``/``min``/``max``/``int`` and a random
+        offset (``torch.randint``, ``random.randint``), and tensor methods that shape or convert
+        (``.long()``, ``.size(0)``); and a slice of ``self.<attr>`` goes through a method only tensors have
+        (``.long()``, ``.clone()``: NumPy arrays, memory maps and HDF5 datasets have none), so what it cuts
+        is a tensor, already in memory."""
+        if any(self._method(klass, name) is not None for name in _SAMPLE_METHODS[1:]):
+            return False
+        method = self._method(klass, "__getitem__")
+        if method is None or len(method.args.args) != 2:
+            return False
+        receiver = method.args.args[0].arg
+        index = self.index
+        tensor_cut = False
+        for statement in method.body:
+            if type(statement) not in (ast.Assign, ast.Return) or getattr(statement, "value", None) is None:
+                return False
+            if type(statement) is ast.Assign and not all(type(t) is ast.Name for t in statement.targets):
+                return False
+            for node in walk(statement.value):  # type: ignore[arg-type]
+                kind = type(node)
+                if kind is ast.Call:
+                    func = node.func  # type: ignore[attr-defined]
+                    if type(func) is ast.Attribute and func.attr in _TENSOR_ONLY_METHODS:
+                        cut = func.value.value if type(func.value) is ast.Subscript else None
+                        tensor_cut = tensor_cut or (type(cut) is ast.Attribute and type(cut.value) is ast.Name
+                                                    and cut.value.id == receiver)
+                    elif not ((type(func) is ast.Attribute and func.attr in _SHAPING_METHODS)
+                              or (type(func) is ast.Name and func.id in _CHEAP_BUILTINS)
+                              or index.qualified_name(func) in _RANDOM_OFFSETS):
+                        return False
+                elif kind is ast.Attribute:
+                    if type(node.value) is ast.Name and node.value.id != receiver:  # type: ignore[attr-defined]
+                        if not (type(index.parent(node)) is ast.Call and index.parent(node).func is node):
+                            return False  # another object's state: not known to be held
+                elif kind not in _CUT_EXPRESSIONS:
+                    return False
+        return tensor_cut
 
     def _value_reaching(self, name: ast.Name, use: ast.AST) -> Optional[ast.AST]:
         """For a name bound several times (``ds = load(...)`` in an ``if``, ``ds = TensorDataset(...)`` in its
@@ -893,6 +937,13 @@ class LoaderFacts:
 
 # the methods that make a dataset's samples: map-style (``__getitems__``: batched, torch 2.2+) and iterable
 _SAMPLE_METHODS = ("__getitem__", "__getitems__", "__iter__")
+# What a `__getitem__` that cuts a piece of a held tensor is made of (`LoaderFacts._cuts_held_tensor`).
+_TENSOR_ONLY_METHODS = {"long", "float", "half", "bfloat16", "int", "double", "short", "byte", "bool", "clone"}
+_SHAPING_METHODS = {"size", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "flatten", "numel", "item"}
+_CHEAP_BUILTINS = {"len", "min", "max", "int", "slice"}
+_RANDOM_OFFSETS = {"torch.randint", "random.randint", "random.randrange"}
+_CUT_EXPRESSIONS = {ast.Name, ast.Constant, ast.Subscript, ast.Slice, ast.BinOp, ast.UnaryOp, ast.Tuple,
+                    ast.Load, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.keyword}
 
 
 def loader_facts(index: AstIndex, project: Optional["ProjectModel"] = None) -> LoaderFacts:
