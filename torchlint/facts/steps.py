@@ -263,8 +263,8 @@ class StepFacts:
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
         self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
-        # a module-level def of this file that loops of other project files call -> for each such call, where its
-        # result goes there (``result_uses``; None where out of sight)
+        # a module-level def or a method of this file that loops of other project files call -> for each such
+        # call, where its result goes there (``result_uses``; None where out of sight)
         self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
         self._reach(index, project)
 
@@ -425,7 +425,7 @@ class StepFacts:
             for path, line, steps, calls in project.callers():
                 targets = [function for name, method, *_ in calls for function in self.methods_of(name, method)]
                 for name, method, *uses in calls:
-                    for function in self.methods_of(name, method) if not method else ():
+                    for function in self.methods_of(name, method):
                         self.foreign_results.setdefault(function, []).append(uses[0] if uses else None)
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
@@ -648,8 +648,11 @@ def uses_summary(index: AstIndex) -> dict:
                 calls = loops.setdefault(loop.node, (loop, []))[1]
                 calls.append([*origin, "", result_uses(index, info.node, loop)])
             continue
+        uses = None  # where the returned value goes: out of sight in a def the loop runs
         if info.loop is not None:
             loop = facts._per_iteration(index, info.node, info.loop)
+            if loop is not None:
+                uses = result_uses(index, info.node, loop)
         elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
             loop = iterated.get(info.function)  # type: ignore[arg-type]
         else:
@@ -657,7 +660,7 @@ def uses_summary(index: AstIndex) -> dict:
         if loop is None:
             continue
         calls = loops.setdefault(loop.node, (loop, []))[1]
-        calls.extend(list(entry) for entry in imported if list(entry) not in calls)
+        calls.extend(entry for entry in ([*entry, uses] for entry in imported) if entry not in calls)
     if not loops:
         return {}
     return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
@@ -690,7 +693,9 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
     """Where the value ``call`` returns goes in ``loop``, as plain data: ``[]`` where it is dropped (an
     expression statement); ``[["arg", "meter.update"]]`` as an argument of that call; for a name bound once in the loop to it (``acc = accuracy(out, y)``), each
     use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add", ""]]``
-    for ``total += accuracy(...)``; None where it goes anywhere else (a tuple, an attribute, a test)."""
+    for ``total += accuracy(...)``; ``[["unpack", [uses of each element]]]`` where it is unpacked into names
+    (``loss_a, loss_b = agent.update(batch)``); None where it goes anywhere else (a tuple, an attribute, a
+    test)."""
     parent = index.parent(call)
     kind = type(parent)
     if kind is ast.Expr:
@@ -699,13 +704,25 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
         return [["add", ""]]
     if kind is ast.Call and any(argument is call for argument in parent.args):  # type: ignore[attr-defined]
         return [["arg", dotted_name(parent.func) or ""]]  # type: ignore[attr-defined]
-    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1 \
-            or type(parent.targets[0]) is not ast.Name:  # type: ignore[attr-defined]
+    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1:  # type: ignore[attr-defined]
         return None
-    name = parent.targets[0].id  # type: ignore[attr-defined]
+    target = parent.targets[0]  # type: ignore[attr-defined]
+    if type(target) is ast.Name:
+        return _name_uses(loop, target)
+    if type(target) not in (ast.Tuple, ast.List) or not all(type(element) is ast.Name for element in target.elts) \
+            or len({element.id for element in target.elts}) != len(target.elts):  # type: ignore[attr-defined]
+        return None  # `a, *rest = ...`, `a, a = ...`, `x.a, b = ...`: where an element goes is out of sight
+    elements = [_name_uses(loop, element) for element in target.elts]  # type: ignore[attr-defined]
+    return None if any(uses is None for uses in elements) else [["unpack", elements]]
+
+
+def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
+    """The uses in ``loop`` of the name ``target`` binds: ``["arg", "meter.update"]`` as an argument of that
+    call, ``["other", ""]`` otherwise; None where the loop binds the name again."""
+    name = target.id
     uses: list = []
     for spelling, use, how, above in names_spelled(loop.node):
-        if spelling != name or use is parent.targets[0] or how in ("attribute", "keyword"):  # type: ignore[attr-defined]
+        if spelling != name or use is target or how in ("attribute", "keyword"):
             continue  # (`x.acc`, `f(acc=...)`: not the variable)
         if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
             return None  # bound again (a target, a parameter, a def of that name)
