@@ -176,7 +176,10 @@ class SyncInTrainingLoop(Rule):
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
-    checked alone (pre-commit) reads that loop off `main.py`. Not followed: a call under a logging guard or in a branch that runs a few times, a call
+    checked alone (pre-commit) reads that loop off `main.py`. A Lightning Trainer calls `training_step` of a
+    `LightningModule` subclass (`pytorch_lightning` or `lightning`, as the file imports it) once per batch:
+    the reads it reaches, through `self.<method>()` calls, are reported naming Lightning's `Trainer.fit()`
+    (other hooks, `validation_step` and the epoch-end ones, are not steps). Not followed: a call under a logging guard or in a branch that runs a few times, a call
     before or after the loop (set-up), and a function with a training loop of its own.
 
     Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
@@ -289,7 +292,8 @@ class SyncInTrainingLoop(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings) -> bool:
-        return may_train(text) and _may_sync_or_format(text)
+        return (may_train(text) or ("LightningModule" in text and "training_step" in text)) \
+            and _may_sync_or_format(text)  # (a Lightning Trainer runs `training_step` every step: `facts.steps`)
 
     def detect(self, ctx: IndexContext) -> None:
         _Detector(ctx).run()

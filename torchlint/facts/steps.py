@@ -218,8 +218,27 @@ class ForeignStep:
         self.path, self.line = path, line
 
 
-def step_place(loop: Union[AstLoopInfo, ForeignStep]) -> str:
-    """Where a step loop is, as a message names it: ``line 12`` in this file, ``main.py:112`` in another."""
+class FrameworkStep:
+    """The training loop of a framework that calls a hook of one of this file's classes every step: Lightning's
+    ``Trainer.fit()`` runs ``training_step`` of a ``LightningModule`` subclass once per batch."""
+
+    __slots__ = ()
+
+
+# the base classes whose ``training_step`` a Lightning Trainer calls every step, as the file imports them
+LIGHTNING_MODULES = frozenset({
+    "pytorch_lightning.LightningModule", "pytorch_lightning.core.LightningModule",
+    "pytorch_lightning.core.module.LightningModule", "pytorch_lightning.core.lightning.LightningModule",
+    "lightning.LightningModule", "lightning.pytorch.LightningModule", "lightning.pytorch.core.LightningModule",
+    "lightning.pytorch.core.module.LightningModule",
+})
+
+
+def step_place(loop: Union[AstLoopInfo, ForeignStep, FrameworkStep]) -> str:
+    """Where a step loop is, as a message names it: ``line 12`` in this file, ``main.py:112`` in another,
+    Lightning's ``Trainer.fit()``."""
+    if type(loop) is FrameworkStep:
+        return "Lightning's `Trainer.fit()`"
     if type(loop) is ForeignStep:
         return f"{loop.path}:{loop.line}"  # type: ignore[union-attr]
     return f"line {loop.node.lineno}"  # type: ignore[union-attr]
@@ -262,7 +281,7 @@ class StepFacts:
             and any(call in self.imported_trainers for call in loop.direct_calls)} if self.imported_trainers else {}
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
-        self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
+        self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep, FrameworkStep]] = {}
         # a module-level def or a method of this file that loops of other project files call -> for each such
         # call, where its result goes there (``result_uses``; None where out of sight)
         self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
@@ -290,7 +309,7 @@ class StepFacts:
 
     def has_steps(self) -> bool:
         """The file has a step loop, or a loop of another project file runs a def of this one every step."""
-        return bool(self.step_loops) or any(type(loop) is ForeignStep for loop in self.reached.values())
+        return bool(self.step_loops) or any(type(loop) is not AstLoopInfo for loop in self.reached.values())
 
     def reaching_step(self, index: AstIndex, node: ast.AST) -> Optional[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]]:
         """For ``node`` in a def that some step runs every time (and not under a logging guard there): that
@@ -405,10 +424,11 @@ class StepFacts:
         return found - self.stepping
 
     def _reach(self, index: AstIndex, project) -> None:
-        if not self._callees_of and project is None:
+        framework = _lightning_steps(index)
+        if not self._callees_of and project is None and not framework:
             return
         own_loops = {loop.function for loop in self.step_loops.values()}  # per epoch, not per step
-        roots: List[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]] = []
+        roots: List[Tuple[_Def, Union[AstLoopInfo, ForeignStep, FrameworkStep]]] = []
         edges: Dict[ast.AST, List[_Def]] = {}
         for info in index.calls:
             callees = self._callees_of.get(info.node)
@@ -430,6 +450,8 @@ class StepFacts:
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
                     roots.extend((function, foreign) for function in targets)
+        lightning = FrameworkStep()
+        roots.extend((function, lightning) for function in framework)  # a Lightning Trainer runs them every step
         queue = deque()
         for callee, step in roots:
             if callee not in self.reached and callee not in own_loops:
@@ -558,6 +580,22 @@ class StepFacts:
                     found[callee] = found[caller]
                     queue.append(callee)
         return found
+
+
+def _lightning_steps(index: AstIndex) -> List[_Def]:
+    """The ``training_step`` methods of the file's module-level classes that derive from Lightning's
+    ``LightningModule`` (by the file's imports: ``pl.LightningModule``, ``from lightning import
+    LightningModule``)."""
+    if "LightningModule" not in index.source:
+        return []
+    found: List[_Def] = []
+    for klass in index.tree.body:  # type: ignore[attr-defined]
+        if type(klass) is not ast.ClassDef or not any(
+                index.qualified_name(base) in LIGHTNING_MODULES for base in klass.bases):
+            continue
+        found.extend(statement for statement in klass.body
+                     if type(statement) in _DEFS and statement.name == "training_step")
+    return found
 
 
 def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.ClassDef], origins) -> List[_Target]:
