@@ -168,11 +168,18 @@ class SyncInTrainingLoop(Rule):
     (`acc = calculate_accuracy(out, y)` in `training.py`'s batch loop, `from utils import calculate_accuracy`)
     is reached the same way; a value it returns counts as shown there only where that loop drops it or passes
     it to a collecting or logging call (`meters.update(acc, n)`, `print(...)`): a sum there, whose use is out
-    of sight, keeps it silent. The step may be in another file of the
+    of sight, keeps it silent. A method of the file's class that such a loop calls every iteration is judged
+    the same way, element by element for a returned tuple unpacked into names there (`return loss_a.item(),
+    loss_b.item()` with `a, b = agent.update(...)` in `main.py`, each name only logged: both reported; a name
+    tested there, or the result kept whole, `out = agent.update(...)`, or unpacked with a `*rest`: that
+    element silent). The step may be in another file of the
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
-    checked alone (pre-commit) reads that loop off `main.py`. Not followed: a call under a logging guard or in a branch that runs a few times, a call
+    checked alone (pre-commit) reads that loop off `main.py`. A Lightning Trainer calls `training_step` of a
+    `LightningModule` subclass (`pytorch_lightning` or `lightning`, as the file imports it) once per batch:
+    the reads it reaches, through `self.<method>()` calls, are reported naming Lightning's `Trainer.fit()`
+    (other hooks, `validation_step` and the epoch-end ones, are not steps). Not followed: a call under a logging guard or in a branch that runs a few times, a call
     before or after the loop (set-up), and a function with a training loop of its own.
 
     Code that runs a few times over the whole run is not every step: the body of an `if` that tests the
@@ -285,7 +292,8 @@ class SyncInTrainingLoop(Rule):
 
     @classmethod
     def may_fire(cls, text: str, settings) -> bool:
-        return may_train(text) and _may_sync_or_format(text)
+        return (may_train(text) or ("LightningModule" in text and "training_step" in text)) \
+            and _may_sync_or_format(text)  # (a Lightning Trainer runs `training_step` every step: `facts.steps`)
 
     def detect(self, ctx: IndexContext) -> None:
         _Detector(ctx).run()
@@ -994,7 +1002,7 @@ class _Detector:
         foreign = self.steps.foreign_results.get(function, [])
         if (not calls and not foreign) or self._spelled(function.name) != len(calls):
             return "load"
-        if foreign and (position is not None or not all(self._shown_there(uses) for uses in foreign)):
+        if foreign and not all(self._shown_there(uses, position, size) for uses in foreign):
             return "load"
         for call in calls:
             caller = index.function_of(call)
@@ -1020,12 +1028,18 @@ class _Detector:
         return "sink"
 
     @staticmethod
-    def _shown_there(uses: Optional[list]) -> bool:
+    def _shown_there(uses: Optional[list], position: Optional[int] = None, size: int = 0) -> bool:
         """A call's result in a loop of another project file (``facts.steps.result_uses``) is only shown or
         stored there: dropped, or each use an argument of a collecting or logging call (``meter.update(acc,
-        n)``, ``print(acc)``); anything else, a sum included (what the sum feeds is out of sight), needs it."""
+        n)``, ``print(acc)``); anything else, a sum included (what the sum feeds is out of sight), needs it.
+        For the element at ``position`` of a returned tuple of ``size``: the result is unpacked into as many
+        names there (``loss_a, loss_b = agent.update(batch)``) and that element's name is only shown."""
         if uses is None:
             return False
+        if position is not None:
+            if len(uses) != 1 or uses[0][0] != "unpack" or len(uses[0][1]) != size:
+                return False
+            uses = uses[0][1][position]
         for kind, written in uses:
             last = written.rsplit(".", 1)[-1]
             if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS

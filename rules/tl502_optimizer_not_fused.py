@@ -75,8 +75,11 @@ class OptimizerNotFused(Rule):
     A class of a file with no training loop of its own whose method a loop of another project file runs
     every iteration as its step (`policy.train(batch)` in `main.py`, `policy = TD3.TD3(...)`): the optimizers
     its `__init__` builds over the parameters of a module the class moves to CUDA (`self.actor =
-    Actor(...).to(device)` with `device` CUDA, or CUDA when available; a device known only by its name does
-    not count here) are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
+    Actor(...).to(device)` with `device` CUDA, or CUDA when available or when a flag says so, `"cuda" if
+    args.cuda else "cpu"`, also held as `self.device` where every binding of it in the class is such a device;
+    a device known only by its name does not count here), or over a list of tensors the class makes there
+    (`Adam([self.log_alpha])` with `self.log_alpha = torch.zeros(1, requires_grad=True, device=self.device)`;
+    one made without `device=` does not count), are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
     off `main.py`. A method only called once, at set-up, or under a logging guard is no such step.
 
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
@@ -256,6 +259,9 @@ def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, proj
     move to CUDA: ``self.actor = Actor(...).to(device)``, or ``self.actor.to(device)`` / ``.cuda()``."""
     arguments = call_arguments(call)
     params = arguments[0][1] if arguments and arguments[0][0] in (None, "params") else keyword_value(call, "params")
+    if type(params) in (ast.List, ast.Tuple):  # `[self.log_alpha]`: tensors the class makes on CUDA
+        return bool(params.elts) and all(_cuda_tensor_attribute(index, element, klass, project)  # type: ignore[attr-defined]
+                                         for element in params.elts)  # type: ignore[attr-defined]
     if not (type(params) is ast.Call and type(params.func) is ast.Attribute and params.func.attr == "parameters"
             and not params.args and not params.keywords):
         return False
@@ -273,6 +279,17 @@ def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, proj
                and node.value.id == "self" for node in (moved, target)):
             return True
     return False
+
+
+def _cuda_tensor_attribute(index: AstIndex, element: ast.expr, klass: ast.ClassDef, project) -> bool:
+    """``element`` is ``self.<name>`` and every binding of it in ``klass`` is a call that makes a tensor on a
+    CUDA device (``self.log_alpha = torch.zeros(1, requires_grad=True, device=self.device)``)."""
+    if not (type(element) is ast.Attribute and type(element.value) is ast.Name and element.value.id == "self"):
+        return False
+    values = index.self_attributes.get((klass, element.attr), ())
+    return bool(values) and all(
+        type(value) is ast.Call and keyword_value(value, "device") is not None  # type: ignore[arg-type]
+        and moves_to_cuda(index, value, index.scope_of(value), project) for value in values)  # type: ignore[arg-type]
 
 
 def _resumes_optimizer(index: AstIndex) -> bool:

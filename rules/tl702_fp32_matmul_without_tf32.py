@@ -57,8 +57,9 @@ class Fp32MatmulWithoutTf32(Rule):
     that calls another project file's function or method that runs a training loop of its own
     (`train_epoch(...)` of `training.py` every epoch, `agent.update()` that loops over its own epochs, under a
     guard or not) makes the file train too: where only that class moves work to CUDA (`self.actor = Actor(...).to(device)`, a device
-    the code shows to be CUDA, or CUDA when available, also a name bound once to a CPU and once to a CUDA
-    device), the message quotes it with its file and line; where the file of that class or function computes
+    the code shows to be CUDA, or CUDA when available or when a flag says so, `"cuda" if args.cuda else
+    "cpu"`, also a name bound once to a CPU and once to a CUDA device, and `self.device` where every binding
+    of it in the class is such a device), the message quotes it with its file and line; where the file of that class or function computes
     in reduced or double precision anywhere, the script is left alone. The finding
     stands on the entry point (the `if __name__ == "__main__":` line, or the first
     module-level training loop, or the first such call) and quotes where the file moves work to CUDA.

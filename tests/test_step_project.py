@@ -218,7 +218,8 @@ def test_the_summaries():
                        "reduced": False}
     assert step_summary(_index(DIST)) == {"devices": ["dev"]}
     uses = uses_summary(_index(RUN.format(body=EVERY_STEP + "\n        if step % 10 == 0:\n            learner.report(batch)")))
-    assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update"]]]]}
+    # (each method entry ends with where its value goes there: `result_uses`, `[]` for a dropped value)
+    assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update", []]]]]}
 
 
 # --- a training loop in a function of another file (issue 24, recall): `main.py`'s epoch loop calls
@@ -423,6 +424,100 @@ def test_the_uses_summary_of_helper_calls():
     body = "        acc = hits(out, y)\n        meter.update(acc)\n        print(spread(out))"
     uses = uses_summary(_index(FIT.format(body=body)))
     # (`loss.backward()` is kept as the class-method entries are: `loss` is a call of an imported name)
-    assert uses == {"loops": [[7, True, [["torch.nn.functional", 0, "cross_entropy", "backward"],
+    assert uses == {"loops": [[7, True, [["torch.nn.functional", 0, "cross_entropy", "backward", []],
                                          ["metrics", 0, "hits", "", [["arg", "meter.update"]]],
                                          ["metrics", 0, "spread", "", [["arg", "print"]]]]]]}
+
+
+# --- a device chosen by a flag and held on the instance, a tensor list trained, returned host values unpacked
+# by the caller (pranz24/pytorch-soft-actor-critic's shape: `self.device = torch.device("cuda" if args.cuda
+# else "cpu")` in the agent's `__init__`, `a, b = agent.learn(...)` in the script's loop, each only logged)
+
+FLAGGED_AGENT = """\
+import torch
+import torch.nn as nn
+
+
+class Critic:
+    def __init__(self, args):
+        self.device = {device}
+        self.value = nn.Linear(6, 1).to(device=self.device)
+        self.value_opt = torch.optim.Adam(self.value.parameters(), lr=1e-3)
+        self.temperature = torch.ones(1, requires_grad=True{where})
+        self.temperature_opt = torch.optim.Adam([self.temperature], lr=1e-3)
+
+    def learn(self, states):
+        states = states.to(self.device)
+        loss = self.value(states).pow(2).mean()
+        self.value_opt.zero_grad()
+        loss.backward()
+        self.value_opt.step()
+        spread = (self.temperature * states).std()
+        self.temperature_opt.zero_grad()
+        spread.backward()
+        self.temperature_opt.step()
+        return loss.item(), spread.item()
+"""
+
+LEARN = """\
+import argparse
+import torch
+from critic import Critic
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--gpu", action="store_true")
+args = parser.parse_args()
+critic = Critic(args)
+history = []
+for step in range(10000):
+{body}
+"""
+
+LOGGED = "    value_loss, spread = critic.learn(torch.randn(32, 6))\n    history.append(value_loss)\n    print(spread)"
+FLAG = 'torch.device("cuda" if args.gpu else "cpu")'
+
+
+def test_a_flag_chosen_device_on_the_instance_and_unpacked_logged_values(tmp_path):
+    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+                     "learn.py": LEARN.format(body=LOGGED)})
+    # both optimizers (the module's and the tensor list's), the returned reads, the script
+    assert _check(tmp_path, "critic.py", "learn.py") == [
+        "critic.py:11 TL502", "critic.py:23 TL101", "critic.py:9 TL502", "learn.py:10 TL702"]
+    [script] = _messages(tmp_path, "learn.py", "TL702")
+    assert "(`self.value = nn.Linear(6, 1).to(device=self.dev...` in `critic.py:8`)" in script
+    [reads] = _messages(tmp_path, "critic.py", "TL101")
+    assert reads.startswith("2 host-device syncs in one statement")
+    assert reads.endswith("(`learn()` runs every step: the training loop at learn.py:10 reaches it)")
+
+
+def test_a_device_the_instance_does_not_show_to_be_cuda(tmp_path):
+    for device in ('torch.device("cpu")', "pick_device(args)", "args.device"):
+        _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=device, where=", device=self.device"),
+                         "learn.py": LEARN.format(body=LOGGED)})
+        assert _check(tmp_path, "critic.py", "learn.py", select=("TL502", "TL702")) == [], device
+    # bound twice, once to a device the code does not show
+    agent = FLAGGED_AGENT.format(device=FLAG, where=", device=self.device").replace(
+        "    def learn(", "    def move(self, device):\n        self.device = device\n\n    def learn(")
+    _tree(tmp_path, {"critic.py": agent, "learn.py": LEARN.format(body=LOGGED)})
+    assert _check(tmp_path, "critic.py", "learn.py", select=("TL502", "TL702")) == []
+
+
+def test_a_tensor_list_made_without_a_device_is_not_on_cuda(tmp_path):
+    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=""), "learn.py": LEARN.format(body=LOGGED)})
+    assert _check(tmp_path, "critic.py", select=("TL502",)) == ["critic.py:9 TL502"]
+
+
+def test_returned_values_the_callers_need_or_do_not_unpack(tmp_path):
+    # the loop tests the second value: only the first is a read the step waits for in vain
+    body = "    value_loss, spread = critic.learn(torch.randn(32, 6))\n    print(value_loss)\n    if spread > 3:\n        break"
+    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+                     "learn.py": LEARN.format(body=body)})
+    [read] = _messages(tmp_path, "critic.py", "TL101")
+    assert read.startswith("`loss.item()` waits for the GPU every training step")
+    for body in (
+            "    losses = critic.learn(torch.randn(32, 6))\n    history.append(losses)",
+            "    value_loss, spread = critic.learn(torch.randn(32, 6))\n    history.append(value_loss + spread)",
+            "    value_loss, *rest = critic.learn(torch.randn(32, 6))\n    print(value_loss)"):
+        _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+                         "learn.py": LEARN.format(body=body)})
+        assert _check(tmp_path, "critic.py", select=("TL101",)) == [], body

@@ -374,7 +374,8 @@ def _cpu_option(index: AstIndex, option: str) -> bool:
 
 def moves_to_cuda(index: AstIndex, call: ast.Call, scope: Optional[AstScope], project=None) -> bool:
     """``x.cuda()``, or ``x.to(d)`` / ``device=d`` with a device ``d`` the code shows to be CUDA, or CUDA when
-    one is available (``torch.device("cuda" if torch.cuda.is_available() else "cpu")``; with ``project``, also
+    one is available (``torch.device("cuda" if torch.cuda.is_available() else "cpu")``; ``self.device`` of a
+    class that binds it so: ``_cuda_attribute``; with ``project``, also
     what a project function that returns one gives: ``dist_util.dev()``), not a device known only by its name,
     as ``to_destination`` takes one."""
     if call_name(call) == "cuda" and isinstance(call.func, ast.Attribute):
@@ -384,7 +385,23 @@ def moves_to_cuda(index: AstIndex, call: ast.Call, scope: Optional[AstScope], pr
         return False
     if device_kind(index, target, scope if scope is not None else index.tree) == CUDA:
         return True
+    if _cuda_attribute(index, target, scope):
+        return True
     return project is not None and _project_device(index, target, project)
+
+
+def _cuda_attribute(index: AstIndex, target: ast.expr, scope: Optional[AstScope]) -> bool:
+    """``target`` is ``self.<name>`` in a method of a class every binding of whose ``self.<name>`` is a device
+    the code shows, one of them CUDA or CUDA on a condition (``self.device = torch.device("cuda" if args.cuda
+    else "cpu")``, as ``device_kind`` takes a device chosen by a test)."""
+    if not (type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self"):  # type: ignore[attr-defined]
+        return False
+    klass = index.class_of.get(scope) if scope is not None else None  # type: ignore[arg-type]
+    values = index.self_attributes.get((klass, target.attr), ()) if klass is not None else ()  # type: ignore[attr-defined]
+    if not values or any(value is None for value in values):
+        return False
+    kinds = {device_kind(index, value, index.scope_of(value)) for value in values}  # type: ignore[arg-type]
+    return CUDA in kinds and kinds <= {CUDA, CPU}
 
 
 def _device_argument(call: ast.Call) -> Optional[ast.expr]:

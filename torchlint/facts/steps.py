@@ -218,8 +218,27 @@ class ForeignStep:
         self.path, self.line = path, line
 
 
-def step_place(loop: Union[AstLoopInfo, ForeignStep]) -> str:
-    """Where a step loop is, as a message names it: ``line 12`` in this file, ``main.py:112`` in another."""
+class FrameworkStep:
+    """The training loop of a framework that calls a hook of one of this file's classes every step: Lightning's
+    ``Trainer.fit()`` runs ``training_step`` of a ``LightningModule`` subclass once per batch."""
+
+    __slots__ = ()
+
+
+# the base classes whose ``training_step`` a Lightning Trainer calls every step, as the file imports them
+LIGHTNING_MODULES = frozenset({
+    "pytorch_lightning.LightningModule", "pytorch_lightning.core.LightningModule",
+    "pytorch_lightning.core.module.LightningModule", "pytorch_lightning.core.lightning.LightningModule",
+    "lightning.LightningModule", "lightning.pytorch.LightningModule", "lightning.pytorch.core.LightningModule",
+    "lightning.pytorch.core.module.LightningModule",
+})
+
+
+def step_place(loop: Union[AstLoopInfo, ForeignStep, FrameworkStep]) -> str:
+    """Where a step loop is, as a message names it: ``line 12`` in this file, ``main.py:112`` in another,
+    Lightning's ``Trainer.fit()``."""
+    if type(loop) is FrameworkStep:
+        return "Lightning's `Trainer.fit()`"
     if type(loop) is ForeignStep:
         return f"{loop.path}:{loop.line}"  # type: ignore[union-attr]
     return f"line {loop.node.lineno}"  # type: ignore[union-attr]
@@ -262,9 +281,9 @@ class StepFacts:
             and any(call in self.imported_trainers for call in loop.direct_calls)} if self.imported_trainers else {}
         # def -> the step loop through which it runs every step (the first one found, in source order; a
         # ``ForeignStep`` where only a loop of another file reaches it)
-        self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep]] = {}
-        # a module-level def of this file that loops of other project files call -> for each such call, where its
-        # result goes there (``result_uses``; None where out of sight)
+        self.reached: Dict[ast.AST, Union[AstLoopInfo, ForeignStep, FrameworkStep]] = {}
+        # a module-level def or a method of this file that loops of other project files call -> for each such
+        # call, where its result goes there (``result_uses``; None where out of sight)
         self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
         self._reach(index, project)
 
@@ -290,7 +309,7 @@ class StepFacts:
 
     def has_steps(self) -> bool:
         """The file has a step loop, or a loop of another project file runs a def of this one every step."""
-        return bool(self.step_loops) or any(type(loop) is ForeignStep for loop in self.reached.values())
+        return bool(self.step_loops) or any(type(loop) is not AstLoopInfo for loop in self.reached.values())
 
     def reaching_step(self, index: AstIndex, node: ast.AST) -> Optional[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]]:
         """For ``node`` in a def that some step runs every time (and not under a logging guard there): that
@@ -405,10 +424,11 @@ class StepFacts:
         return found - self.stepping
 
     def _reach(self, index: AstIndex, project) -> None:
-        if not self._callees_of and project is None:
+        framework = _lightning_steps(index)
+        if not self._callees_of and project is None and not framework:
             return
         own_loops = {loop.function for loop in self.step_loops.values()}  # per epoch, not per step
-        roots: List[Tuple[_Def, Union[AstLoopInfo, ForeignStep]]] = []
+        roots: List[Tuple[_Def, Union[AstLoopInfo, ForeignStep, FrameworkStep]]] = []
         edges: Dict[ast.AST, List[_Def]] = {}
         for info in index.calls:
             callees = self._callees_of.get(info.node)
@@ -425,11 +445,13 @@ class StepFacts:
             for path, line, steps, calls in project.callers():
                 targets = [function for name, method, *_ in calls for function in self.methods_of(name, method)]
                 for name, method, *uses in calls:
-                    for function in self.methods_of(name, method) if not method else ():
+                    for function in self.methods_of(name, method):
                         self.foreign_results.setdefault(function, []).append(uses[0] if uses else None)
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
                     roots.extend((function, foreign) for function in targets)
+        lightning = FrameworkStep()
+        roots.extend((function, lightning) for function in framework)  # a Lightning Trainer runs them every step
         queue = deque()
         for callee, step in roots:
             if callee not in self.reached and callee not in own_loops:
@@ -560,6 +582,22 @@ class StepFacts:
         return found
 
 
+def _lightning_steps(index: AstIndex) -> List[_Def]:
+    """The ``training_step`` methods of the file's module-level classes that derive from Lightning's
+    ``LightningModule`` (by the file's imports: ``pl.LightningModule``, ``from lightning import
+    LightningModule``)."""
+    if "LightningModule" not in index.source:
+        return []
+    found: List[_Def] = []
+    for klass in index.tree.body:  # type: ignore[attr-defined]
+        if type(klass) is not ast.ClassDef or not any(
+                index.qualified_name(base) in LIGHTNING_MODULES for base in klass.bases):
+            continue
+        found.extend(statement for statement in klass.body
+                     if type(statement) in _DEFS and statement.name == "training_step")
+    return found
+
+
 def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.ClassDef], origins) -> List[_Target]:
     """``Recorder(...)`` of a class of this file, or a call of an imported name (``Trainer(...)``,
     ``TD3.TD3(...)``): the class it may build."""
@@ -648,8 +686,11 @@ def uses_summary(index: AstIndex) -> dict:
                 calls = loops.setdefault(loop.node, (loop, []))[1]
                 calls.append([*origin, "", result_uses(index, info.node, loop)])
             continue
+        uses = None  # where the returned value goes: out of sight in a def the loop runs
         if info.loop is not None:
             loop = facts._per_iteration(index, info.node, info.loop)
+            if loop is not None:
+                uses = result_uses(index, info.node, loop)
         elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
             loop = iterated.get(info.function)  # type: ignore[arg-type]
         else:
@@ -657,7 +698,7 @@ def uses_summary(index: AstIndex) -> dict:
         if loop is None:
             continue
         calls = loops.setdefault(loop.node, (loop, []))[1]
-        calls.extend(list(entry) for entry in imported if list(entry) not in calls)
+        calls.extend(entry for entry in ([*entry, uses] for entry in imported) if entry not in calls)
     if not loops:
         return {}
     return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
@@ -690,7 +731,9 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
     """Where the value ``call`` returns goes in ``loop``, as plain data: ``[]`` where it is dropped (an
     expression statement); ``[["arg", "meter.update"]]`` as an argument of that call; for a name bound once in the loop to it (``acc = accuracy(out, y)``), each
     use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add", ""]]``
-    for ``total += accuracy(...)``; None where it goes anywhere else (a tuple, an attribute, a test)."""
+    for ``total += accuracy(...)``; ``[["unpack", [uses of each element]]]`` where it is unpacked into names
+    (``loss_a, loss_b = agent.update(batch)``); None where it goes anywhere else (a tuple, an attribute, a
+    test)."""
     parent = index.parent(call)
     kind = type(parent)
     if kind is ast.Expr:
@@ -699,13 +742,25 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
         return [["add", ""]]
     if kind is ast.Call and any(argument is call for argument in parent.args):  # type: ignore[attr-defined]
         return [["arg", dotted_name(parent.func) or ""]]  # type: ignore[attr-defined]
-    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1 \
-            or type(parent.targets[0]) is not ast.Name:  # type: ignore[attr-defined]
+    if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1:  # type: ignore[attr-defined]
         return None
-    name = parent.targets[0].id  # type: ignore[attr-defined]
+    target = parent.targets[0]  # type: ignore[attr-defined]
+    if type(target) is ast.Name:
+        return _name_uses(loop, target)
+    if type(target) not in (ast.Tuple, ast.List) or not all(type(element) is ast.Name for element in target.elts) \
+            or len({element.id for element in target.elts}) != len(target.elts):  # type: ignore[attr-defined]
+        return None  # `a, *rest = ...`, `a, a = ...`, `x.a, b = ...`: where an element goes is out of sight
+    elements = [_name_uses(loop, element) for element in target.elts]  # type: ignore[attr-defined]
+    return None if any(uses is None for uses in elements) else [["unpack", elements]]
+
+
+def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
+    """The uses in ``loop`` of the name ``target`` binds: ``["arg", "meter.update"]`` as an argument of that
+    call, ``["other", ""]`` otherwise; None where the loop binds the name again."""
+    name = target.id
     uses: list = []
     for spelling, use, how, above in names_spelled(loop.node):
-        if spelling != name or use is parent.targets[0] or how in ("attribute", "keyword"):  # type: ignore[attr-defined]
+        if spelling != name or use is target or how in ("attribute", "keyword"):
             continue  # (`x.acc`, `f(acc=...)`: not the variable)
         if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
             return None  # bound again (a target, a parameter, a def of that name)
