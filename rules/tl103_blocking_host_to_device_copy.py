@@ -46,7 +46,10 @@ class BlockingHostToDeviceCopy(Rule):
     bound to the result of Hugging Face Accelerate's `accelerator.prepare(...)` / `prepare_data_loader(...)`
     or Lightning Fabric's `fabric.setup_dataloaders(...)`: those loaders yield batches already on the
     device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
-    placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`).
+    placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`). Silent for a
+    move of a name the loop's body has already bound to a copy of the batch on the GPU (`target =
+    target.cuda()` and, a statement later, `target_var = target.cuda()`): it copies nothing, until a
+    statement binds the name again.
 
     Silent too where every loader the loop iterates is provably not pinned (`pin_memory` not passed, or
     `False`): a non-blocking copy from pageable memory is staged by the driver and gains next to nothing, so

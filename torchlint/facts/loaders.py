@@ -683,20 +683,34 @@ class LoaderFacts:
                 if type(node) is ast.comprehension and root_name(node.iter) in names:
                     comprehension_names.update(target_names(node.target))
         moves = []
-        for info in (info for statement in body for info in index.calls_in(statement)):
-            call = info.node
-            if call_name(call) not in {"to", "cuda"} or type(call.func) is not ast.Attribute:
-                continue
-            owner = call.func.value  # type: ignore[attr-defined]
-            if converted and conversion_before_move(call) is not None:
-                owner = owner.func.value  # type: ignore[attr-defined]
-            if not is_batch_part(owner):
-                continue
-            root = root_name(owner)
-            if root not in names and root not in comprehension_names:
-                continue
-            if to_destination(index, call, _scope(index, info)) == CUDA:
-                moves.append(call)
+        on_device: Set[str] = set()  # names the body has rebound to a moved batch (`y = y.cuda()`) so far
+        for statement in body:
+            moved_here = None
+            for info in index.calls_in(statement):
+                call = info.node
+                if call_name(call) not in {"to", "cuda"} or type(call.func) is not ast.Attribute:
+                    continue
+                owner = call.func.value  # type: ignore[attr-defined]
+                if converted and conversion_before_move(call) is not None:
+                    owner = owner.func.value  # type: ignore[attr-defined]
+                if not is_batch_part(owner):
+                    continue
+                root = root_name(owner)
+                if root not in names and root not in comprehension_names:
+                    continue
+                if to_destination(index, call, _scope(index, info)) == CUDA:
+                    if type(owner) is ast.Name and owner.id in on_device:  # type: ignore[attr-defined]
+                        continue  # already on the GPU: `.cuda()` of it copies nothing
+                    moves.append(call)
+                    moved_here = call
+            # `y = y.cuda()` as a statement of the body: later statements read `y` on the device (until a
+            # statement binds `y` again, anywhere in it)
+            if on_device:
+                on_device.difference_update(node.id for node in ast.walk(statement)  # type: ignore[attr-defined]
+                                            if type(node) is ast.Name and type(node.ctx) is not ast.Load)  # type: ignore[attr-defined]
+            if moved_here is not None and type(statement) is ast.Assign and statement.value is moved_here \
+                    and len(statement.targets) == 1 and type(statement.targets[0]) is ast.Name:
+                on_device.add(statement.targets[0].id)  # type: ignore[attr-defined]
         return moves
 
     def setting(self, site: LoaderSite, name: str) -> Union[int, bool, str]:
