@@ -119,7 +119,9 @@ class SyncInTrainingLoop(Rule):
     is a torch factory given no device or a CPU one (`w = torch.zeros(2)`; `torch.tensor(...)` only of
     literal numbers, as a tensor given as data keeps its device), that the file never moves (`w.to(...)`,
     `w.cuda()`, `w.data = ...`, `w.set_(...)`), in a file that sets no default device
-    (`torch.set_default_device`, `with torch.device(...)`) and star-imports nothing.
+    (`torch.set_default_device`, `with torch.device(...)`) and star-imports nothing; likewise a batch a
+    Hugging Face tokenizer or processor returns (a call given `return_tensors="pt"`), read before any move
+    (`tok(text, return_tensors="pt")["input_ids"][0].tolist()`).
     Test files (pytest files, files under `tests/`, `test/` or `testing/`) are not checked: their speed does
     not matter.
 

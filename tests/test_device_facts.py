@@ -125,6 +125,10 @@ def test_reduced_precision_calls_are_every_sign_less_the_disabled_autocasts():
         ("with torch.device('cuda'):\n    w = torch.zeros(2)", False),
         ("from helpers import *\nw = torch.zeros(2)", False),
         ("w = torch.zeros_like(x)", False),
+        ("w = tok(text, return_tensors='pt')", True),  # a Hugging Face batch is made on the CPU
+        ("w = tok(text, return_tensors='pt').to(device)", False),
+        ("w = tok(text, return_tensors='np')", False),
+        ("torch.set_default_device('cuda')\nw = tok(text, return_tensors='pt')", False),
     ],
 )
 def test_on_cpu(source, expected):
@@ -148,3 +152,10 @@ def test_on_cpu(source, expected):
 )
 def test_training_entry_calls(source, expected):
     assert len(training_entry_calls(index(source))) == expected
+
+
+def test_on_cpu_reads_a_tokenizer_call_itself():
+    found = index("import torch\nids = tok(text, return_tensors='pt')['input_ids'][0].tolist()\n"
+                  "moved = tok(text, return_tensors='pt').to(device)['input_ids'].tolist()\n")
+    reads = [info.node for info in found.calls if ast.unparse(info.node.func).endswith(".tolist")]
+    assert [on_cpu(found, read.func.value) for read in reads] == [True, False]

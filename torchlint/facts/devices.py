@@ -503,21 +503,34 @@ def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
     file shows lives on the CPU: every binding of the name anywhere in the file is an assignment of a torch
     factory without a device or with a CPU one (``w = torch.tensor([1.0, 1.0])``, ``torch.zeros(3)``), nothing
     in the file moves it (``w.to(...)``, ``w.cuda()``, ``w.data = ...``, ``w.set_(...)``), and the file changes
-    no default device (``torch.set_default_device``, ``with torch.device(...)``) and star-imports nothing."""
-    root = expr
-    while type(root) in (ast.Attribute, ast.Subscript):
-        root = root.value  # type: ignore[attr-defined]
-    if type(root) is not ast.Name:
-        return False
-    names = index.shared.get("cpu_tensor_names")
+    no default device (``torch.set_default_device``, ``with torch.device(...)``) and star-imports nothing; or a
+    subscript or attribute chain of such a factory's call itself (``tok(text, return_tensors="pt")["input_ids"]``);
+    through tensor methods other than moves (``w.sum(1)``, ``torch.zeros(3).float()``)."""
+    if "cpu_tensor_names" not in index.shared:
+        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
+    names = index.shared["cpu_tensor_names"]
     if names is None:
-        names = index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
-    return root.id in names  # type: ignore[attr-defined]
+        return False
+    root = expr
+    while True:  # down the chain: tensor methods other than moves keep the device (`w.sum(1)`, `w.float()`)
+        kind = type(root)
+        if kind in (ast.Attribute, ast.Subscript):
+            root = root.value  # type: ignore[attr-defined]
+        elif kind is ast.Call:
+            if _cpu_factory(index, root):  # type: ignore[arg-type]
+                return True
+            func = root.func  # type: ignore[attr-defined]
+            if type(func) is not ast.Attribute or func.attr in _DEVICE_MOVES:
+                return False
+            root = func.value
+        else:
+            return kind is ast.Name and root.id in names  # type: ignore[attr-defined]
 
 
-def _cpu_tensor_names(index: AstIndex) -> frozenset:
+def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
+    """The names ``on_cpu`` takes; None where the file changes the default device or star-imports."""
     if any(index.qualified_name(info.node.func) in _DEFAULT_DEVICE_CALLS for info in index.calls):
-        return frozenset()
+        return None
     factory_targets = set()  # the Name nodes an assignment of a CPU factory binds
     bound: dict = {}  # name -> every node that binds it
     moved = set()
@@ -544,10 +557,10 @@ def _cpu_tensor_names(index: AstIndex) -> frozenset:
             if any(type(item.context_expr) is ast.Call  # type: ignore[attr-defined]
                    and index.qualified_name(item.context_expr.func) == "torch.device"
                    for item in node.items):  # type: ignore[attr-defined]
-                return frozenset()
+                return None
         elif kind is ast.ImportFrom:
             if any(alias.name == "*" for alias in node.names):  # type: ignore[attr-defined]
-                return frozenset()
+                return None
             for alias in node.names:  # type: ignore[attr-defined]
                 bound.setdefault(alias.asname or alias.name, []).append(alias)
         elif kind is ast.Import:
@@ -570,7 +583,11 @@ def _cpu_tensor_names(index: AstIndex) -> frozenset:
 
 def _cpu_factory(index: AstIndex, call: ast.Call) -> bool:
     """``call`` makes a tensor on the CPU (the default device): a torch factory with no ``device=`` or a CPU
-    one, and no ``out=``; ``torch.tensor`` / ``torch.as_tensor`` only of literal numbers."""
+    one, and no ``out=``; ``torch.tensor`` / ``torch.as_tensor`` only of literal numbers; a call given
+    ``return_tensors="pt"`` (a Hugging Face tokenizer's or processor's batch, made on the CPU)."""
+    asked = keyword_value(call, "return_tensors")
+    if type(asked) is ast.Constant and asked.value == "pt":  # type: ignore[attr-defined]
+        return True  # a Hugging Face tokenizer or processor: its `BatchEncoding` is made on the CPU
     qualified = index.qualified_name(call.func) or ""
     if not qualified.startswith("torch.") or qualified.count(".") != 1:
         return False
