@@ -46,7 +46,9 @@ class BlockingHostToDeviceCopy(Rule):
     bound to the result of Hugging Face Accelerate's `accelerator.prepare(...)` / `prepare_data_loader(...)`
     or Lightning Fabric's `fabric.setup_dataloaders(...)`: those loaders yield batches already on the
     device, so the `.to(accelerator.device)` left in the loop copies nothing (unless the file turns that
-    placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`). Silent for a
+    placement off: `device_placement=False`, `move_to_device=False`, `put_on_device=False`); in such a
+    file, also for batches a loop draws with `next()` (`next(self.dl).to(device)` with `self.dl =
+    cycle(dl)`), which may come from the placed loader. Silent for a
     move of a name the loop's body has already bound to a copy of the batch on the GPU (`target =
     target.cuda()` and, a statement later, `target_var = target.cuda()`): it copies nothing, until a
     statement binds the name again.
@@ -139,8 +141,9 @@ class BlockingHostToDeviceCopy(Rule):
                 continue
             if from_dataloader and facts.unpinned(loop):
                 continue  # non_blocking gains nothing from pageable memory: TL402 reports the loader
-            if placed and _iterates_placed_loader(index, facts, loop, placed):
-                continue  # Accelerate / Fabric already put the batch on the device: the copy is a no-op
+            if placed and (_iterates_placed_loader(index, facts, loop, placed) or facts.draws_with_next(loop)):
+                continue  # Accelerate / Fabric already put the batch on the device (or may have, for a batch
+                # drawn with `next()` from an iterator the placed loader may feed): the copy is a no-op
             for call in facts.batch_moves(loop):
                 if call in seen or not _can_add_keyword(call) or runs_once_in(index, call, loop):
                     continue  # (a batch peeked at once, `for x in loader: ...; break`, is not every batch)

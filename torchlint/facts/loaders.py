@@ -140,6 +140,7 @@ class LoaderFacts:
         self._iterators: _Bindings = {}  # names that hold iterators over loaders (``Drawn``)
         self._generators: Dict[str, List[Tuple[str, ast.AST]]] = {}
         self._drawn_names: Dict[ast.AST, Set[str]] = {}  # loop -> names `x = next(it)` binds to a batch
+        self._drawn_calls: Dict[ast.AST, Set[ast.Call]] = {}  # loop -> its `next(it)` calls that draw a batch
         self._direct: Dict[ast.AST, LoaderSite] = {}
         self._factories: Dict[str, Dict[Optional[int], List[LoaderSite]]] = {}
         self._imported: Dict[ast.Call, List[Optional[LoaderSite]]] = {}
@@ -219,6 +220,8 @@ class LoaderFacts:
             drawn = self._drawn_from(call.args[0])
             for entry in drawn:
                 self._tie(entry.site, info.loop, entry.feeder)
+            if drawn:
+                self._drawn_calls.setdefault(info.loop.node, set()).add(call)
             target = index.assigned_to.get(call)
             if drawn and target is not None:
                 self._drawn_names.setdefault(info.loop.node, set()).update(target_names(target))
@@ -667,6 +670,10 @@ class LoaderFacts:
                     names.update(target_names(target))
         return names
 
+    def draws_with_next(self, loop: AstLoopInfo) -> bool:
+        """``loop`` takes its batches with ``next()`` on an iterator over a loader (``next(batches)``)."""
+        return loop.node in self._drawn_calls
+
     def batch_moves(self, loop: AstLoopInfo, converted: bool = False) -> List[ast.Call]:
         """``.to(<CUDA>)``/``.cuda()`` calls in the loop body whose receiver is (part of) the batch, or the
         value of a comprehension over it (``{k: v.to(device) for k, v in batch.items()}``). With
@@ -674,7 +681,8 @@ class LoaderFacts:
         ``conversion_before_move``)."""
         index = self.index
         names = self.batch_names(loop)
-        if not names:
+        drawn_calls = self._drawn_calls.get(loop.node, set())  # `next(batches).to(device)`
+        if not names and not drawn_calls:
             return []
         body = loop.node.body
         comprehension_names = set()
@@ -693,11 +701,12 @@ class LoaderFacts:
                 owner = call.func.value  # type: ignore[attr-defined]
                 if converted and conversion_before_move(call) is not None:
                     owner = owner.func.value  # type: ignore[attr-defined]
-                if not is_batch_part(owner):
-                    continue
-                root = root_name(owner)
-                if root not in names and root not in comprehension_names:
-                    continue
+                if owner not in drawn_calls:
+                    if not is_batch_part(owner):
+                        continue
+                    root = root_name(owner)
+                    if root not in names and root not in comprehension_names:
+                        continue
                 if to_destination(index, call, _scope(index, info)) == CUDA:
                     if type(owner) is ast.Name and owner.id in on_device:  # type: ignore[attr-defined]
                         continue  # already on the GPU: `.cuda()` of it copies nothing
