@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.facts.index import (
-    AstIndex, StatementLine, arguments, call_name, dotted_name, is_literal, keyword_value, source_order,
+    AstIndex, StatementLine, arguments, call_name, dotted_name, is_literal, keyword_value, parameter_default,
+    source_order,
 )
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import (
@@ -352,14 +353,7 @@ def _true_default_parameter(index: AstIndex, producer: ast.Call, bias: ast.expr)
     function = index.function_of(producer)
     if type(function) not in (ast.FunctionDef, ast.AsyncFunctionDef):
         return None
-    arguments = function.args  # type: ignore[union-attr]
-    positional = arguments.posonlyargs + arguments.args
-    defaults: Dict[str, Optional[ast.expr]] = {}
-    for parameter, default in zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults):
-        defaults[parameter.arg] = default
-    for parameter, default in zip(arguments.kwonlyargs, arguments.kw_defaults):
-        defaults[parameter.arg] = default
-    default = defaults.get(bias.id)
+    default = parameter_default(function, bias.id)
     if default is None or not is_literal(default, True):
         return None  # no default (every caller decides), or another one
     if index.values_of(bias.id, function) != [None]:  # type: ignore[arg-type]

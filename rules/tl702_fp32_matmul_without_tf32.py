@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Optional, Union
 
 import libcst as cst
 
-from torchlint.facts.index import COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, spells_name
+from torchlint.facts.index import (
+    COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, is_parameter, spells_name,
+)
 from torchlint.config import Settings
 from torchlint.facts.devices import mixed_precision_evidence, project_cuda_evidence, uses_fp64
 from torchlint.facts.steps import step_facts
@@ -573,8 +575,7 @@ class _MatmulFree:
                                   and value.func.attr in _RESHAPING_METHODS and type(value.func.value) is ast.Name
                                   and value.func.value.id == name) for value in values):
             return False
-        arguments = scope.args  # type: ignore[attr-defined]
-        return name in {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+        return is_parameter(scope, name)
 
     def _receiver(self, name: ast.Name, scope: AstScope, loop: Optional[AstLoopInfo]) -> bool:
         key = (name.id, scope)
@@ -591,8 +592,7 @@ class _MatmulFree:
             return name.id in _BUILTINS
         for value, where in values:
             if value is None:
-                if type(where) in (ast.FunctionDef, ast.AsyncFunctionDef) and name.id in {
-                        a.arg for a in (*where.args.posonlyargs, *where.args.args, *where.args.kwonlyargs)}:  # type: ignore[union-attr]
+                if is_parameter(where, name.id):
                     return False  # a parameter: its value comes from elsewhere
                 continue  # a loop target or an unpacked value: a batch, a tensor
             if loop is not None and type(loop.node) is ast.For and spells_name(loop.node.iter, name.id):

@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from torchlint.facts.index import AstIndex, argument_for, is_parameter
+from torchlint.facts.index import AstIndex, argument_for, is_parameter, parameter_default
 from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad, turns_grad_off
 from torchlint.facts.guards import is_logging_guard
@@ -142,3 +142,8 @@ def test_argument_for_reads_keywords_positions_and_self():
     assert ast.unparse(argument_for(function, "c", method_call.args, method_call.keywords, skip=1)) == "3"
     assert argument_for(function, "a", method_call.args, method_call.keywords, skip=1) is None
     assert not is_parameter(ast.parse("x = 1").body[0], "x")
+    assert [ast.unparse(d) if d is not None else None for d in (parameter_default(function, n) for n in "abcd")] \
+        == [None, None, "1", None]
+    keyword_only = ast.parse("def g(x=2, *, y, z='cpu'): pass").body[0]
+    assert [ast.unparse(d) if d is not None else None for d in (parameter_default(keyword_only, n) for n in "xyz")] \
+        == ["2", None, "'cpu'"]

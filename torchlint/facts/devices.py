@@ -15,7 +15,7 @@ from typing import List, Optional
 
 from torchlint.facts.index import (
     AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, has_star, import_origins,
-    is_literal, is_parameter, keyword_value,
+    is_literal, is_parameter, keyword_value, parameter_default,
 )
 from torchlint.facts.script import runs_itself
 
@@ -337,8 +337,7 @@ def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -
         return False
     arguments = function.args  # type: ignore[attr-defined]
     positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-    defaults = dict(zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults))
-    defaults.update((a.arg, d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+    default = parameter_default(function, name)
     calls = index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
     if not calls:
         return False
@@ -349,7 +348,7 @@ def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -
         binds_self = type(call.func) is ast.Attribute and positional[:1] == ["self"]
         value = argument_for(function, name, call.args, call.keywords, 1 if binds_self else 0)
         if value is None:
-            value = defaults.get(name)
+            value = default
             if value is None:
                 return False
             where: AstScope = index.tree

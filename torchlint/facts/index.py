@@ -1032,6 +1032,17 @@ def is_parameter(function: ast.AST, name: str) -> bool:
     return any(a.arg == name for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
 
 
+def parameter_default(function: ast.AST, name: str) -> Optional[ast.expr]:
+    """The default value of the def ``function``'s parameter ``name``; None where it has none."""
+    arguments = function.args  # type: ignore[attr-defined]
+    positional = [*arguments.posonlyargs, *arguments.args]
+    for parameter, default in (*zip(positional[len(positional) - len(arguments.defaults):], arguments.defaults),
+                               *zip(arguments.kwonlyargs, arguments.kw_defaults)):
+        if parameter.arg == name:
+            return default  # (None for a keyword-only parameter without one)
+    return None
+
+
 def argument_for(function: ast.AST, name: str, args: Sequence[ast.expr], keywords: Sequence[ast.keyword] = (),
                  skip: int = 0) -> Optional[ast.expr]:
     """What a call of the def ``function`` given ``args`` and ``keywords`` passes for its parameter ``name``:
