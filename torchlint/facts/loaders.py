@@ -134,7 +134,7 @@ class LoaderFacts:
         self.project = project
         self._trains: Dict[ast.AST, bool] = {}
         self._dataset_on_cuda: Optional[bool] = None
-        self._classes: Optional[Dict[str, List[ast.ClassDef]]] = None  # the file's classes with methods, by name
+        self._classes: Optional[Dict[str, List[ast.ClassDef]]] = None  # the file's classes, by name
         self._gpu_classes: Dict[ast.ClassDef, bool] = {}
         self._names: _Bindings = {}  # names that hold loaders
         self._iterators: _Bindings = {}  # names that hold iterators over loaders (``Drawn``)
@@ -867,12 +867,12 @@ class LoaderFacts:
             return False
         if index.qualified_name(value.func) in _IN_MEMORY_DATASETS:  # type: ignore[attr-defined]
             return True
-        classes = list(dict.fromkeys(self._instance_classes(value, 0)))
-        if len(classes) == 1 and type(value.func) is ast.Name and classes[0].name == value.func.id:  # type: ignore[attr-defined]
-            return self._cuts_held_tensor(classes[0])
-        # `load_split(path)`, a function of this file whose every `return` builds a TensorDataset
         func = value.func  # type: ignore[attr-defined]
         if type(func) is ast.Name:
+            classes = self._classes_named(func.id)  # `Windows(tokens, 256)`: a class of the file
+            if len(classes) == 1:
+                return self._cuts_held_tensor(classes[0])
+            # `load_split(path)`, a function of this file whose every `return` builds a TensorDataset
             for function in index.functions:
                 if function.name == func.id and index.class_of.get(function) is None:
                     returns = [n for n in walk(function) if type(n) is ast.Return]
@@ -965,8 +965,8 @@ _TENSOR_ONLY_METHODS = {"long", "float", "half", "bfloat16", "int", "double", "s
 _SHAPING_METHODS = {"size", "view", "reshape", "contiguous", "unsqueeze", "squeeze", "flatten", "numel", "item"}
 _CHEAP_BUILTINS = {"len", "min", "max", "int", "slice"}
 _RANDOM_OFFSETS = {"torch.randint", "random.randint", "random.randrange"}
-_CUT_EXPRESSIONS = {ast.Name, ast.Constant, ast.Subscript, ast.Slice, ast.BinOp, ast.UnaryOp, ast.Tuple,
-                    ast.Load, ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Mod, ast.USub, ast.keyword}
+# (`walk` yields no operator or context; a name or a constant only as the value itself)
+_CUT_EXPRESSIONS = {ast.Name, ast.Constant, ast.Subscript, ast.Slice, ast.BinOp, ast.UnaryOp, ast.Tuple, ast.keyword}
 
 
 def loader_facts(index: AstIndex, project: Optional["ProjectModel"] = None) -> LoaderFacts:
