@@ -395,13 +395,7 @@ class StepFacts:
                     and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
                 for callee in callees:
                     callers.setdefault(callee, []).append(info.function)  # type: ignore[arg-type]
-        queue = deque(stepping)
-        while queue:
-            for caller in callers.get(queue.popleft(), ()):
-                if caller not in stepping:
-                    stepping.add(caller)
-                    queue.append(caller)
-        return stepping
+        return _with_callers(stepping, callers)
 
     def trainers(self, index: AstIndex) -> Set[ast.AST]:
         """The defs that run a whole training loop when called, not one step: a def with a step loop of its
@@ -415,13 +409,7 @@ class StepFacts:
             if type(info.function) in _DEFS:
                 for callee in self._callees_of.get(info.node, ()):
                     callers.setdefault(callee, []).append(info.function)  # type: ignore[arg-type]
-        queue = deque(found)
-        while queue:
-            for caller in callers.get(queue.popleft(), ()):
-                if caller not in found:
-                    found.add(caller)
-                    queue.append(caller)
-        return found - self.stepping
+        return _with_callers(found, callers) - self.stepping
 
     def _reach(self, index: AstIndex, project) -> None:
         framework = _lightning_steps(index)
@@ -457,12 +445,7 @@ class StepFacts:
             if callee not in self.reached and callee not in own_loops:
                 self.reached[callee] = step
                 queue.append(callee)
-        while queue:
-            caller = queue.popleft()
-            for callee in edges.get(caller, ()):
-                if callee not in self.reached and callee not in own_loops:
-                    self.reached[callee] = self.reached[caller]
-                    queue.append(callee)
+        _pass_down(self.reached, edges, queue, own_loops)
 
     def _step_of(self, loop: Optional[AstLoopInfo]) -> Optional[AstLoopInfo]:
         while loop is not None:
@@ -573,13 +556,31 @@ class StepFacts:
                         queue.append(callee)
             elif type(info.function) in _DEFS and not under_logging_guard(index, info.node, info.function):  # type: ignore[arg-type]
                 edges.setdefault(info.function, []).extend(callees)  # type: ignore[arg-type]
-        while queue:
-            caller = queue.popleft()
-            for callee in edges.get(caller, ()):
-                if callee not in found and callee not in own_loops:
-                    found[callee] = found[caller]
-                    queue.append(callee)
+        _pass_down(found, edges, queue, own_loops)
         return found
+
+
+def _with_callers(found: Set[ast.AST], callers: Dict[ast.AST, List[ast.AST]]) -> Set[ast.AST]:
+    """``found`` (updated) with every def that calls one of them, directly or through other defs."""
+    queue = deque(found)
+    while queue:
+        for caller in callers.get(queue.popleft(), ()):
+            if caller not in found:
+                found.add(caller)
+                queue.append(caller)
+    return found
+
+
+def _pass_down(found: Dict[ast.AST, object], edges: Dict[ast.AST, List[_Def]], queue: deque,
+               stop: Set[ast.AST]) -> None:
+    """From each def in ``queue`` (a key of ``found``), give every def it calls, directly or through other
+    defs (``edges``), not in ``found`` yet and not in ``stop``, the value of the def that reaches it."""
+    while queue:
+        caller = queue.popleft()
+        for callee in edges.get(caller, ()):
+            if callee not in found and callee not in stop:
+                found[callee] = found[caller]
+                queue.append(callee)
 
 
 def _lightning_steps(index: AstIndex) -> List[_Def]:
