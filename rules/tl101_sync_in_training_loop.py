@@ -6,7 +6,7 @@ import ast
 import bisect
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Callable, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -308,7 +308,7 @@ class _Detector:
     def __init__(self, ctx: IndexContext) -> None:
         self.ctx = ctx
         self.index: AstIndex = ctx.index
-        self._backward_names: dict = {}
+        self._backward_names: Optional[Dict[AstScope, Set[str]]] = None  # scope -> names `.backward()` is called on
         # statement -> [(node, message, what, rewrite)]: one finding per statement, listing its syncs
         self._found: dict = {}
         # Per-loop indexes, built on first use (the read-before and name-use questions over a whole loop).
@@ -798,14 +798,13 @@ class _Detector:
 
     def _backward_receivers(self, scope: AstScope) -> Set[str]:
         """Names in ``scope`` on which ``.backward()`` is called: those are tensors."""
-        names = self._backward_names.get(scope)
-        if names is None:
+        if self._backward_names is None:  # every scope's at once (a scan per scope cost scopes x calls)
             tree = self.index.tree
-            names = self._backward_names[scope] = {
-                info.node.func.value.id for info in self.index.calls_by_name.get("backward", ())
-                if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name
-                and (info.function or tree) is scope}
-        return names
+            self._backward_names = {}
+            for info in self.index.calls_by_name.get("backward", ()):
+                if type(info.node.func) is ast.Attribute and type(info.node.func.value) is ast.Name:
+                    self._backward_names.setdefault(info.function or tree, set()).add(info.node.func.value.id)
+        return self._backward_names.get(scope, set())
 
     def _is_raw_batch(self, expr: ast.AST, loop: AstLoopInfo, anchor: ast.AST) -> bool:
         """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync.

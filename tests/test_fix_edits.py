@@ -139,6 +139,13 @@ def test_statement_repeated_word_for_word():
     assert len(outcome) == 2 and all(local for _, local in outcome)
 
 
+def test_statement_repeated_with_nothing_unique_around_it():
+    """The same def twice, word for word: the index's line for each fix places its own copy."""
+    source = TRAIN + "\n\n" + TRAIN.replace("import torch\n", "")
+    outcome = _compare_code(source, "TL201")
+    assert len(outcome) == 2 and all(local for _, local in outcome)
+
+
 def test_two_reports_in_one_statement():
     source = textwrap.dedent(
         """\

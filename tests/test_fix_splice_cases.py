@@ -121,6 +121,20 @@ CASES: Dict[str, str] = {
         "        x = torch.zeros(3).cuda()\n"
         "    return x\n"
     ),
+    "a def repeated word for word: no statement around it is unique": (
+        "import torch\n\n\n"
+        "def zero(model):\n    for p in model.parameters():\n        p.grad.zero_()\n\n\n"
+        "def zero(model):\n    for p in model.parameters():\n        p.grad.zero_()\n"
+    ),
+    "a statement repeated in a string, in a def repeated word for word": (
+        "import torch\n\n\n"
+        + "def make(n):\n    x = torch.zeros(n).cuda()\n    HELP = \"\"\"\n    x = torch.zeros(n).cuda()\n\"\"\"\n"
+          "    x = torch.zeros(n).cuda()\n    return x, HELP\n\n\n" * 2
+    ),
+    "copies of one statement that overlap (a string holding the statement's first line)": (
+        "import torch\n\n\n"
+        + ("def make(n):\n" + "    y = torch.zeros(n).cuda(), \"\"\"\n" * 4 + "    return y\n\n\n") * 2
+    ),
     "a removed statement and two fixes in one statement": (
         "import torch\n\n\n"
         "def train(model, batches):\n"

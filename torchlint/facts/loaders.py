@@ -18,6 +18,7 @@ the loop that trains on them: the rules stay silent there rather than guess.
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 import weakref
 from dataclasses import dataclass, field
@@ -140,6 +141,7 @@ class LoaderFacts:
         self._iterators: _Bindings = {}  # names that hold iterators over loaders (``Drawn``)
         self._generators: Dict[str, List[Tuple[str, ast.AST]]] = {}
         self._drawn_names: Dict[ast.AST, Set[str]] = {}  # loop -> names `x = next(it)` binds to a batch
+        self._body_starts: Dict[int, List[Tuple[int, int]]] = {}  # id(a scope's body) -> its statements' starts
         self._drawn_calls: Dict[ast.AST, Set[ast.Call]] = {}  # loop -> its `next(it)` calls that draw a batch
         self._direct: Dict[ast.AST, LoaderSite] = {}
         self._factories: Dict[str, Dict[Optional[int], List[LoaderSite]]] = {}
@@ -547,8 +549,12 @@ class LoaderFacts:
         if type(body) is not list:
             return found  # a lambda
         position = (use.lineno, use.col_offset)
-        at = next((i for i, statement in enumerate(body) if (statement.lineno, statement.col_offset) <= position
-                   <= (statement.end_lineno, statement.end_col_offset)), None)  # type: ignore[operator]
+        starts = self._body_starts.get(id(body))
+        if starts is None:  # (a scan of the body per use cost uses x statements in a long module)
+            starts = self._body_starts[id(body)] = [(statement.lineno, statement.col_offset) for statement in body]
+        at: Optional[int] = bisect.bisect_right(starts, position) - 1
+        if at < 0 or position > (body[at].end_lineno, body[at].end_col_offset):  # type: ignore[operator]
+            at = None
         if at is None or _binds(body[at], use.id):
             return found
         for statement in reversed(body[:at]):

@@ -351,6 +351,9 @@ class FileAnalysis:
         self.function_info: Dict[cst.CSTNode, FunctionInfo] = {}
         self.loops: List[LoopInfo] = []  # for and while, in source order
         self.loop_info: Dict[cst.CSTNode, LoopInfo] = {}
+        # a fix's node -> its line in ``source``, from the index (``rewrites._make``): it places a statement
+        # whose text occurs more than once (``FixEdits``)
+        self.anchor_lines: Dict[cst.CSTNode, int] = {}
         # Facts the rewrites compute once per file and share (TL900's comments). They may refer back to
         # this analysis: ``release`` drops them when the rewrites are done, so that no reference cycle keeps
         # the file's tree alive (the runner pauses the cyclic collector while it checks a file).

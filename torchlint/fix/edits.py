@@ -17,16 +17,20 @@ round trip of the original (``engine._carry_to_original``) has to be generated.
 
 from __future__ import annotations
 
+import bisect
 import os
+import re
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import libcst as cst
 
 from torchlint.run.fileio import split_lines
 from torchlint.fix.fixer import FixApplier, Replacer
-from torchlint.fix.positions import (StatementLocator, generate_code, has_continuation_only_line, only_line_start,
-                                 reproduced_exactly)
+from torchlint.fix.positions import (StatementLocator, generate_code, has_continuation_only_line, line_starts_of,
+                                     only_line_start, reproduced_exactly)
 from torchlint.rule import Edit, Report
+
+_NEWLINE = re.compile(r"\r\n?|\n")
 
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
@@ -45,6 +49,8 @@ class FixEdits:
         self._locator: Optional[StatementLocator] = None
         self._old_texts: Dict[cst.CSTNode, str] = {}
         self._starts: Dict[str, Optional[int]] = {}
+        self._occurrences: Dict[str, List[int]] = {}  # a repeated statement text -> its line starts, in order
+        self._line_offsets: Optional[List[int]] = None  # of the source's lines
 
     def edits(self, report: Report) -> Tuple[Edit, ...]:
         assert report.fix is not None
@@ -58,7 +64,7 @@ class FixEdits:
         assert fix is not None
         if fix.imports or not self.exact or not fix.replacements:
             return None  # added imports go to the module's head; an inexact round trip diffs more than the fix
-        region = self._changed_statement(fix.replacements)
+        region = self._changed_statement(fix.replacements, (report.node,))
         if region is None:
             return None
         offset, old, new = region
@@ -73,36 +79,38 @@ class FixEdits:
         them. None where some fix needs the whole module (see ``_local_edits``)."""
         if not self.exact:
             return None
-        pending: List[Dict[cst.CSTNode, object]] = []
+        pending: List[Tuple[Dict[cst.CSTNode, object], Tuple[cst.CSTNode, ...]]] = []
         for report in reports:
             assert report.fix is not None
             if report.fix.imports or not report.fix.replacements:
                 return None
-            pending.append(dict(report.fix.replacements))
+            pending.append((dict(report.fix.replacements), (report.node,)))
         # Find each fix's statement first and render each merged region once: N fixes in one statement
         # whose text is not unique (the same line repeated in a loop) all land in the loop, which rendering
         # per fix made cost N times the loop.
         while True:
-            regions: List[Tuple[int, int, Tuple[cst.CSTNode, List[str]], Dict[cst.CSTNode, object]]] = []
-            for replacements in pending:
-                found = self._statement_for(replacements)
+            regions: List[Tuple[int, int, Tuple[cst.CSTNode, List[str]],
+                                Tuple[Dict[cst.CSTNode, object], Tuple[cst.CSTNode, ...]]]] = []
+            for replacements, anchors in pending:
+                found = self._statement_for(replacements, anchors)
                 if found is None:
                     return None
                 start, old, statement, indents = found
-                regions.append((start, start + len(old), (statement, indents), replacements))
+                regions.append((start, start + len(old), (statement, indents), (replacements, anchors)))
             regions.sort(key=lambda region: region[0])
             merged = regions[:1]
             for region in regions[1:]:
                 last = merged[-1]
                 if region[0] < last[1]:  # one statement holds the other: render both fixes in the outer one
-                    merged[-1] = (last[0], max(last[1], region[1]), last[2], {**last[3], **region[3]})
+                    merged[-1] = (last[0], max(last[1], region[1]), last[2],
+                                  ({**last[3][0], **region[3][0]}, last[3][1] + region[3][1]))
                 else:
                     merged.append(region)
             if len(merged) == len(regions):
                 break
-            pending = [replacements for _, _, _, replacements in merged]
+            pending = [fixes for _, _, _, fixes in merged]
         done: List[Tuple[int, int, str]] = []
-        for start, end, (statement, indents), replacements in regions:
+        for start, end, (statement, indents), (replacements, _) in regions:
             new = self._rendered(statement, indents, replacements)
             if new is None:
                 return None
@@ -111,19 +119,22 @@ class FixEdits:
 
     # -- rendering one statement ---------------------------------------------------------------------------
 
-    def _changed_statement(self, replacements: Mapping[cst.CSTNode, object]) -> Optional[Tuple[int, str, str]]:
+    def _changed_statement(self, replacements: Mapping[cst.CSTNode, object],
+                           anchors: Sequence[cst.CSTNode] = ()) -> Optional[Tuple[int, str, str]]:
         """(offset in the source, old text, new text) of the innermost statement that holds every replaced
-        node and whose code occurs once in the source; None where there is none."""
-        found = self._statement_for(replacements)
+        node and whose place in the source is known: its code occurs there once, or the index places it
+        (``_anchored``); None where there is none."""
+        found = self._statement_for(replacements, anchors)
         if found is None:
             return None
         start, old, statement, indents = found
         new = self._rendered(statement, indents, replacements)
         return None if new is None else (start, old, new)
 
-    def _statement_for(self, replacements: Mapping[cst.CSTNode, object]
+    def _statement_for(self, replacements: Mapping[cst.CSTNode, object], anchors: Sequence[cst.CSTNode] = ()
                        ) -> Optional[Tuple[int, str, cst.CSTNode, List[str]]]:
-        """(offset, old text, statement, indents) of ``_changed_statement``'s statement, not rendered yet."""
+        """(offset, old text, statement, indents) of ``_changed_statement``'s statement, not rendered yet.
+        ``anchors``: the fixes' own nodes (the twins of their findings' calls or blocks)."""
         if self._locator is None:
             self._locator = StatementLocator(self.module, self.analysis.parents, self.source)
         chains = []
@@ -138,7 +149,9 @@ class FixEdits:
                 continue
             old, start = self._old_text(statement, indents)
             if start is None:
-                continue  # not unique: an enclosing statement may be
+                start = self._anchored(statement, old, anchors)
+            if start is None:
+                continue  # not unique, and not placed by the index: an enclosing statement may be
             if start + len(old) > len(self.source):
                 return None  # the last statement of a file without a final newline: LibCST adds one
             if _removed(statement, replacements):
@@ -155,6 +168,38 @@ class FixEdits:
         if old not in self._starts:
             self._starts[old] = only_line_start(self._locator.haystack, old) if old else None
         return old, self._starts[old]
+
+    def _anchored(self, statement: cst.CSTNode, old: str, anchors: Sequence[cst.CSTNode]) -> Optional[int]:
+        """Where ``statement`` (code ``old``, which occurs at several line starts) starts in the source, from
+        the lines the index gives the fixes' nodes inside it (``FileAnalysis.anchor_lines``): the one
+        occurrence whose lines hold them all; None where no anchor is inside, or where any anchor's line is
+        held by no occurrence or by two (overlapping copies of one text: a string's lines, say)."""
+        lines = {self.analysis.anchor_lines.get(anchor) for anchor in anchors
+                 if anchor in self.analysis.anchor_lines and self.analysis.contains(statement, anchor)}
+        if not lines or not old:
+            return None
+        starts = self._occurrences.get(old)
+        if starts is None:
+            starts = self._occurrences[old] = line_starts_of(self._locator.haystack, old)
+        if self._line_offsets is None:
+            self._line_offsets = [0] + [match.end() for match in _NEWLINE.finditer(self._locator.haystack)]
+        height = len(_NEWLINE.findall(old))  # ``old`` is whole lines, each ending in a newline
+        places = set()
+        for line in lines:
+            if not 0 < line <= len(self._line_offsets):
+                return None
+            at = bisect.bisect_right(starts, self._line_offsets[line - 1]) - 1  # the last to start on or above
+            if at < 0 or not self._holds(starts[at], height, line):
+                return None
+            if at > 0 and self._holds(starts[at - 1], height, line):
+                return None  # two copies hold the line (the ones above start higher still, so end higher)
+            places.add(starts[at])
+        return places.pop() if len(places) == 1 else None
+
+    def _holds(self, start: int, height: int, line: int) -> bool:
+        """Whether ``height`` lines from the line start ``start`` hold the 1-based ``line``."""
+        assert self._line_offsets is not None
+        return bisect.bisect_right(self._line_offsets, start) + height > line
 
     def _rendered(self, statement: cst.CSTNode, indents: Sequence[str],
                   replacements: Mapping[cst.CSTNode, object]) -> Optional[str]:

@@ -241,10 +241,16 @@ class StatementLocator:
 
 def only_line_start(source: str, text: str) -> Optional[int]:
     """Where ``text`` occurs in ``source`` at the start of a line, if it occurs at exactly one."""
+    found = line_starts_of(source, text, limit=2)
+    return found[0] if len(found) == 1 else None
+
+
+def line_starts_of(source: str, text: str, limit: Optional[int] = None) -> List[int]:
+    """The offsets at line starts of ``source`` where ``text`` occurs, in order (the first ``limit``)."""
     found = [0] if source.startswith(text) else []
     needle = "\n" + text
     at = source.find(needle)
-    while at >= 0 and len(found) < 2:
+    while at >= 0 and (limit is None or len(found) < limit):
         found.append(at + 1)
         at = source.find(needle, at + 1)
-    return found[0] if len(found) == 1 else None
+    return found

@@ -23,7 +23,7 @@ import io
 import re
 import tokenize
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import libcst as cst
 
@@ -153,7 +153,8 @@ def _statement_tree(reports: Sequence[Report], index: AstIndex, exact: bool, nar
     # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
     # import inside a function or a `try:` elsewhere names modules here too
     analysis.imports = dict(index.imports)
-    _make(reports, twins, analysis, index, set())
+    tree_line = {line: at for at, line in enumerate(lines, 1)}
+    _make(reports, twins, analysis, index, set(), tree_line.get)
     return StatementTree(analysis, text, [line - 1 for line in lines])
 
 
@@ -210,10 +211,11 @@ def _refuse(report: Report, reason: str) -> None:
 
 
 def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.CSTNode]], analysis: FileAnalysis,
-          index: AstIndex, altered: Set[int]) -> None:
+          index: AstIndex, altered: Set[int], line_in_text: Callable[[int], Optional[int]] = lambda line: line) -> None:
     """``twins``: the LibCST twin of each rewrite's call or block, by the ``id`` of the index's node.
     ``altered``: the lines LibCST's round trip of the file does not keep (``textmerge.altered_lines``);
-    a fix to a statement there could not be written back, so it is refused."""
+    a fix to a statement there could not be written back, so it is refused. ``line_in_text``: a file's
+    line -> its line in the analysed text (a statements' tree holds some of the file's lines)."""
     for report in reports:
         rewrite = report.rewrite
         assert rewrite is not None
@@ -231,6 +233,10 @@ def _make(reports: Sequence[Report], twins: Dict[int, Optional[cst.CSTNode]], an
             _refuse(report, made)
         else:
             report.fix = made
+            if target is not None:
+                line = line_in_text(target.lineno)
+                if line is not None:
+                    analysis.anchor_lines[twin] = line
             if rewrite.call is None:  # a fix of a block or elsewhere in the module: its node names it (a fix that broke)
                 report.node = next(iter(made.replacements))
 
