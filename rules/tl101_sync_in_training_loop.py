@@ -129,6 +129,11 @@ class SyncInTrainingLoop(Rule):
     `while` / `assert` test, `break` on `loss < 1e-3`, `if not math.isfinite(loss.item()): sys.exit(1)`), an
     index, or the argument of a call that needs a Python number (`env.step(action.item())`,
     `range(n.item())`), also through a variable (`v = loss.item(); if v > best: ...`). Those syncs are needed.
+    A variable counts only where its host value can be read: with `loss = loss.item()` at the end of the step,
+    `dist.all_reduce(loss)` earlier in the step reads the tensor that `loss = criterion(...)` bound before it on
+    every iteration, not the number (an unpacking, `acc1, acc5 = accuracy(...)`, binds the names the same
+    way); a test at the top of the loop that runs before anything binds the name again, or after a binding
+    that only some iterations make (under an `if`), may read the previous step's number, and keeps the sync.
 
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
@@ -964,7 +969,7 @@ class _Detector:
             if kind is ast.AugAssign:
                 if not follow:
                     return self._feeds_tensor(parent, parent.target, parent.value)
-                return self._name_destination(parent.target, loop)
+                return self._name_destination(parent.target, loop, parent)
             if kind is ast.Assign or kind is ast.AnnAssign:
                 if (kind is ast.Assign and node is not parent.value) or (
                         kind is ast.AnnAssign and node is parent.annotation):
@@ -973,7 +978,7 @@ class _Detector:
                     return self._feeds_tensor(parent, None, parent.value)
                 targets = parent.targets if kind is ast.Assign else [parent.target]
                 for target in targets:
-                    if self._name_destination(target, loop) == "load":
+                    if self._name_destination(target, loop, parent) == "load":
                         return "load"
                 return "sink"
             return "load"  # if/while/assert tests, return, yield, lambda, await...
@@ -1022,7 +1027,7 @@ class _Detector:
                         or len(assign.targets[0].elts) != size \
                         or any(type(element) is ast.Starred for element in assign.targets[0].elts):
                     return "load"  # `result = perf(...)`, `a, *rest = perf(...)`: where the element goes is out of sight
-                found = self._name_destination(assign.targets[0].elts[position], loop)
+                found = self._name_destination(assign.targets[0].elts[position], loop, assign)
                 if type(assign.targets[0].elts[position]) is not ast.Name:
                     found = "load"
             if found != "sink":
@@ -1074,8 +1079,9 @@ class _Detector:
             return "load"
         return "sink"
 
-    def _name_destination(self, target: ast.expr, loop: AstLoopInfo) -> str:
-        """A name that holds a host value: "load" when the loop uses it for control flow."""
+    def _name_destination(self, target: ast.expr, loop: AstLoopInfo, binding: Optional[ast.stmt] = None) -> str:
+        """A name that holds a host value: "load" when the loop uses it for control flow. With ``binding``, the
+        statement that binds the host value, only the uses that value can reach count (``_reached``)."""
         if type(target) is not ast.Name:
             return "sink"
         key = (loop.node, target.id)
@@ -1085,7 +1091,42 @@ class _Detector:
                 use for use, how in self._names_under(loop.node).get(target.id, ())
                 if not self._is_binding(use, how) and self._use_destination(use, how, loop) == "load"
             ]
-        return "load" if any(use is not target for use in loads) else "sink"
+        return "load" if any(use is not target and (binding is None or self._reached(use, binding, target.id, loop))
+                             for use in loads) else "sink"
+
+    def _reached(self, use: ast.AST, binding: ast.stmt, name: str, loop: AstLoopInfo) -> bool:
+        """Whether the value ``binding`` gives ``name`` may be the one ``use`` reads in ``loop``. Not where a
+        statement of a block around ``use`` binds ``name`` again before it in that block (``x = ...`` or
+        ``a, x = ...``, directly in the block: it runs whenever the block reaches ``use``) and every path from
+        ``binding`` to ``use`` enters the block from above that statement: ``binding`` is outside the block, or
+        after ``use`` in it (reached only through the next iteration, which binds it first: ``loss =
+        sum(losses)``; ``all_reduce(loss)``; ``loss = loss.item()``), or before the rebinding. A use outside
+        the loop's body (its header, its ``else``) or in a nested def or lambda (run who knows when) is always
+        reached."""
+        index = self.index
+        parent = self._parent(use)
+        node = parent if parent is not None else use
+        if index.scope_of(node) is not (loop.function or index.tree):
+            return True
+        for holder in index.ancestors(node):
+            block = next((statements for field in ("body", "orelse", "finalbody")
+                          for statements in (getattr(holder, field, None),) if type(statements) is list
+                          and any(statement is node for statement in statements)), None)
+            if block is not None:
+                if holder is loop.node and block is not loop.node.body:  # type: ignore[attr-defined]
+                    return True
+                used = next(at for at, statement in enumerate(block) if statement is node)
+                bound = next((at for at, statement in enumerate(block) if index.contains(statement, binding)), None)
+                for at, statement in enumerate(block[:used]):
+                    if (type(statement) is ast.Assign and any(name in target_names(t) for t in statement.targets)
+                            or type(statement) is ast.AnnAssign and statement.value is not None
+                            and name in target_names(statement.target)) \
+                            and (bound is None or used < bound or at > bound):
+                        return False
+            if holder is loop.node:
+                return True
+            node = holder
+        return True
 
     def _use_destination(self, use: ast.AST, how: str, loop: AstLoopInfo) -> str:
         """``_destination`` of one mention of a name (see ``_mentions``): a variable's own; an attribute's
@@ -1118,11 +1159,14 @@ class _Detector:
         return names
 
     def _is_binding(self, use: ast.AST, how: str) -> bool:
-        """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
+        """``v = ...`` and ``a, v = ...`` bind v; ``v += x`` reads it too, but only to add to it (a sink, see
+        ``_destination``)."""
         if how != "name":
             return False
-        parent = self._parent(use)
-        return type(parent) is ast.Assign and any(t is use for t in parent.targets)
+        node, parent = use, self._parent(use)
+        while type(parent) in (ast.Tuple, ast.List, ast.Starred):
+            node, parent = parent, self._parent(parent)
+        return type(parent) is ast.Assign and any(t is node for t in parent.targets)
 
     def _call_kind(self, call: ast.Call) -> str:
         index = self.index
