@@ -179,7 +179,9 @@ class SyncInTrainingLoop(Rule):
     the same way, element by element for a returned tuple unpacked into names there (`return loss_a.item(),
     loss_b.item()` with `a, b = agent.update(...)` in `main.py`, each name only logged: both reported; a name
     tested there, or the result kept whole, `out = agent.update(...)`, or unpacked with a `*rest`: that
-    element silent). The step may be in another file of the
+    element silent). A value formatted into text there (`"loss {:.3f}".format(a)`, `f"{a}"`, `"%.3f" % a`) is
+    shown too, and the class may come through a package that re-exports it (`from pkg import algo` then
+    `agent = algo.Agent(...)`, with `from .agent import Agent` in `pkg/algo/__init__.py`). The step may be in another file of the
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
@@ -1048,6 +1050,8 @@ class _Detector:
                 return False
             uses = uses[0][1][position]
         for kind, written in uses:
+            if kind == "text":
+                continue  # formatted into text: "loss {:.3f}".format(value)
             last = written.rsplit(".", 1)[-1]
             if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS
                                      or ("." not in written and _DISPLAY_HELPER.search(last))):

@@ -521,3 +521,65 @@ def test_returned_values_the_callers_need_or_do_not_unpack(tmp_path):
         _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
                          "learn.py": LEARN.format(body=body)})
         assert _check(tmp_path, "critic.py", select=("TL101",)) == [], body
+
+
+ACTOR = """\
+import torch
+import torch.nn as nn
+
+
+class ActorLearner:
+    def __init__(self, net, lr):
+        self.net = net
+        self.optimizer = torch.optim.RMSprop(net.parameters(), lr=lr)
+
+    def update(self, batch):
+        out = self.net(batch)
+        policy_loss = out[:, 0].mean()
+        value_loss = out[:, 1].pow(2).mean()
+        self.optimizer.zero_grad()
+        (policy_loss + value_loss).backward()
+        self.optimizer.step()
+        return policy_loss.item(), value_loss.item()
+"""
+
+DRIVER = """\
+import torch
+import torch.nn as nn
+from {package} import algos
+
+
+def main():
+    net = nn.Linear(6, 2).cuda()
+    learner = algos.ActorLearner(net, lr=7e-4)
+    for update in range(10000):
+        batch = torch.randn(16, 6, device="cuda")
+        policy_loss, value_loss = learner.update(batch)
+        if update % 100 == 0:
+            print("update {{}} policy {{:.3f}} value {{:.3f}}".format(update, policy_loss, value_loss))
+{more}
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_method_of_a_class_re_exported_by_a_package_and_its_values_only_formatted(tmp_path):
+    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .actor import ActorLearner\n",
+                     "rl/algos/actor.py": ACTOR, "main.py": DRIVER.format(package="rl", more="")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == ["actor.py:17 TL101"]
+    [read] = _messages(tmp_path, "rl/algos/actor.py", "TL101")
+    assert read.endswith("(`update()` runs every step: the training loop at main.py:9 reaches it)")
+
+
+def test_a_re_exported_name_of_another_file_or_a_formatted_value_the_loop_also_tests(tmp_path):
+    # the package's ActorLearner is another file's class: the loop never runs this one
+    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .other import ActorLearner\n",
+                     "rl/algos/other.py": ACTOR, "rl/algos/actor.py": ACTOR,
+                     "main.py": DRIVER.format(package="rl", more="")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
+    assert _check(tmp_path, "rl/algos/other.py", select=("TL101",)) == ["other.py:17 TL101"]
+    # formatted, and also tested: the step needs that number
+    _tree(tmp_path, {"rl/algos/__init__.py": "from .actor import ActorLearner\n",
+                     "main.py": DRIVER.format(package="rl", more="        if value_loss < 1e-4:\n            break\n")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []

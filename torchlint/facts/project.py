@@ -453,26 +453,47 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     if not table:
         return []
     target = os.path.realpath(path)
-    name = path.parent.name if path.name == "__init__.py" else path.stem
     found: List[Caller] = []
-    importers = dict.fromkeys(file for file, module, level in table.get(name, ())
-                              if file != target and _resolves_to(module, level, Path(file), root, target))
+    importers = _importers(table, path, target, root)
+    # a package's `__init__.py` that re-exports names of the file (`from .a2c_acktr import A2C_ACKTR`): the
+    # files that import them from the package (`from pkg import algo` then `algo.A2C_ACKTR(...)`) call them too
+    through: List[Tuple[str, Dict[str, str]]] = []
     for file in importers:
+        if os.path.basename(file) == "__init__.py":
+            package = Path(file)
+            names = {exported: original for exported, (module, level, original)
+                     in summary_of(package, cache, max_size).get("reexports", {}).items()
+                     if _resolves_to(module, level, package, root, target)}
+            if names:
+                through.append((file, names))
+    sources: List[Tuple[str, str, Optional[Dict[str, str]]]] = [(file, target, None) for file in importers]
+    for package, names in through:
+        sources.extend((file, package, names) for file in _importers(table, Path(package), package, root)
+                       if file != target)
+    for file, resolved, names in sources:
         importer = Path(file)
         try:
             text, _ = read_regular(importer, max_size)
         except (SourceError, OSError):
             continue
-        if not any(spelled in text for spelled in built) and not (
+        spelled_built = built + [name.encode() + b"(" for name in names or ()] if built else built
+        if not any(spelled in text for spelled in spelled_built) and not (
                 (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
-            mine = [(entry[2], entry[3], *entry[4:]) for entry in calls
-                    if _resolves_to(entry[0], entry[1], importer, root, target)]
+            mine = [((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:]) for entry in calls
+                    if (names is None or entry[2] in names) and _resolves_to(entry[0], entry[1], importer, root, resolved)]
             if mine:
                 found.append((shown, line, steps, mine))
     return found
+
+
+def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:
+    """The project files whose imports resolve to ``path`` (its real path: ``target``), in table order."""
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    return list(dict.fromkeys(file for file, module, level in table.get(name, ())
+                              if file != target and _resolves_to(module, level, Path(file), root, target)))
 
 
 def _resolves_to(module: str, level: int, importer: Path, root: Path, target: str) -> bool:

@@ -757,7 +757,8 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
 
 def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
     """The uses in ``loop`` of the name ``target`` binds: ``["arg", "meter.update"]`` as an argument of that
-    call, ``["other", ""]`` otherwise; None where the loop binds the name again."""
+    call, ``["text", ""]`` formatted into text there (``"{:.3f}".format(loss)``, ``f"{loss}"``, ``"%f" % loss``),
+    ``["other", ""]`` otherwise; None where the loop binds the name again."""
     name = target.id
     uses: list = []
     for spelling, use, how, above in names_spelled(loop.node):
@@ -765,11 +766,27 @@ def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
             continue  # (`x.acc`, `f(acc=...)`: not the variable)
         if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
             return None  # bound again (a target, a parameter, a def of that name)
-        if type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
+        if _formatted(use, above):
+            uses.append(["text", ""])
+        elif type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
             uses.append(["arg", dotted_name(above.func) or ""])  # type: ignore[attr-defined]
         else:
             uses.append(["other", ""])
     return uses
+
+
+def _formatted(use: ast.AST, above: Optional[ast.AST]) -> bool:
+    """``use`` is formatted into text right where it stands: an f-string's ``{use}``, ``"...".format(use)`` or
+    ``"..." % use`` of a string literal (the text's value, not the number, goes on)."""
+    kind = type(above)
+    if kind is ast.FormattedValue:
+        return above.value is use  # type: ignore[union-attr]
+    if kind is ast.Call:
+        func = above.func  # type: ignore[union-attr]
+        return type(func) is ast.Attribute and func.attr == "format" and type(func.value) is ast.Constant \
+            and isinstance(func.value.value, str) and any(argument is use for argument in above.args)  # type: ignore[union-attr]
+    return kind is ast.BinOp and type(above.op) is ast.Mod and above.right is use \
+        and type(above.left) is ast.Constant and isinstance(above.left.value, str)  # type: ignore[union-attr]
 
 
 def step_facts(index: AstIndex, project=None) -> StepFacts:
