@@ -583,3 +583,70 @@ def test_a_re_exported_name_of_another_file_or_a_formatted_value_the_loop_also_t
     _tree(tmp_path, {"rl/algos/__init__.py": "from .actor import ActorLearner\n",
                      "main.py": DRIVER.format(package="rl", more="        if value_loss < 1e-4:\n            break\n")})
     assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
+
+
+LEARNER = """\
+import torch
+
+
+class Learner:
+    def __init__(self, policy, epochs, lr=3e-4):
+        self.policy = policy
+        self.epochs = epochs
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+
+    def update(self, batches):
+        for _ in range(self.epochs):
+            for batch in batches:
+                loss = self.policy(batch).pow(2).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+"""
+
+OWNER = """\
+import torch
+import torch.nn as nn
+from learner import Learner
+
+
+def main(cuda):
+    device = torch.device("cuda:0" if cuda else "cpu")
+    policy = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 2))
+    policy.to(device)
+{build}
+    for update in range(100):
+        batches = [torch.randn(32, 4, device=device) for _ in range(4)]
+        learner.update(batches)
+
+
+if __name__ == "__main__":
+    main(torch.cuda.is_available())
+"""
+
+
+def test_an_optimizer_over_a_module_the_caller_moved_to_cuda(tmp_path):
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
+    [message] = _messages(tmp_path, "learner.py", "TL502")
+    assert message.endswith("(`policy` is a module moved to CUDA at owner.py:9 before `Learner(...)` gets it)")
+    # by keyword, and through `self.policy`
+    _tree(tmp_path, {"learner.py": LEARNER.replace("Adam(policy.", "Adam(self.policy."),
+                     "owner.py": OWNER.format(build="    learner = Learner(epochs=4, policy=policy)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
+
+
+def test_an_optimizer_over_a_module_some_caller_leaves_on_the_cpu(tmp_path):
+    # a second build hands it a module never moved
+    both = "    learner = Learner(policy, 4)\n    reference = Learner(nn.Linear(4, 2), 1)"
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build=both)})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+    # moved to a device the code does not show to be CUDA
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)").replace(
+        'torch.device("cuda:0" if cuda else "cpu")', "torch.device(args.device)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+    # the class replaces the module it was given
+    _tree(tmp_path, {"learner.py": LEARNER.replace("        self.policy = policy\n",
+                                                   "        policy = policy.cpu()\n        self.policy = policy\n"),
+                     "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []

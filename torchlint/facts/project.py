@@ -135,7 +135,7 @@ class ProjectModel:
 
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
                  steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
-                 loaders: bool = True) -> None:
+                 loaders: bool = True, builds: Optional[List[Build]] = None) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
@@ -145,13 +145,15 @@ class ProjectModel:
         self.steps = steps or {}  # file -> its step summary (``facts.steps.step_summary``), for those files
         # the loops of the files that import this one which run its classes' methods (``callers``)
         self._callers: List[Caller] = callers or []
+        # the calls of the files that import this one which build its classes with a module they move to CUDA
+        self._builds: List[Build] = builds or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
 
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
-        return not self.summaries and not self.steps and not self._callers
+        return not self.summaries and not self.steps and not self._callers and not self._builds
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -191,8 +193,8 @@ class ProjectModel:
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         if not imported:  # only what other files' loops run of it
-            callers = _callers_of(importer, data, root, cache, max_size) if steps else []
-            return cls(importer, root, {}, {}, {}, callers, loaders=False)
+            callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
+            return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
         for module in imported_modules(data):
@@ -215,8 +217,8 @@ class ProjectModel:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
-        callers = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers, loaders)
+        callers, builds = _callers_of(importer, data, root, cache, max_size)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -225,7 +227,7 @@ class ProjectModel:
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
         if code in STEP_RULES:
             return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
-                or bool(self._callers)
+                or bool(self._callers) or (code == "TL502" and bool(self._builds))
         return self.has_factories and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
@@ -297,6 +299,12 @@ class ProjectModel:
         there, [(class, method)] and [(function, "", where its value goes: ``facts.steps.result_uses``)])."""
         return self._callers
 
+    def cuda_builds(self, class_name: str) -> List["Build"]:
+        """The calls of the files that import the checked one which build its class ``class_name`` (by any
+        name a package re-exports it under) and pass it modules moved to CUDA there: (file relative to the root,
+        class, [[position, line of the move]], [[keyword, line]]) (``facts.steps.uses_summary``'s ``built``)."""
+        return [build for build in self._builds if build[1] == class_name]
+
     def digest(self) -> str:
         """What the file's result may depend on: each summary and the file it came from."""
         digest = hashlib.blake2b(digest_size=16)
@@ -305,6 +313,8 @@ class ProjectModel:
         for part in sorted(self._summary_digest(file, summary, "steps") for file, summary in self.steps.items()):
             digest.update(part.encode())
         digest.update(json.dumps(self._callers, sort_keys=True).encode())
+        if self._builds:
+            digest.update(json.dumps(self._builds, sort_keys=True).encode())
         return digest.hexdigest()
 
     def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
@@ -334,6 +344,8 @@ _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
 # (file, line, whether a step loop there, [(class, method) or (function, "", where its value goes)])
 Caller = Tuple[str, int, bool, List[tuple]]
+# (file, class, [[position, line]], [[keyword, line]]): a call there that builds the class with CUDA modules
+Build = Tuple[str, str, list, list]
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -438,9 +450,11 @@ def may_be_reached(data: bytes) -> bool:
 _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
-def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
+def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int
+                ) -> Tuple[List[Caller], List[Build]]:
     """The loops of the project files that import ``path`` (by any module name that resolves to it) which
-    call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
+    call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``; and
+    the calls there that build its classes with modules moved to CUDA (``ProjectModel.cuda_builds``)."""
     from torchlint.run.fileio import SourceError, read_regular
 
     trains = b".backward(" in data or b".step(" in data
@@ -451,9 +465,10 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if may_be_reached(data) else []
     table = _import_table(str(root)) if built or called else None
     if not table:
-        return []
+        return [], []
     target = os.path.realpath(path)
     found: List[Caller] = []
+    builds: List[Build] = []
     importers = _importers(table, path, target, root)
     # a package's `__init__.py` that re-exports names of the file (`from .a2c_acktr import A2C_ACKTR`): the
     # files that import them from the package (`from pkg import algo` then `algo.A2C_ACKTR(...)`) call them too
@@ -481,12 +496,17 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
                 (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
-        for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
+        uses = summary_of(importer, cache, max_size, "uses")
+        for line, steps, calls in uses.get("loops", ()):
             mine = [((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:]) for entry in calls
                     if (names is None or entry[2] in names) and _resolves_to(entry[0], entry[1], importer, root, resolved)]
             if mine:
                 found.append((shown, line, steps, mine))
-    return found
+        if built:
+            builds.extend((shown, (names or {}).get(name, name), positions, keywords)
+                          for module, level, name, positions, keywords in uses.get("built", ())
+                          if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
+    return found, builds
 
 
 def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:

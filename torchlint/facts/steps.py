@@ -37,7 +37,7 @@ from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
+    AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
 )
 from torchlint.facts.guards import is_logging_guard
 
@@ -672,8 +672,9 @@ def uses_summary(index: AstIndex) -> dict:
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
+    built = _cuda_builds(index)
     if not facts._imported_of and not called:
-        return {}
+        return {"built": built} if built else {}
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
     for info in index.calls:
@@ -700,10 +701,64 @@ def uses_summary(index: AstIndex) -> dict:
             continue
         calls = loops.setdefault(loop.node, (loop, []))[1]
         calls.extend(entry for entry in ([*entry, uses] for entry in imported) if entry not in calls)
-    if not loops:
-        return {}
-    return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
-                      for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]}
+    summary: dict = {"built": built} if built else {}
+    if loops:
+        summary["loops"] = [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
+                            for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]
+    return summary
+
+
+def _cuda_builds(index: AstIndex) -> List[list]:
+    """The calls of imported names (a class of another project file: ``algo.PPO(actor_critic, ...)``) with
+    arguments, where the file moves a module to CUDA: ``[module, level, name, [[position, line], ...],
+    [[keyword, line], ...]]``, the arguments that are such modules each with the line of the move (none: a
+    build with no CUDA module, which the class's file must see too). A module is moved where it is a name of the call's scope that an
+    expression statement of that scope moves before the call (``actor_critic.to(device)``, ``.cuda()``, with a
+    device the code shows to be CUDA, or CUDA when available or on a flag) after its every binding there, or
+    whose one binding there is such a move (``net = Net().to(device)``)."""
+    from torchlint.facts.devices import moves_to_cuda
+
+    if "to" not in index.calls_by_name and "cuda" not in index.calls_by_name:
+        return []
+    origins = import_origins(index) if index.import_statements else {}
+    if not origins:
+        return []
+    found: List[list] = []
+    for info in index.calls:
+        written = dotted_name(info.node.func)
+        origin = called_origin(origins, written) if written is not None else None
+        if origin is None or not (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            continue
+        positions = [[at, line] for at, argument in enumerate(info.node.args)
+                     for line in (_moved_to_cuda(index, argument, info.node, moves_to_cuda),) if line]
+        keywords = [[keyword.arg, line] for keyword in info.node.keywords if keyword.arg is not None
+                    for line in (_moved_to_cuda(index, keyword.value, info.node, moves_to_cuda),) if line]
+        if info.node.args or info.node.keywords:
+            found.append([*origin, positions, keywords])
+    return found if any(positions or keywords for *_, positions, keywords in found) else []
+
+
+def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to_cuda) -> int:
+    """The line where the name ``argument`` is moved to CUDA before ``call`` (``_cuda_builds``), or 0."""
+    if type(argument) is not ast.Name:
+        return 0
+    scope = index.scope_of(call)
+    values = index.values_of(argument.id, scope)
+    if len(values) == 1 and type(values[0]) is ast.Call and call_name(values[0]) in ("to", "cuda") \
+            and moves_to_cuda(index, values[0], scope) and source_order(values[0]) < source_order(call):
+        return values[0].lineno
+    if not values or any(value is None or source_order(value) > source_order(call) for value in values):
+        return 0
+    last = max(source_order(value) for value in values)
+    for name in ("to", "cuda"):
+        for info in index.calls_by_name.get(name, ()):
+            move = info.node
+            receiver = move.func.value if type(move.func) is ast.Attribute else None
+            if type(receiver) is ast.Name and receiver.id == argument.id and (info.function or index.tree) is scope \
+                    and type(index.parent(move)) is ast.Expr and last < source_order(move) < source_order(call) \
+                    and moves_to_cuda(index, move, scope):
+                return move.lineno
+    return 0
 
 
 # the top-level modules no project file is: a call of theirs is not recorded in a uses summary
