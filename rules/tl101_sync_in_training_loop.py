@@ -166,7 +166,10 @@ class SyncInTrainingLoop(Rule):
     message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
     once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
     `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class, `self.meter.add(loss)`
-    with `self.meter = Meter()`), and whatever those call in turn. A host value such a function returns counts as
+    with `self.meter = Meter()`), and whatever those call in turn. A def the loop hands to a function that
+    calls it once (a timing wrapper: `timed(step)` with `def timed(fn): out = fn(); ...`, of the file or of
+    another project file, `gpu_timer(train_step)`) runs every iteration too; one handed to a function that keeps
+    it for later or calls it only under a condition does not, and the wrapper's value is not the def's. A host value such a function returns counts as
     its callers use it: `n_correct = ....sum().item(); return loss, n_correct` is reported where every call of
     the function in the file only shows, stores or sums that value (`loss, hits, seen = score(...)` then
     `total += hits`), and not where a caller needs it in Python, keeps the result whole (`result = score(...)`),
@@ -1009,8 +1012,9 @@ class _Detector:
         index = self.index
         calls = self.steps.calls_of(function)
         foreign = self.steps.foreign_results.get(function, [])
-        if (not calls and not foreign) or self._spelled(function.name) != len(calls):
-            return "load"
+        if (not calls and not foreign) or self._spelled(function.name) != len(calls) \
+                or any(call in self.steps.handing for call in calls):
+            return "load"  # (handed to a wrapper, `gpu_timer(step)`: its value is the wrapper's)
         if foreign and not all(self._shown_there(uses, position, size) for uses in foreign):
             return "load"
         for call in calls:

@@ -650,3 +650,74 @@ def test_an_optimizer_over_a_module_some_caller_leaves_on_the_cpu(tmp_path):
                                                    "        policy = policy.cpu()\n        self.policy = policy\n"),
                      "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+
+
+TIMING = """\
+import torch
+
+
+def gpu_timed(closure, enabled=True):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = closure()
+    end.record()
+    return result, start, end
+
+
+def keep(closure):
+    hooks.append(closure)
+    return closure
+
+
+def layer_norms(named):
+    found = {}
+    for name, weight in named:
+        if weight.grad is not None:
+            found[name] = float(torch.norm(weight.grad))
+    return found
+
+
+hooks = []
+"""
+
+PRETRAIN = """\
+import torch
+import torch.nn as nn
+from utils.timing import gpu_timed, keep, layer_norms
+
+
+def main():
+    encoder = nn.Linear(16, 16).cuda()
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=1e-4, fused=True)
+    for itr in range(1000):
+        batch = torch.randn(8, 16, device="cuda")
+
+        def train_step():
+            loss = encoder(batch).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            stats = layer_norms(encoder.named_parameters())
+            return loss.detach(), stats
+
+        (loss, stats), _ = {wrapper}(train_step)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_step_closure_handed_to_another_files_wrapper_that_calls_it(tmp_path):
+    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+                     "pretrain.py": PRETRAIN.format(wrapper="gpu_timed")})
+    assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == ["timing.py:22 TL101"]
+    [read] = _messages(tmp_path, "utils/timing.py", "TL101")
+    assert read.endswith("(`layer_norms()` runs every step: the training loop at pretrain.py:9 reaches it)")
+
+
+def test_a_step_closure_handed_to_a_wrapper_that_keeps_it(tmp_path):
+    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+                     "pretrain.py": PRETRAIN.format(wrapper="keep").replace("(loss, stats), _ = ", "")})
+    assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == []

@@ -289,6 +289,12 @@ class ProjectModel:
         file, summary, kind = found
         return {"kind": kind, "path": self._shown(file), "name": name, "reduced": summary.get("reduced", True)}
 
+    def calls_parameter(self, module: str, level: int, name: str) -> List[int]:
+        """The positions of the parameters that the module-level function ``name`` of ``module`` calls once
+        every time it runs (``gpu_timer(closure)``: ``result = closure()``; ``facts.steps.calls_parameter``)."""
+        found = self._step_entry(module, level, name, "calls")
+        return list(found[2]) if found is not None else []  # type: ignore[arg-type]
+
     def device_function(self, module: str, level: int, name: str) -> bool:
         """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
         return self._step_entry(module, level, name, "devices") is not None
@@ -418,7 +424,32 @@ def _may_hold(data: bytes, kind: str) -> bool:
     or a function that may return a device ("steps"), a call of an imported name ("uses")."""
     if kind == "uses":
         return b"import" in data
-    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data)
+    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data) \
+        or _may_call_parameter(data)
+
+
+# a module-level def's parameters (a superset: the text up to the first `)` after the name)
+_DEF_PARAMETERS = re.compile(rb"^(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(([^)]*)", re.MULTILINE)
+_WORD = re.compile(rb"[A-Za-z_]\w*")
+
+
+def _may_call_parameter(data: bytes) -> bool:
+    """Whether a module-level def of these bytes may call one of its parameters (``def gpu_timer(closure):
+    ... closure()``): some word of a def's parameter list is followed by ``(`` somewhere in the text."""
+    if b"\ndef " not in data and not data.startswith((b"def ", b"async def ")) and b"\nasync def " not in data:
+        return False
+    for match in _DEF_PARAMETERS.finditer(data):
+        for word in _WORD.findall(match.group(1)):
+            if word in (b"self", b"cls"):
+                continue
+            called = word + b"("
+            at = data.find(called)
+            while at != -1:  # `closure(`, not `max(` for a parameter `x` nor `self.closure(`
+                before = data[at - 1:at]
+                if not before or not (before.isalnum() or before in b"_."):
+                    return True
+                at = data.find(called, at + 1)
+    return False
 
 
 def summarize_steps(text: str, kind: str) -> dict:
@@ -437,7 +468,7 @@ def summarize_steps(text: str, kind: str) -> dict:
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 # what a function that another file's step reaches may be reported for (TL101's syncs, TL501's per-parameter
 # loops): a file without any of these is not searched for the loops that call its functions
-_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(")
+_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(", b"float(")
 
 
 def may_be_reached(data: bytes) -> bool:
@@ -498,8 +529,19 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         uses = summary_of(importer, cache, max_size, "uses")
         for line, steps, calls in uses.get("loops", ()):
-            mine = [((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:]) for entry in calls
-                    if (names is None or entry[2] in names) and _resolves_to(entry[0], entry[1], importer, root, resolved)]
+            mine = []
+            for entry in calls:
+                if (names is not None and entry[2] not in names) \
+                        or not _resolves_to(entry[0], entry[1], importer, root, resolved):
+                    continue
+                if len(entry) > 5:  # in a def the loop hands to a wrapper: only where the wrapper calls it
+                    module, level, wrapper, position, stepping = entry[5]
+                    home = resolve(module, level, importer, root)
+                    if home is None or position not in summary_of(home, cache, max_size, "steps").get(
+                            "calls", {}).get(wrapper, ()):
+                        continue
+                    steps = steps or stepping
+                mine.append(((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:5]))
             if mine:
                 found.append((shown, line, steps, mine))
         if built:
