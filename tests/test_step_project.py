@@ -721,3 +721,10 @@ def test_a_step_closure_handed_to_a_wrapper_that_keeps_it(tmp_path):
     _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
                      "pretrain.py": PRETRAIN.format(wrapper="keep").replace("(loss, stats), _ = ", "")})
     assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == []
+
+
+def test_a_plain_float_call_makes_a_helper_file_reachable_a_float_method_does_not():
+    from torchlint.facts.project import may_be_reached
+
+    assert may_be_reached(b"import torch\n\ndef norm(p):\n    return float(torch.norm(p.grad))\n")
+    assert not may_be_reached(b"import torch\n\ndef cast(x):\n    return x.float() + to_float(x)\n")

@@ -442,13 +442,8 @@ def _may_call_parameter(data: bytes) -> bool:
         for word in _WORD.findall(match.group(1)):
             if word in (b"self", b"cls"):
                 continue
-            called = word + b"("
-            at = data.find(called)
-            while at != -1:  # `closure(`, not `max(` for a parameter `x` nor `self.closure(`
-                before = data[at - 1:at]
-                if not before or not (before.isalnum() or before in b"_."):
-                    return True
-                at = data.find(called, at + 1)
+            if _calls_bare(data, word + b"("):  # `closure(`, not `max(` for a parameter `x` nor `self.closure(`
+                return True
     return False
 
 
@@ -468,14 +463,25 @@ def summarize_steps(text: str, kind: str) -> dict:
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)
 # what a function that another file's step reaches may be reported for (TL101's syncs, TL501's per-parameter
 # loops): a file without any of these is not searched for the loops that call its functions
-_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(", b"float(")
+_REACHED_TEXTS = (b".item(", b".tolist(", b".cpu(", b".numpy(", b".parameters(")
 
 
 def may_be_reached(data: bytes) -> bool:
     """Whether a loop of another file may run a module-level function of a file of these bytes with something
     the step rules report in it."""
     return (data.startswith((b"def ", b"async def ")) or b"\ndef " in data or b"\nasync def " in data) \
-        and any(text in data for text in _REACHED_TEXTS)
+        and (any(text in data for text in _REACHED_TEXTS) or _calls_bare(data, b"float("))
+
+
+def _calls_bare(data: bytes, called: bytes) -> bool:
+    """``called`` (``b"float("``) occurs as a call of a plain name: not ``x.float(`` nor ``to_float(``."""
+    at = data.find(called)
+    while at != -1:
+        before = data[at - 1:at]
+        if not before or not (before.isalnum() or before in b"_."):
+            return True
+        at = data.find(called, at + 1)
+    return False
 
 
 _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
