@@ -129,6 +129,11 @@ class SyncInTrainingLoop(Rule):
     `while` / `assert` test, `break` on `loss < 1e-3`, `if not math.isfinite(loss.item()): sys.exit(1)`), an
     index, or the argument of a call that needs a Python number (`env.step(action.item())`,
     `range(n.item())`), also through a variable (`v = loss.item(); if v > best: ...`). Those syncs are needed.
+    A variable counts only where its host value can be read: with `loss = loss.item()` at the end of the step,
+    `dist.all_reduce(loss)` earlier in the step reads the tensor that `loss = criterion(...)` bound before it on
+    every iteration, not the number (an unpacking, `acc1, acc5 = accuracy(...)`, binds the names the same
+    way); a test at the top of the loop that runs before anything binds the name again, or after a binding
+    that only some iterations make (under an `if`), may read the previous step's number, and keeps the sync.
 
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
@@ -161,7 +166,10 @@ class SyncInTrainingLoop(Rule):
     message names the training loop that reaches the function: a gradient-norm helper that calls `.item()`
     once per parameter, a metric recorder handed `loss` (`recorder.update(loss)` with
     `recorder = Recorder()` a class of the file, `self.record(loss)` in the same class, `self.meter.add(loss)`
-    with `self.meter = Meter()`), and whatever those call in turn. A host value such a function returns counts as
+    with `self.meter = Meter()`), and whatever those call in turn. A def the loop hands to a function that
+    calls it once (a timing wrapper: `timed(step)` with `def timed(fn): out = fn(); ...`, of the file or of
+    another project file, `gpu_timer(train_step)`) runs every iteration too; one handed to a function that keeps
+    it for later or calls it only under a condition does not, and the wrapper's value is not the def's. A host value such a function returns counts as
     its callers use it: `n_correct = ....sum().item(); return loss, n_correct` is reported where every call of
     the function in the file only shows, stores or sums that value (`loss, hits, seen = score(...)` then
     `total += hits`), and not where a caller needs it in Python, keeps the result whole (`result = score(...)`),
@@ -174,7 +182,9 @@ class SyncInTrainingLoop(Rule):
     the same way, element by element for a returned tuple unpacked into names there (`return loss_a.item(),
     loss_b.item()` with `a, b = agent.update(...)` in `main.py`, each name only logged: both reported; a name
     tested there, or the result kept whole, `out = agent.update(...)`, or unpacked with a `*rest`: that
-    element silent). The step may be in another file of the
+    element silent). A value formatted into text there (`"loss {:.3f}".format(a)`, `f"{a}"`, `"%.3f" % a`) is
+    shown too, and the class may come through a package that re-exports it (`from pkg import algo` then
+    `agent = algo.Agent(...)`, with `from .agent import Agent` in `pkg/algo/__init__.py`). The step may be in another file of the
     project: where `main.py`'s loop calls `policy.train(batch)` every iteration with `policy = TD3.TD3(...)`
     (`import TD3`), the reads that `TD3.py`'s `train()` reaches are reported in `TD3.py`, once, and the
     message names the loop by its file and line (`the training loop at main.py:112 reaches it`); `TD3.py`
@@ -963,7 +973,7 @@ class _Detector:
             if kind is ast.AugAssign:
                 if not follow:
                     return self._feeds_tensor(parent, parent.target, parent.value)
-                return self._name_destination(parent.target, loop)
+                return self._name_destination(parent.target, loop, parent)
             if kind is ast.Assign or kind is ast.AnnAssign:
                 if (kind is ast.Assign and node is not parent.value) or (
                         kind is ast.AnnAssign and node is parent.annotation):
@@ -972,7 +982,7 @@ class _Detector:
                     return self._feeds_tensor(parent, None, parent.value)
                 targets = parent.targets if kind is ast.Assign else [parent.target]
                 for target in targets:
-                    if self._name_destination(target, loop) == "load":
+                    if self._name_destination(target, loop, parent) == "load":
                         return "load"
                 return "sink"
             return "load"  # if/while/assert tests, return, yield, lambda, await...
@@ -1001,8 +1011,9 @@ class _Detector:
         index = self.index
         calls = self.steps.calls_of(function)
         foreign = self.steps.foreign_results.get(function, [])
-        if (not calls and not foreign) or self._spelled(function.name) != len(calls):
-            return "load"
+        if (not calls and not foreign) or self._spelled(function.name) != len(calls) \
+                or any(call in self.steps.handing for call in calls):
+            return "load"  # (handed to a wrapper, `gpu_timer(step)`: its value is the wrapper's)
         if foreign and not all(self._shown_there(uses, position, size) for uses in foreign):
             return "load"
         for call in calls:
@@ -1021,7 +1032,7 @@ class _Detector:
                         or len(assign.targets[0].elts) != size \
                         or any(type(element) is ast.Starred for element in assign.targets[0].elts):
                     return "load"  # `result = perf(...)`, `a, *rest = perf(...)`: where the element goes is out of sight
-                found = self._name_destination(assign.targets[0].elts[position], loop)
+                found = self._name_destination(assign.targets[0].elts[position], loop, assign)
                 if type(assign.targets[0].elts[position]) is not ast.Name:
                     found = "load"
             if found != "sink":
@@ -1042,6 +1053,8 @@ class _Detector:
                 return False
             uses = uses[0][1][position]
         for kind, written in uses:
+            if kind == "text":
+                continue  # formatted into text: "loss {:.3f}".format(value)
             last = written.rsplit(".", 1)[-1]
             if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS
                                      or ("." not in written and _DISPLAY_HELPER.search(last))):
@@ -1073,8 +1086,9 @@ class _Detector:
             return "load"
         return "sink"
 
-    def _name_destination(self, target: ast.expr, loop: AstLoopInfo) -> str:
-        """A name that holds a host value: "load" when the loop uses it for control flow."""
+    def _name_destination(self, target: ast.expr, loop: AstLoopInfo, binding: Optional[ast.stmt] = None) -> str:
+        """A name that holds a host value: "load" when the loop uses it for control flow. With ``binding``, the
+        statement that binds the host value, only the uses that value can reach count (``_reached``)."""
         if type(target) is not ast.Name:
             return "sink"
         key = (loop.node, target.id)
@@ -1084,7 +1098,42 @@ class _Detector:
                 use for use, how in self._names_under(loop.node).get(target.id, ())
                 if not self._is_binding(use, how) and self._use_destination(use, how, loop) == "load"
             ]
-        return "load" if any(use is not target for use in loads) else "sink"
+        return "load" if any(use is not target and (binding is None or self._reached(use, binding, target.id, loop))
+                             for use in loads) else "sink"
+
+    def _reached(self, use: ast.AST, binding: ast.stmt, name: str, loop: AstLoopInfo) -> bool:
+        """Whether the value ``binding`` gives ``name`` may be the one ``use`` reads in ``loop``. Not where a
+        statement of a block around ``use`` binds ``name`` again before it in that block (``x = ...`` or
+        ``a, x = ...``, directly in the block: it runs whenever the block reaches ``use``) and every path from
+        ``binding`` to ``use`` enters the block from above that statement: ``binding`` is outside the block, or
+        after ``use`` in it (reached only through the next iteration, which binds it first: ``loss =
+        sum(losses)``; ``all_reduce(loss)``; ``loss = loss.item()``), or before the rebinding. A use outside
+        the loop's body (its header, its ``else``) or in a nested def or lambda (run who knows when) is always
+        reached."""
+        index = self.index
+        parent = self._parent(use)
+        node = parent if parent is not None else use
+        if index.scope_of(node) is not (loop.function or index.tree):
+            return True
+        for holder in index.ancestors(node):
+            block = next((statements for field in ("body", "orelse", "finalbody")
+                          for statements in (getattr(holder, field, None),) if type(statements) is list
+                          and any(statement is node for statement in statements)), None)
+            if block is not None:
+                if holder is loop.node and block is not loop.node.body:  # type: ignore[attr-defined]
+                    return True
+                used = next(at for at, statement in enumerate(block) if statement is node)
+                bound = next((at for at, statement in enumerate(block) if index.contains(statement, binding)), None)
+                for at, statement in enumerate(block[:used]):
+                    if (type(statement) is ast.Assign and any(name in target_names(t) for t in statement.targets)
+                            or type(statement) is ast.AnnAssign and statement.value is not None
+                            and name in target_names(statement.target)) \
+                            and (bound is None or used < bound or at > bound):
+                        return False
+            if holder is loop.node:
+                return True
+            node = holder
+        return True
 
     def _use_destination(self, use: ast.AST, how: str, loop: AstLoopInfo) -> str:
         """``_destination`` of one mention of a name (see ``_mentions``): a variable's own; an attribute's
@@ -1117,11 +1166,14 @@ class _Detector:
         return names
 
     def _is_binding(self, use: ast.AST, how: str) -> bool:
-        """``v = ...`` binds v; ``v += x`` reads it too, but only to add to it (a sink, see ``_destination``)."""
+        """``v = ...`` and ``a, v = ...`` bind v; ``v += x`` reads it too, but only to add to it (a sink, see
+        ``_destination``)."""
         if how != "name":
             return False
-        parent = self._parent(use)
-        return type(parent) is ast.Assign and any(t is use for t in parent.targets)
+        node, parent = use, self._parent(use)
+        while type(parent) in (ast.Tuple, ast.List, ast.Starred):
+            node, parent = parent, self._parent(parent)
+        return type(parent) is ast.Assign and any(t is node for t in parent.targets)
 
     def _call_kind(self, call: ast.Call) -> str:
         index = self.index

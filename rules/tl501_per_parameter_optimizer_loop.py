@@ -67,7 +67,9 @@ class PerParameterOptimizerLoop(Rule):
     parameters, `zip(ema.parameters(), model.parameters())`, `zip(shadow, params)`,
     `ema.state_dict().items()` / `.values()`, the names of a dict of parameters with another such dict indexed
     by them: `for name, p in params.items(): ema_params[name].mul_(d)...` after
-    `ema_params = OrderedDict(ema.named_parameters())`) whose body updates the parameters, their gradients or their
+    `ema_params = OrderedDict(ema.named_parameters())`, or the keys of a state dict kept in a name:
+    `for key in src.keys(): dst[key].data.copy_(dst[key].data * d + src[key].data * (1 - d))` after
+    `src = model.state_dict()`) whose body updates the parameters, their gradients or their
     per-parameter state in place (`p.add_(...)`, `p.data.add_(...)`, `p -= lr * p.grad`,
     `exp_avg.mul_(beta1).add_(...)`, an EMA's `ema_p.mul_(d).add_(p, alpha=1 - d)` or `v *= d; v += (1 - d) * w`,
     or its assignment form `ema_p.data = ema_p.data * d + p.data * (1 - d)`: arithmetic that reads the assigned
@@ -172,7 +174,8 @@ class PerParameterOptimizerLoop(Rule):
     depends on tensor values or differs per parameter (`if p.dim() > 1:`), calls it does not know, state it
     does not see created (`self.state[p]["buf"]` without the loop's `if len(state) == 0:`), a first step that
     differs (`if "buf" not in state: ... else: ...`), `p.data = ...` (below), a `state_dict()` loop that does not skip
-    integer buffers, names read after the loop, nested loops, `break`/`return`. Comments are kept: the
+    integer buffers (also over a name bound to `m.state_dict()`: `for k, v in sd.items():` needs
+    `if v.dtype.is_floating_point:` first, as `num_batches_tracked` is an int64 entry there), names read after the loop, nested loops, `break`/`return`. Comments are kept: the
     comment lines above a lifted statement and a comment at the end of its line go, each on a line of its
     own, above its batched form; a comment inside a lifted statement (within its brackets) means no fix, as
     the rewrite would drop it.
@@ -291,7 +294,8 @@ class PerParameterOptimizerLoop(Rule):
         # every def reads the whole module, what follows it included
         reads = tuple(index.tree.body) if loop.function is None else ()
         lift = partial(_lift_loop, torch_version=ctx.torch_version, index=index,
-                       in_no_grad=grad_off_in_function(index, node))
+                       in_no_grad=grad_off_in_function(index, node),
+                       over_state_dict=_iterates_state_dict(index, node, scope))
         ctx.report(node.iter, message=message,
                    rewrite=Rewrite(lift, message + "; no automatic fix: {reason}", block=node, statements=reads,
                                    reads=loop.function))
@@ -334,12 +338,13 @@ class PerParameterOptimizerLoop(Rule):
 
 
 def _lift_loop(node: "cst.For", analysis: FileAnalysis, torch_version: Tuple[int, int], index: AstIndex,
-               in_no_grad: bool) -> Union[Fix, str]:
-    """The unsafe fix lifting the loop into `torch._foreach_*` calls, or the reason there is none."""
+               in_no_grad: bool, over_state_dict: bool = False) -> Union[Fix, str]:
+    """The unsafe fix lifting the loop into `torch._foreach_*` calls, or the reason there is none
+    (``over_state_dict``: the loop runs over a dict the index shows is a `state_dict()`)."""
     # Imported here: the rewriter builds tables of LibCST classes at import, and most runs never get here.
     from ._foreach import NoFix, loop_context, rewrite_loop
 
-    where = loop_context(analysis, node, torch_version, index, in_no_grad)
+    where = loop_context(analysis, node, torch_version, index, in_no_grad, over_state_dict)
     if where is None:
         return "the file does not import torch"
     try:
@@ -524,13 +529,29 @@ def _param_dicts_by_name(index: AstIndex, loop: ast.For, scope: AstScope) -> Set
     return found
 
 
+def _iterates_state_dict(index: AstIndex, loop: ast.For, scope: AstScope) -> bool:
+    """The loop runs over a name bound to a `state_dict()` (``for k, v in sd.items()``, ``for k in sd``, its
+    ``.keys()`` or ``.values()``), whose entries include integer buffers (``num_batches_tracked``)."""
+    over = loop.iter
+    if type(over) is ast.Call and type(over.func) is ast.Attribute and over.func.attr in ("keys", "items", "values") \
+            and not over.args and not over.keywords:
+        over = over.func.value
+    if type(over) is not ast.Name:
+        return False
+    value, _ = index.single_value_and_scope(over.id, scope)
+    return value is not None and _is_state_dict_call(value)
+
+
 def _is_param_dict(index: AstIndex, expr: ast.expr, scope: AstScope) -> bool:
-    """``dict(m.named_parameters())``, ``OrderedDict(...)`` of them, or a name bound to one."""
+    """``dict(m.named_parameters())``, ``OrderedDict(...)`` of them, ``m.state_dict()`` (parameters and
+    buffers by name), or a name bound to one."""
     if type(expr) is ast.Name:
         value, bound_in = index.single_value_and_scope(expr.id, scope)
         if value is None or type(value) is ast.Name:
             return False
         return _is_param_dict(index, value, bound_in)
+    if _is_state_dict_call(expr):
+        return True
     if not (type(expr) is ast.Call and len(expr.args) == 1 and not expr.keywords and (
             (type(expr.func) is ast.Name and expr.func.id == "dict" and "dict" not in index.imports)
             or index.qualified_name(expr.func) == "collections.OrderedDict")):
@@ -552,6 +573,12 @@ def _arguments(call: ast.Call) -> List[Tuple[ast.expr, bool]]:
         found += [(keyword.value, False) for keyword in call.keywords]
         found.sort(key=lambda entry: (entry[0].lineno, entry[0].col_offset))
     return found
+
+
+def _is_state_dict_call(expr: ast.expr) -> bool:
+    """``m.state_dict()``: a dict of the module's parameters and buffers by name."""
+    return type(expr) is ast.Call and type(expr.func) is ast.Attribute and expr.func.attr == "state_dict" \
+        and not expr.args and not expr.keywords
 
 
 def _is_state_dict_items(iterable: ast.Call) -> bool:

@@ -82,6 +82,15 @@ class OptimizerNotFused(Rule):
     one made without `device=` does not count), are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
     off `main.py`. A method only called once, at set-up, or under a logging guard is no such step.
 
+    A class that is handed its module (`def __init__(self, actor_critic, ...)`, the optimizer over
+    `actor_critic.parameters()` or over `self.actor_critic` bound only to it) trains on CUDA where the files
+    that build it move that module there first: `actor_critic.to(device)` (after its every binding, in the
+    same function, with a device the code shows to be CUDA, or CUDA when available or on a flag) or
+    `policy = Policy(...).to(device)`, then `agent = algo.PPO(actor_critic, ...)`. Its optimizers are reported
+    where every such build (by position or keyword) in the files that build it with a CUDA module passes one,
+    naming the move (`main.py:48`); silent where one of them passes a module it did not move there, or
+    `__init__` binds the name again.
+
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
     either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
@@ -169,15 +178,19 @@ class OptimizerNotFused(Rule):
             return
         # a framework that places the model (Accelerate, Fabric) may launch it on a TPU: no fix then
         framework = framework_placement(index)
-        if project_cuda_evidence(index, ctx.project) is None and framework is None:
-            return
+        on_cuda = project_cuda_evidence(index, ctx.project) is not None or framework is not None
         other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
             call = info.node
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
             if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
                 continue
-            self._report(ctx, call, optimizer, other_device, framework)
+            if on_cuda:
+                self._report(ctx, call, optimizer, other_device, framework)
+                continue
+            built = _built_on_cuda(index, call, ctx.project)  # the module comes from a caller that moved it
+            if built is not None:
+                self._report(ctx, call, optimizer, other_device, None, built)
 
     def _detect_in_foreign_step(self, ctx: IndexContext, steps) -> None:
         """A file with no step loop of its own whose class trains in a loop of another project file
@@ -201,12 +214,15 @@ class OptimizerNotFused(Rule):
                     or index.function_of(function) is not None:
                 continue
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) \
-                    or not _over_cuda_module(index, call, klass, ctx.project):
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+                continue
+            built = None if _over_cuda_module(index, call, klass, ctx.project) else \
+                _built_on_cuda(index, call, ctx.project)
+            if built is None and not _over_cuda_module(index, call, klass, ctx.project):
                 continue
             method, loop = stepped[klass]
             note = (f" (`{klass.name}.{method.name}()` steps it every iteration of the training loop at "
-                    f"{step_place(loop)})")
+                    f"{step_place(loop)})") + (built or "")
             self._report(ctx, call, optimizer, other_device, None, note)
 
     def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device,
@@ -279,6 +295,51 @@ def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, proj
                and node.value.id == "self" for node in (moved, target)):
             return True
     return False
+
+
+def _built_on_cuda(index: AstIndex, call: ast.Call, project) -> Optional[str]:
+    """The optimizer is built in ``__init__`` of a module-level class over ``m.parameters()`` of a parameter
+    ``m`` of that ``__init__`` (or of ``self.m`` bound only to it), and every call of another project file that
+    builds the class (at least one) passes a module it moved to CUDA there (``algo.PPO(actor_critic, ...)``
+    after ``actor_critic.to(device)`` in ``main.py``): the note that says where, else None."""
+    if project is None:
+        return None
+    function = index.function_of(call)
+    klass = index.class_of.get(function) if function is not None else None
+    if klass is None or getattr(function, "name", None) != "__init__" or index.function_of(function) is not None \
+            or index.function_of(klass) is not None or index.in_class(klass):
+        return None
+    arguments = call_arguments(call)
+    params = arguments[0][1] if arguments and arguments[0][0] in (None, "params") else keyword_value(call, "params")
+    if not (type(params) is ast.Call and type(params.func) is ast.Attribute and params.func.attr == "parameters"
+            and not params.args and not params.keywords):
+        return None
+    module = params.func.value
+    if type(module) is ast.Attribute and type(module.value) is ast.Name and module.value.id == "self":
+        values = index.self_attributes.get((klass, module.attr), ())
+        if len(values) != 1 or type(values[0]) is not ast.Name:
+            return None
+        module = values[0]
+    if type(module) is not ast.Name:
+        return None
+    init = function.args  # type: ignore[union-attr]
+    positional = [argument.arg for argument in (*init.posonlyargs, *init.args)][1:]  # without `self`
+    if module.id not in positional and module.id not in [argument.arg for argument in init.kwonlyargs]:
+        return None
+    if any(value is not None for value in index.values_of(module.id, function)):  # type: ignore[arg-type]
+        return None  # bound again in `__init__`
+    builds = project.cuda_builds(klass.name)
+    if not builds:
+        return None
+    places = []
+    for file, _name, positions, keywords in builds:
+        lines = [line for at, line in positions if module.id in positional and positional.index(module.id) == at]
+        lines += [line for keyword, line in keywords if keyword == module.id]
+        if not lines:
+            return None  # a build that does not pass a CUDA module there
+        places.append(f"{file}:{lines[0]}")
+    shown = ", ".join(dict.fromkeys(places))
+    return f" (`{module.id}` is a module moved to CUDA at {shown} before `{klass.name}(...)` gets it)"
 
 
 def _cuda_tensor_attribute(index: AstIndex, element: ast.expr, klass: ast.ClassDef, project) -> bool:

@@ -318,3 +318,41 @@ def test_grad_of_a_parameter_drawn_from_parameters_is_a_tensor():
     assert "`p.grad.norm()`" in finding.message
     # `p` bound otherwise too: not known to be a parameter
     assert lint(loop(body + "\n    p = lr"), "TL101") == []
+
+
+@pytest.mark.parametrize(
+    "body, reported",
+    [
+        # the collective works on the tensor the step made; the host value bound after it is only stored
+        ("if distributed:\n    dist.all_reduce(loss)\nloss = loss.item()\nlog.append(loss)", 1),
+        # an unpacking rebinds the name (a binding, not a use of the host value)
+        ("a, b = out.max(1)\na = a.sum().item()\nlog.append(a)", 1),
+        # the next step reads the host value before anything binds the name again: load-bearing
+        ("loss = loss.item()\nlog.append(loss)", 1),
+    ],
+)
+def test_a_later_host_binding_does_not_hide_the_step(body, reported):
+    code = loop(body).replace("import numpy as np\n", "import numpy as np\nimport torch.distributed as dist\n")
+    assert len(lint(code, "TL101")) == reported
+
+
+def test_a_host_value_read_by_the_next_step_before_its_rebinding_stays_silent():
+    head = src("""
+        import torch.nn.functional as F
+
+        def train(model, loader, opt, target, log):
+            loss = float("inf")
+            for x, y in loader:
+        """)
+    step = ["loss = F.cross_entropy(model(x), y)", "opt.zero_grad()", "loss.backward()", "opt.step()"]
+    tail = ["if loss < target:", "    break", "loss = loss.item()", "log.append(loss)"]
+    lines = lambda block, n: "".join(" " * n + line + "\n" for line in block)
+    # the step only runs for some batches: the test may read the previous step's Python number
+    under_a_condition = head + "        if x.size(0) > 1:\n" + lines(step, 12) + lines(tail, 8)
+    assert lint(under_a_condition, "TL101") == []
+    # the test comes before the step's binding: it reads the previous step's Python number
+    test_first = head + lines(tail[:2] + step + tail[2:], 8)
+    assert lint(test_first, "TL101") == []
+    # every step binds the tensor first: the test reads the tensor, the host value is only stored
+    every_step = head + lines(step + tail, 8)
+    assert len(lint(every_step, "TL101")) == 1

@@ -303,3 +303,34 @@ def test_a_loop_where_autograd_is_off_in_any_spelling_collects_the_parameters_th
     source = f"import torch\n\n\ndef sgd(params, lr):\n    {head}\n        for p in params:\n            p.data.add_(p.grad, alpha=-lr)\n"
     fixed = fix(source, "TL501")
     assert "param_list.append(p)\n" in fixed and "torch._foreach_add_(param_list, grads, alpha=-lr)" in fixed
+
+
+STATE_DICT_EMA = HEADER + (
+    "@torch.no_grad()\n"
+    "def update(ema, model, d):\n"
+    "    shadow = ema.state_dict()\n"
+    "    live = model.state_dict()\n"
+    "{loop}"
+)
+
+
+def test_an_ema_over_state_dicts_kept_in_names_is_reported():
+    by_key = "    for key in live.keys():\n        shadow[key].mul_(d).add_(live[key], alpha=1 - d)\n"
+    [(line, applicability, message)] = _lint(STATE_DICT_EMA.format(loop=by_key))
+    assert line == 6 and applicability is None and "for an EMA" in message
+
+
+def test_a_state_dict_in_a_name_needs_the_float_guard_before_the_rewrite():
+    unguarded = "    for key, value in shadow.items():\n        value.mul_(d).add_(live[key], alpha=1 - d)\n"
+    [(_, applicability, message)] = _lint(STATE_DICT_EMA.format(loop=unguarded))
+    assert applicability is None and "num_batches_tracked" in message
+    guarded = ("    for key, value in shadow.items():\n        if value.dtype.is_floating_point:\n"
+               "            value.mul_(d).add_(live[key], alpha=1 - d)\n")
+    [(_, applicability, _)] = _lint(STATE_DICT_EMA.format(loop=guarded))
+    assert applicability == "unsafe"
+    assert "torch._foreach_lerp_" in fix(STATE_DICT_EMA.format(loop=guarded), "TL501")
+
+
+def test_copying_state_dict_entries_by_key_is_silent():
+    copy = "    for key in live:\n        shadow[key].copy_(live[key])\n"
+    assert _lint(STATE_DICT_EMA.format(loop=copy)) == []

@@ -521,3 +521,210 @@ def test_returned_values_the_callers_need_or_do_not_unpack(tmp_path):
         _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
                          "learn.py": LEARN.format(body=body)})
         assert _check(tmp_path, "critic.py", select=("TL101",)) == [], body
+
+
+ACTOR = """\
+import torch
+import torch.nn as nn
+
+
+class ActorLearner:
+    def __init__(self, net, lr):
+        self.net = net
+        self.optimizer = torch.optim.RMSprop(net.parameters(), lr=lr)
+
+    def update(self, batch):
+        out = self.net(batch)
+        policy_loss = out[:, 0].mean()
+        value_loss = out[:, 1].pow(2).mean()
+        self.optimizer.zero_grad()
+        (policy_loss + value_loss).backward()
+        self.optimizer.step()
+        return policy_loss.item(), value_loss.item()
+"""
+
+DRIVER = """\
+import torch
+import torch.nn as nn
+from {package} import algos
+
+
+def main():
+    net = nn.Linear(6, 2).cuda()
+    learner = algos.ActorLearner(net, lr=7e-4)
+    for update in range(10000):
+        batch = torch.randn(16, 6, device="cuda")
+        policy_loss, value_loss = learner.update(batch)
+        if update % 100 == 0:
+            print("update {{}} policy {{:.3f}} value {{:.3f}}".format(update, policy_loss, value_loss))
+{more}
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_method_of_a_class_re_exported_by_a_package_and_its_values_only_formatted(tmp_path):
+    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .actor import ActorLearner\n",
+                     "rl/algos/actor.py": ACTOR, "main.py": DRIVER.format(package="rl", more="")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == ["actor.py:17 TL101"]
+    [read] = _messages(tmp_path, "rl/algos/actor.py", "TL101")
+    assert read.endswith("(`update()` runs every step: the training loop at main.py:9 reaches it)")
+
+
+def test_a_re_exported_name_of_another_file_or_a_formatted_value_the_loop_also_tests(tmp_path):
+    # the package's ActorLearner is another file's class: the loop never runs this one
+    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .other import ActorLearner\n",
+                     "rl/algos/other.py": ACTOR, "rl/algos/actor.py": ACTOR,
+                     "main.py": DRIVER.format(package="rl", more="")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
+    assert _check(tmp_path, "rl/algos/other.py", select=("TL101",)) == ["other.py:17 TL101"]
+    # formatted, and also tested: the step needs that number
+    _tree(tmp_path, {"rl/algos/__init__.py": "from .actor import ActorLearner\n",
+                     "main.py": DRIVER.format(package="rl", more="        if value_loss < 1e-4:\n            break\n")})
+    assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
+
+
+LEARNER = """\
+import torch
+
+
+class Learner:
+    def __init__(self, policy, epochs, lr=3e-4):
+        self.policy = policy
+        self.epochs = epochs
+        self.optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
+
+    def update(self, batches):
+        for _ in range(self.epochs):
+            for batch in batches:
+                loss = self.policy(batch).pow(2).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+"""
+
+OWNER = """\
+import torch
+import torch.nn as nn
+from learner import Learner
+
+
+def main(cuda):
+    device = torch.device("cuda:0" if cuda else "cpu")
+    policy = nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 2))
+    policy.to(device)
+{build}
+    for update in range(100):
+        batches = [torch.randn(32, 4, device=device) for _ in range(4)]
+        learner.update(batches)
+
+
+if __name__ == "__main__":
+    main(torch.cuda.is_available())
+"""
+
+
+def test_an_optimizer_over_a_module_the_caller_moved_to_cuda(tmp_path):
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
+    [message] = _messages(tmp_path, "learner.py", "TL502")
+    assert message.endswith("(`policy` is a module moved to CUDA at owner.py:9 before `Learner(...)` gets it)")
+    # by keyword, and through `self.policy`
+    _tree(tmp_path, {"learner.py": LEARNER.replace("Adam(policy.", "Adam(self.policy."),
+                     "owner.py": OWNER.format(build="    learner = Learner(epochs=4, policy=policy)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
+
+
+def test_an_optimizer_over_a_module_some_caller_leaves_on_the_cpu(tmp_path):
+    # a second build hands it a module never moved
+    both = "    learner = Learner(policy, 4)\n    reference = Learner(nn.Linear(4, 2), 1)"
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build=both)})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+    # moved to a device the code does not show to be CUDA
+    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)").replace(
+        'torch.device("cuda:0" if cuda else "cpu")', "torch.device(args.device)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+    # the class replaces the module it was given
+    _tree(tmp_path, {"learner.py": LEARNER.replace("        self.policy = policy\n",
+                                                   "        policy = policy.cpu()\n        self.policy = policy\n"),
+                     "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
+    assert _check(tmp_path, "learner.py", select=("TL502",)) == []
+
+
+TIMING = """\
+import torch
+
+
+def gpu_timed(closure, enabled=True):
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    result = closure()
+    end.record()
+    return result, start, end
+
+
+def keep(closure):
+    hooks.append(closure)
+    return closure
+
+
+def layer_norms(named):
+    found = {}
+    for name, weight in named:
+        if weight.grad is not None:
+            found[name] = float(torch.norm(weight.grad))
+    return found
+
+
+hooks = []
+"""
+
+PRETRAIN = """\
+import torch
+import torch.nn as nn
+from utils.timing import gpu_timed, keep, layer_norms
+
+
+def main():
+    encoder = nn.Linear(16, 16).cuda()
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=1e-4, fused=True)
+    for itr in range(1000):
+        batch = torch.randn(8, 16, device="cuda")
+
+        def train_step():
+            loss = encoder(batch).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            stats = layer_norms(encoder.named_parameters())
+            return loss.detach(), stats
+
+        (loss, stats), _ = {wrapper}(train_step)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_step_closure_handed_to_another_files_wrapper_that_calls_it(tmp_path):
+    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+                     "pretrain.py": PRETRAIN.format(wrapper="gpu_timed")})
+    assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == ["timing.py:22 TL101"]
+    [read] = _messages(tmp_path, "utils/timing.py", "TL101")
+    assert read.endswith("(`layer_norms()` runs every step: the training loop at pretrain.py:9 reaches it)")
+
+
+def test_a_step_closure_handed_to_a_wrapper_that_keeps_it(tmp_path):
+    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+                     "pretrain.py": PRETRAIN.format(wrapper="keep").replace("(loss, stats), _ = ", "")})
+    assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == []
+
+
+def test_a_plain_float_call_makes_a_helper_file_reachable_a_float_method_does_not():
+    from torchlint.facts.project import may_be_reached
+
+    assert may_be_reached(b"import torch\n\ndef norm(p):\n    return float(torch.norm(p.grad))\n")
+    assert not may_be_reached(b"import torch\n\ndef cast(x):\n    return x.float() + to_float(x)\n")

@@ -114,6 +114,10 @@ CASES = {
         "flagged_ema_state_dict", _ema(lambda ns, m: ns["ModelEMA"](m, decay=0.9, tau=3), lambda e, m: e.update(m)),
         LERP,
     ),
+    "ema_state_dict_by_name": (
+        "flagged_ema_state_dict_by_name", _ema(lambda ns, m: ns["StateAverage"](m, decay=0.9), lambda e, m: e.update(m)),
+        LERP,
+    ),
     "ema_shadow_list": (
         "flagged_ema_state_dict", _ema(lambda ns, m: ns["ShadowAverage"](m.parameters(), decay=0.9),
                                        lambda e, m: e.update()), LERP,

@@ -121,7 +121,7 @@ class LoopBody:
 
     def _check_float_guard(self, tests: Iterable[cst.BaseExpression]) -> None:
         """A state_dict() also holds integer buffers (``num_batches_tracked``): the loop must skip them."""
-        if "state_dict" not in code(self.module, self.loop.iter):
+        if "state_dict" not in code(self.module, self.loop.iter) and not self.ctx.over_state_dict:
             return
         if not any("is_floating_point" in code(self.module, test) for test in tests):
             raise NoFix(

@@ -22,10 +22,11 @@ class LoopContext:
     taken_names: Set[str]  # names already used in the function (and module): new names avoid them
     names_read_after_loop: Set[str]  # names whose next use after the loop (or in an enclosing loop) is a read
     torch_version: Tuple[int, int] = (2, 13)
+    over_state_dict: bool = False  # the loop runs over a name the index shows is bound to a `state_dict()`
 
 
 def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int, int], index: AstIndex,
-                 in_no_grad: bool) -> Optional[LoopContext]:
+                 in_no_grad: bool, over_state_dict: bool = False) -> Optional[LoopContext]:
     """Where the loop stands: its torch alias, autograd mode (``in_no_grad``, the index's answer) and the
     names around it. None without ``import torch``. ``index``: the file's, for the names its module level
     uses (``analysis`` may hold only some statements)."""
@@ -38,7 +39,8 @@ def loop_context(analysis: FileAnalysis, loop: cst.For, torch_version: Tuple[int
         if isinstance(node, cst.Name):
             taken.add(node.value)
     taken |= module_level_names(index)  # globals the function may read
-    return LoopContext(analysis, torch_name, in_no_grad, taken, _read_after(analysis, loop, scope), torch_version)
+    return LoopContext(analysis, torch_name, in_no_grad, taken, _read_after(analysis, loop, scope), torch_version,
+                       over_state_dict)
 
 
 def module_level_names(index: AstIndex) -> Set[str]:

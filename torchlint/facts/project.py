@@ -135,7 +135,7 @@ class ProjectModel:
 
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
                  steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
-                 loaders: bool = True) -> None:
+                 loaders: bool = True, builds: Optional[List[Build]] = None) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
@@ -145,13 +145,15 @@ class ProjectModel:
         self.steps = steps or {}  # file -> its step summary (``facts.steps.step_summary``), for those files
         # the loops of the files that import this one which run its classes' methods (``callers``)
         self._callers: List[Caller] = callers or []
+        # the calls of the files that import this one which build its classes with a module they move to CUDA
+        self._builds: List[Build] = builds or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
 
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
-        return not self.summaries and not self.steps and not self._callers
+        return not self.summaries and not self.steps and not self._callers and not self._builds
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -191,8 +193,8 @@ class ProjectModel:
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         if not imported:  # only what other files' loops run of it
-            callers = _callers_of(importer, data, root, cache, max_size) if steps else []
-            return cls(importer, root, {}, {}, {}, callers, loaders=False)
+            callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
+            return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
         for module in imported_modules(data):
@@ -215,8 +217,8 @@ class ProjectModel:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
-        callers = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers, loaders)
+        callers, builds = _callers_of(importer, data, root, cache, max_size)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -225,7 +227,7 @@ class ProjectModel:
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
         if code in STEP_RULES:
             return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
-                or bool(self._callers)
+                or bool(self._callers) or (code == "TL502" and bool(self._builds))
         return self.has_factories and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
@@ -287,6 +289,12 @@ class ProjectModel:
         file, summary, kind = found
         return {"kind": kind, "path": self._shown(file), "name": name, "reduced": summary.get("reduced", True)}
 
+    def calls_parameter(self, module: str, level: int, name: str) -> List[int]:
+        """The positions of the parameters that the module-level function ``name`` of ``module`` calls once
+        every time it runs (``gpu_timer(closure)``: ``result = closure()``; ``facts.steps.calls_parameter``)."""
+        found = self._step_entry(module, level, name, "calls")
+        return list(found[2]) if found is not None else []  # type: ignore[arg-type]
+
     def device_function(self, module: str, level: int, name: str) -> bool:
         """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
         return self._step_entry(module, level, name, "devices") is not None
@@ -297,6 +305,12 @@ class ProjectModel:
         there, [(class, method)] and [(function, "", where its value goes: ``facts.steps.result_uses``)])."""
         return self._callers
 
+    def cuda_builds(self, class_name: str) -> List["Build"]:
+        """The calls of the files that import the checked one which build its class ``class_name`` (by any
+        name a package re-exports it under) and pass it modules moved to CUDA there: (file relative to the root,
+        class, [[position, line of the move]], [[keyword, line]]) (``facts.steps.uses_summary``'s ``built``)."""
+        return [build for build in self._builds if build[1] == class_name]
+
     def digest(self) -> str:
         """What the file's result may depend on: each summary and the file it came from."""
         digest = hashlib.blake2b(digest_size=16)
@@ -305,6 +319,8 @@ class ProjectModel:
         for part in sorted(self._summary_digest(file, summary, "steps") for file, summary in self.steps.items()):
             digest.update(part.encode())
         digest.update(json.dumps(self._callers, sort_keys=True).encode())
+        if self._builds:
+            digest.update(json.dumps(self._builds, sort_keys=True).encode())
         return digest.hexdigest()
 
     def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
@@ -334,6 +350,8 @@ _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
 # (file, line, whether a step loop there, [(class, method) or (function, "", where its value goes)])
 Caller = Tuple[str, int, bool, List[tuple]]
+# (file, class, [[position, line]], [[keyword, line]]): a call there that builds the class with CUDA modules
+Build = Tuple[str, str, list, list]
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -406,7 +424,27 @@ def _may_hold(data: bytes, kind: str) -> bool:
     or a function that may return a device ("steps"), a call of an imported name ("uses")."""
     if kind == "uses":
         return b"import" in data
-    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data)
+    return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data) \
+        or _may_call_parameter(data)
+
+
+# a module-level def's parameters (a superset: the text up to the first `)` after the name)
+_DEF_PARAMETERS = re.compile(rb"^(?:async[ \t]+)?def[ \t]+\w+[ \t]*\(([^)]*)", re.MULTILINE)
+_WORD = re.compile(rb"[A-Za-z_]\w*")
+
+
+def _may_call_parameter(data: bytes) -> bool:
+    """Whether a module-level def of these bytes may call one of its parameters (``def gpu_timer(closure):
+    ... closure()``): some word of a def's parameter list is followed by ``(`` somewhere in the text."""
+    if b"\ndef " not in data and not data.startswith((b"def ", b"async def ")) and b"\nasync def " not in data:
+        return False
+    for match in _DEF_PARAMETERS.finditer(data):
+        for word in _WORD.findall(match.group(1)):
+            if word in (b"self", b"cls"):
+                continue
+            if _calls_bare(data, word + b"("):  # `closure(`, not `max(` for a parameter `x` nor `self.closure(`
+                return True
+    return False
 
 
 def summarize_steps(text: str, kind: str) -> dict:
@@ -432,15 +470,28 @@ def may_be_reached(data: bytes) -> bool:
     """Whether a loop of another file may run a module-level function of a file of these bytes with something
     the step rules report in it."""
     return (data.startswith((b"def ", b"async def ")) or b"\ndef " in data or b"\nasync def " in data) \
-        and any(text in data for text in _REACHED_TEXTS)
+        and (any(text in data for text in _REACHED_TEXTS) or _calls_bare(data, b"float("))
+
+
+def _calls_bare(data: bytes, called: bytes) -> bool:
+    """``called`` (``b"float("``) occurs as a call of a plain name: not ``x.float(`` nor ``to_float(``."""
+    at = data.find(called)
+    while at != -1:
+        before = data[at - 1:at]
+        if not before or not (before.isalnum() or before in b"_."):
+            return True
+        at = data.find(called, at + 1)
+    return False
 
 
 _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
-def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int) -> List[Caller]:
+def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int
+                ) -> Tuple[List[Caller], List[Build]]:
     """The loops of the project files that import ``path`` (by any module name that resolves to it) which
-    call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``."""
+    call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``; and
+    the calls there that build its classes with modules moved to CUDA (``ProjectModel.cuda_builds``)."""
     from torchlint.run.fileio import SourceError, read_regular
 
     trains = b".backward(" in data or b".step(" in data
@@ -451,28 +502,66 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if may_be_reached(data) else []
     table = _import_table(str(root)) if built or called else None
     if not table:
-        return []
+        return [], []
     target = os.path.realpath(path)
-    name = path.parent.name if path.name == "__init__.py" else path.stem
     found: List[Caller] = []
-    importers = dict.fromkeys(file for file, module, level in table.get(name, ())
-                              if file != target and _resolves_to(module, level, Path(file), root, target))
+    builds: List[Build] = []
+    importers = _importers(table, path, target, root)
+    # a package's `__init__.py` that re-exports names of the file (`from .a2c_acktr import A2C_ACKTR`): the
+    # files that import them from the package (`from pkg import algo` then `algo.A2C_ACKTR(...)`) call them too
+    through: List[Tuple[str, Dict[str, str]]] = []
     for file in importers:
+        if os.path.basename(file) == "__init__.py":
+            package = Path(file)
+            names = {exported: original for exported, (module, level, original)
+                     in summary_of(package, cache, max_size).get("reexports", {}).items()
+                     if _resolves_to(module, level, package, root, target)}
+            if names:
+                through.append((file, names))
+    sources: List[Tuple[str, str, Optional[Dict[str, str]]]] = [(file, target, None) for file in importers]
+    for package, names in through:
+        sources.extend((file, package, names) for file in _importers(table, Path(package), package, root)
+                       if file != target)
+    for file, resolved, names in sources:
         importer = Path(file)
         try:
             text, _ = read_regular(importer, max_size)
         except (SourceError, OSError):
             continue
-        if not any(spelled in text for spelled in built) and not (
+        spelled_built = built + [name.encode() + b"(" for name in names or ()] if built else built
+        if not any(spelled in text for spelled in spelled_built) and not (
                 (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
-        for line, steps, calls in summary_of(importer, cache, max_size, "uses").get("loops", ()):
-            mine = [(entry[2], entry[3], *entry[4:]) for entry in calls
-                    if _resolves_to(entry[0], entry[1], importer, root, target)]
+        uses = summary_of(importer, cache, max_size, "uses")
+        for line, steps, calls in uses.get("loops", ()):
+            mine = []
+            for entry in calls:
+                if (names is not None and entry[2] not in names) \
+                        or not _resolves_to(entry[0], entry[1], importer, root, resolved):
+                    continue
+                if len(entry) > 5:  # in a def the loop hands to a wrapper: only where the wrapper calls it
+                    module, level, wrapper, position, stepping = entry[5]
+                    home = resolve(module, level, importer, root)
+                    if home is None or position not in summary_of(home, cache, max_size, "steps").get(
+                            "calls", {}).get(wrapper, ()):
+                        continue
+                    steps = steps or stepping
+                mine.append(((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:5]))
             if mine:
                 found.append((shown, line, steps, mine))
-    return found
+        if built:
+            builds.extend((shown, (names or {}).get(name, name), positions, keywords)
+                          for module, level, name, positions, keywords in uses.get("built", ())
+                          if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
+    return found, builds
+
+
+def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:
+    """The project files whose imports resolve to ``path`` (its real path: ``target``), in table order."""
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    return list(dict.fromkeys(file for file, module, level in table.get(name, ())
+                              if file != target and _resolves_to(module, level, Path(file), root, target)))
 
 
 def _resolves_to(module: str, level: int, importer: Path, root: Path, target: str) -> bool:

@@ -37,7 +37,7 @@ from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
+    AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
 )
 from torchlint.facts.guards import is_logging_guard
 
@@ -268,6 +268,12 @@ class StepFacts:
         self._classes: Dict[str, ast.ClassDef] = {}
         self._functions: Dict[str, List[_Def]] = {}  # module-level defs by name
         self._calls_of: Optional[Dict[ast.AST, List[ast.Call]]] = None  # def -> the calls that run it (``calls_of``)
+        # a call that hands a def of this file to an imported function (``gpu_timer(train_step)``), where no
+        # project says whether that function calls it: [(module, level, name), [(position, def)]]
+        self.passed_out: Dict[ast.Call, Tuple[Tuple[str, int, str], List[Tuple[int, _Def]]]] = {}
+        # the calls that run a def of this file they are handed (``gpu_timer(train_step)``): their value is
+        # the wrapper's, not the def's
+        self.handing: Set[ast.Call] = set()
         self._graph(index, project)
         # the defs that run a training step when called: a step function, or one that calls such a def (or a
         # stepping method of an imported class) outside a loop of its own and not under a logging guard
@@ -363,6 +369,12 @@ class StepFacts:
                 continue
             callees, imported = self._callees(index, info.node, info.function, functions, methods, classes,
                                               origins, attributes)
+            passed = self._passed(index, info.node, info.function, functions) if info.node.args else []
+            if passed:  # `gpu_timer(train_step)`: a def handed to a function that calls it
+                handed = self._run_by(index, info.node, callees, passed, origins, project)
+                if handed:
+                    self.handing.add(info.node)
+                    callees = list(callees) + handed
             if callees:
                 self._callees_of[info.node] = callees
             if imported:
@@ -381,6 +393,39 @@ class StepFacts:
                 found = project.function_steps(*origin) if origin is not None else None
                 if found is not None:  # `train_step(...)` / `training.train_epoch(...)` of another project file
                     (self.imported_steps if found["kind"] == "steps" else self.imported_trainers)[info.node] = found
+
+    def _passed(self, index: AstIndex, call: ast.Call, caller, functions) -> List[Tuple[int, _Def]]:
+        """The positional arguments of ``call`` that name one def of this file in sight (``train_step`` in
+        ``gpu_timer(train_step)``), with their positions."""
+        found = []
+        for at, argument in enumerate(call.args):
+            if type(argument) is not ast.Name or argument.id in index.imports:
+                continue
+            groups = functions.get(argument.id)
+            if groups and len(groups) == 1:
+                home, defs = next(iter(groups.items()))
+                if len(defs) == 1 and self._in_sight(index, home, argument.id, caller):
+                    found.append((at, defs[0]))
+        return found
+
+    def _run_by(self, index: AstIndex, call: ast.Call, callees: List[_Def], passed: List[Tuple[int, _Def]],
+                origins, project) -> List[_Def]:
+        """The defs of ``passed`` that the function ``call`` runs calls, once a call: a def of this file that
+        calls that parameter (``calls_parameter``), or an imported function whose step summary says so (without
+        a project: noted in ``passed_out``)."""
+        positions: Set[int] = set()
+        for callee in callees:
+            if index.class_of.get(callee) is None:
+                positions.update(calls_parameter(index, callee))
+        if not callees and origins:
+            written = dotted_name(call.func)
+            origin = called_origin(origins, written) if written is not None else None
+            if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+                if project is None:
+                    self.passed_out[call] = (origin, passed)
+                else:
+                    positions.update(project.calls_parameter(*origin))
+        return [function for at, function in passed if at in positions and function not in callees]
 
     def _stepping(self, index: AstIndex) -> Set[ast.AST]:
         stepping: Set[ast.AST] = {
@@ -610,6 +655,24 @@ def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.Class
     return [origin] if origin is not None else []  # type: ignore[list-item]
 
 
+def calls_parameter(index: AstIndex, function: _Def) -> List[int]:
+    """The positions of the parameters ``function`` calls once every time it runs: a call of the parameter
+    that is a statement of its own body, or its value assigned or returned there (``result = closure()``,
+    ``return fn()``; not in a branch, a loop or a nested def), where nothing else binds that name."""
+    arguments = function.args
+    names = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
+    if index.class_of.get(function) is not None:
+        names = names[1:]  # `self`
+    found = []
+    for statement in function.body:
+        value = statement.value if type(statement) in (ast.Expr, ast.Assign, ast.Return) else None
+        if type(value) is ast.Call and type(value.func) is ast.Name and value.func.id in names:
+            name = value.func.id
+            if all(bound is None for bound in index.values_of(name, function)) and names.index(name) not in found:
+                found.append(names.index(name))
+    return found
+
+
 # --- what other project files use of this one (plain data, from this file alone) -------------------------
 def step_summary(index: AstIndex) -> dict:
     """What a file that imports this one may use of its training steps (``facts.project``): per class, the
@@ -661,6 +724,10 @@ def step_summary(index: AstIndex) -> dict:
                and returns_cuda_device(index, function)]
     if devices:
         summary["devices"] = devices
+    calling = {function.name: positions for function in index.tree.body  # type: ignore[attr-defined]
+               if type(function) in _DEFS for positions in (calls_parameter(index, function),) if positions}
+    if calling:
+        summary["calls"] = calling
     return summary
 
 
@@ -672,8 +739,9 @@ def uses_summary(index: AstIndex) -> dict:
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
-    if not facts._imported_of and not called:
-        return {}
+    built = _cuda_builds(index)
+    if not facts._imported_of and not called and not facts.passed_out:
+        return {"built": built} if built else {}
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
     for info in index.calls:
@@ -700,10 +768,108 @@ def uses_summary(index: AstIndex) -> dict:
             continue
         calls = loops.setdefault(loop.node, (loop, []))[1]
         calls.extend(entry for entry in ([*entry, uses] for entry in imported) if entry not in calls)
-    if not loops:
-        return {}
-    return {"loops": [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
-                      for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]}
+    for call, (wrapper, passed) in facts.passed_out.items():
+        _hand_out(index, facts, call, wrapper, passed, loops, called)
+    summary: dict = {"built": built} if built else {}
+    if loops:
+        summary["loops"] = [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
+                            for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]
+    return summary
+
+
+def _hand_out(index: AstIndex, facts: StepFacts, call: ast.Call, wrapper: Tuple[str, int, str],
+              passed: List[Tuple[int, _Def]], loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]],
+              called: Dict[ast.Call, Tuple[str, int, str]]) -> None:
+    """A loop that hands a def of the file to an imported function every iteration (``gpu_timer(train_step)``,
+    ``facts.passed_out``): the calls of imported names in that def, and in the defs it runs, go into the loop's
+    entries with ``[module, level, function, position, whether the def steps]`` of the wrapper last; the file
+    they reach keeps them only where the wrapper's file says it calls that parameter (``calls_parameter``)."""
+    info = next((info for info in index.calls if info.node is call), None)
+    if info is None or info.loop is None:
+        return
+    loop = facts._per_iteration(index, call, info.loop)
+    if loop is None:
+        return
+    origins = import_origins(index) if index.import_statements else {}
+    edges: Dict[ast.AST, List[_Def]] = {}
+    for other in index.calls:
+        if type(other.function) in _DEFS and other.loop is None \
+                and not under_logging_guard(index, other.node, other.function):  # type: ignore[arg-type]
+            edges.setdefault(other.function, []).extend(facts._callees_of.get(other.node, ()))
+    calls = loops.setdefault(loop.node, (loop, []))[1]
+    for position, function in passed:
+        reached = {function: True}
+        queue = deque([function])
+        _pass_down(reached, edges, queue, set())  # type: ignore[arg-type]
+        via = [*wrapper, position, any(def_ in facts.stepping for def_ in reached)]
+        for other in index.calls:
+            if other.function not in reached or other.loop is not None \
+                    or under_logging_guard(index, other.node, other.function):  # type: ignore[arg-type]
+                continue
+            for module, level, name, method in facts._imported_of.get(other.node, ()):
+                entry = [module, level, name, method, None, via]
+                if entry not in calls:
+                    calls.append(entry)
+            written = dotted_name(other.node.func)
+            origin = called_origin(origins, written) if written is not None and origins \
+                and other.node not in facts._imported_of and other.node not in facts._callees_of else None
+            if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+                entry = [*origin, "", None, via]
+                if entry not in calls:
+                    calls.append(entry)
+
+
+def _cuda_builds(index: AstIndex) -> List[list]:
+    """The calls of imported names (a class of another project file: ``algo.PPO(actor_critic, ...)``) with
+    arguments, where the file moves a module to CUDA: ``[module, level, name, [[position, line], ...],
+    [[keyword, line], ...]]``, the arguments that are such modules each with the line of the move (none: a
+    build with no CUDA module, which the class's file must see too). A module is moved where it is a name of the call's scope that an
+    expression statement of that scope moves before the call (``actor_critic.to(device)``, ``.cuda()``, with a
+    device the code shows to be CUDA, or CUDA when available or on a flag) after its every binding there, or
+    whose one binding there is such a move (``net = Net().to(device)``)."""
+    from torchlint.facts.devices import moves_to_cuda
+
+    if "to" not in index.calls_by_name and "cuda" not in index.calls_by_name:
+        return []
+    origins = import_origins(index) if index.import_statements else {}
+    if not origins:
+        return []
+    found: List[list] = []
+    for info in index.calls:
+        written = dotted_name(info.node.func)
+        origin = called_origin(origins, written) if written is not None else None
+        if origin is None or not (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            continue
+        positions = [[at, line] for at, argument in enumerate(info.node.args)
+                     for line in (_moved_to_cuda(index, argument, info.node, moves_to_cuda),) if line]
+        keywords = [[keyword.arg, line] for keyword in info.node.keywords if keyword.arg is not None
+                    for line in (_moved_to_cuda(index, keyword.value, info.node, moves_to_cuda),) if line]
+        if info.node.args or info.node.keywords:
+            found.append([*origin, positions, keywords])
+    return found if any(positions or keywords for *_, positions, keywords in found) else []
+
+
+def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to_cuda) -> int:
+    """The line where the name ``argument`` is moved to CUDA before ``call`` (``_cuda_builds``), or 0."""
+    if type(argument) is not ast.Name:
+        return 0
+    scope = index.scope_of(call)
+    values = index.values_of(argument.id, scope)
+    if len(values) == 1 and type(values[0]) is ast.Call and call_name(values[0]) in ("to", "cuda") \
+            and moves_to_cuda(index, values[0], scope) and source_order(values[0]) < source_order(call):
+        return values[0].lineno
+    if not values or any(value is None or source_order(value) > source_order(call) for value in values):
+        return 0
+    last = max(source_order(value) for value in values)
+    for name in ("to", "cuda"):
+        for info in index.calls_by_name.get(name, ()):
+            move = info.node
+            receiver = move.func.value if type(move.func) is ast.Attribute else None
+            if type(receiver) is ast.Name and receiver.id == argument.id and (info.function or index.tree) is scope \
+                    and type(index.parent(move)) is ast.Expr and last < source_order(move) < source_order(call) \
+                    and moves_to_cuda(index, move, scope):
+                return move.lineno
+    return 0
 
 
 # the top-level modules no project file is: a call of theirs is not recorded in a uses summary
@@ -757,7 +923,8 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
 
 def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
     """The uses in ``loop`` of the name ``target`` binds: ``["arg", "meter.update"]`` as an argument of that
-    call, ``["other", ""]`` otherwise; None where the loop binds the name again."""
+    call, ``["text", ""]`` formatted into text there (``"{:.3f}".format(loss)``, ``f"{loss}"``, ``"%f" % loss``),
+    ``["other", ""]`` otherwise; None where the loop binds the name again."""
     name = target.id
     uses: list = []
     for spelling, use, how, above in names_spelled(loop.node):
@@ -765,11 +932,27 @@ def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
             continue  # (`x.acc`, `f(acc=...)`: not the variable)
         if how != "name" or type(use.ctx) is not ast.Load:  # type: ignore[attr-defined]
             return None  # bound again (a target, a parameter, a def of that name)
-        if type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
+        if _formatted(use, above):
+            uses.append(["text", ""])
+        elif type(above) is ast.Call and any(argument is use for argument in above.args):  # type: ignore[attr-defined]
             uses.append(["arg", dotted_name(above.func) or ""])  # type: ignore[attr-defined]
         else:
             uses.append(["other", ""])
     return uses
+
+
+def _formatted(use: ast.AST, above: Optional[ast.AST]) -> bool:
+    """``use`` is formatted into text right where it stands: an f-string's ``{use}``, ``"...".format(use)`` or
+    ``"..." % use`` of a string literal (the text's value, not the number, goes on)."""
+    kind = type(above)
+    if kind is ast.FormattedValue:
+        return above.value is use  # type: ignore[union-attr]
+    if kind is ast.Call:
+        func = above.func  # type: ignore[union-attr]
+        return type(func) is ast.Attribute and func.attr == "format" and type(func.value) is ast.Constant \
+            and isinstance(func.value.value, str) and any(argument is use for argument in above.args)  # type: ignore[union-attr]
+    return kind is ast.BinOp and type(above.op) is ast.Mod and above.right is use \
+        and type(above.left) is ast.Constant and isinstance(above.left.value, str)  # type: ignore[union-attr]
 
 
 def step_facts(index: AstIndex, project=None) -> StepFacts:
