@@ -109,8 +109,9 @@ class EvalWithoutNoGrad(Rule):
     function of the same file that does so (a linear-probe driver `eval_linear()` that freezes the backbone
     with `.eval()` and calls `train_head(...)`: `no_grad` around it would reach the training too; calls of a
     helper decorated with `no_grad` are not model calls, whatever its name); functions decorated with
-    `no_grad`/`inference_mode`; functions called from a `no_grad` block or function in the same file, or
-    from a training step, directly or through other functions of the file such as a loss function (their
+    `no_grad`/`inference_mode`; functions called from a `no_grad` block or function in the same file (also
+    through a table of functions called there: `fn = [infer_plain, infer_flipped][level]`, `heads[mode](x)`),
+    or from a training step, directly or through other functions of the file such as a loss function (their
     output may be differentiated: `model.eval()` there may only freeze BatchNorm); `forward`, `training_step`,
     `validation_step` and other framework hooks (Lightning and friends already disable gradients there);
     pytest tests. Methods named `predict`/`evaluate` are flagged only when they also switch to eval mode or

@@ -15,7 +15,7 @@ from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.modules import class_attributes, self_attribute
-from torchlint.facts.steps import step_facts, step_place
+from torchlint.facts.steps import runs_once_per_run, runs_only_for_evaluation, step_facts, step_place
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import CALL_GAP, GAP, lowered, search_method
 
@@ -82,7 +82,11 @@ class PerParameterOptimizerLoop(Rule):
     It stays silent on loops that only read the parameters (counting them, logging norms), on loops that
     only initialise, copy, freeze or reset them (`nn.init.*`, `p.data.normal_()`, `q.copy_(p)`,
     `p.requires_grad_(False)`, `p.grad.zero_()`), on loops in `__init__`/`init_weights`/`reset_parameters`
-    and in test functions (they run once; test files are not checked at all), in helpers that change the
+    and in test functions (they run once; test files are not checked at all), on loops at module level
+    outside every loop (a script's set-up that rescales the initial weights runs once per run), in defs
+    that the file calls only in the body of an `if` that also puts a model into eval mode, directly or
+    through its other defs (averaged weights swapped in before an evaluation pass and back after it: once
+    per evaluation, not per step), in helpers that change the
     weights of the module they are given and return it (`scale_module(m, s)`, used as
     `self.out = scale_module(nn.Conv2d(...), 0.1)`: a model builder, run once; not where the loop reads
     `.grad`), on loops over a name the file binds, at least once, to a list of flat tensors that each join a
@@ -249,6 +253,8 @@ class PerParameterOptimizerLoop(Rule):
         params |= by_name
         if not params:
             return
+        if loop.function is None and runs_once_per_run(index, node, None):
+            return  # a script's set-up at module level, outside every loop (scaling the initial weights): once per run
         for function in index.functions:  # the defs around the loop
             name = function.name
             if index.contains(function, node) and (
@@ -286,7 +292,11 @@ class PerParameterOptimizerLoop(Rule):
             f"parameter, one parameter at a time; batch them over the whole parameter list with {twins} "
             f"({hint})"
         )
-        reached = step_facts(index, ctx.project).reaching_step(index, node)
+        facts = step_facts(index, ctx.project)
+        reached = facts.reaching_step(index, node)
+        if reached is None and type(loop.function) in (ast.FunctionDef, ast.AsyncFunctionDef) \
+                and runs_only_for_evaluation(index, loop.function, facts):
+            return  # a helper run only around an evaluation pass (swapping in averaged weights): not per step
         if reached is not None:  # the loop is in a helper: say which step runs it
             message += (f"; `{reached[0].name}()` runs every step: the training loop at "
                         f"{step_place(reached[1])} reaches it")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Dict, Optional, Sequence, Union
+from typing import Dict, Optional, Sequence, Set, Union
 
 from torchlint.facts.index import AstIndex, call_arguments, dotted_name, is_literal
 from torchlint.facts.grad_mode import sets_grad_off, turns_grad_off
@@ -84,8 +84,9 @@ def grad_globally_off(index: AstIndex) -> bool:
 
 def called_without_grad(index: AstIndex, name: str) -> bool:
     """Some call of the file's function ``name`` runs without autograd: in a grad-disabling ``with``, in a
-    function decorated so or itself called so (through lambdas to the def around them), or as
-    ``torch.no_grad()(name)``."""
+    function decorated so or itself called so (through lambdas to the def around them), as
+    ``torch.no_grad()(name)``, or through a table of functions that holds it (``fn = [f, g][level]`` or
+    ``fns = {"a": f}`` with ``fn(x)`` / ``fns[key](x)`` called so)."""
     memo: Dict[str, bool] = index.shared.setdefault("evaluation.called_without_grad", {})  # type: ignore[assignment]
     return _called_without_grad(index, name, memo, set())
 
@@ -97,7 +98,7 @@ def _called_without_grad(index: AstIndex, name: str, memo: Dict[str, bool], seen
         return False
     seen.add(name)
     result = False
-    for info in index.calls_by_name.get(name, ()):
+    for info in (*index.calls_by_name.get(name, ()), *_table_calls(index).get(name, ())):
         if grad_off_anywhere_around(index, info.node):
             result = True
             break
@@ -108,6 +109,8 @@ def _called_without_grad(index: AstIndex, name: str, memo: Dict[str, bool], seen
                                    or _called_without_grad(index, caller.name, memo, seen)):
             result = True
             break
+    if not result:  # `fn = [infer_basic, infer_tta][level]` then `fn(x)` under no_grad: a call of each entry
+        result = any(_called_without_grad(index, table, memo, seen) for table in _tables_holding(index).get(name, ()))
     if not result:  # torch.no_grad()(evaluate)
         for wrapper in ("no_grad", "inference_mode"):
             for info in index.calls_by_name.get(wrapper, ()):
@@ -118,6 +121,44 @@ def _called_without_grad(index: AstIndex, name: str, memo: Dict[str, bool], seen
                     result = True
     memo[name] = result
     return result
+
+
+_DISPLAYS = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+
+
+def _tables_holding(index: AstIndex) -> Dict[str, Set[str]]:
+    """function name -> the names bound to a table of functions that holds it by name: a list, tuple, set
+    or dict display (``fns = [infer_basic, infer_tta]``, ``steps = {"a": f}``) or one entry picked from
+    one (``fn = [infer_basic, infer_tta][level]``). Read off the index's bindings once per file."""
+    tables: Optional[Dict[str, Set[str]]] = index.shared.get("evaluation.tables_holding")  # type: ignore[assignment]
+    if tables is None:
+        tables = {}
+        for names in index.bindings.values():
+            for bound, values in names.items():
+                for value in values:
+                    display = value.value if isinstance(value, ast.Subscript) else value
+                    if not isinstance(display, _DISPLAYS):
+                        continue
+                    entries = display.values if isinstance(display, ast.Dict) else display.elts
+                    for entry in entries:
+                        if isinstance(entry, ast.Name):
+                            tables.setdefault(entry.id, set()).add(bound)
+        index.shared["evaluation.tables_holding"] = tables
+    return tables
+
+
+def _table_calls(index: AstIndex) -> Dict[str, list]:
+    """table name -> the calls of one of its entries by subscript (``fns[level](x)``), once per file."""
+    calls: Optional[Dict[str, list]] = index.shared.get("evaluation.table_calls")  # type: ignore[assignment]
+    if calls is None:
+        calls = {}
+        if _tables_holding(index):
+            for info in index.calls:
+                func = info.node.func
+                if isinstance(func, ast.Subscript) and isinstance(func.value, ast.Name):
+                    calls.setdefault(func.value.id, []).append(info)
+        index.shared["evaluation.table_calls"] = calls
+    return calls
 
 
 # --- evaluation mode --------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 from torchlint.facts.index import (
     AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
 )
+from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost
@@ -177,6 +178,49 @@ def runs_once_per_run(index: AstIndex, node: ast.AST, function: Optional[ast.AST
     return not any(call.function is function and call.loop is None and (
         index.is_backward_call(call.node) or index.is_optimizer_step(call.node, function))
         for call in index.calls_in(function))
+
+
+def runs_only_for_evaluation(index: AstIndex, function: ast.AST, facts: "StepFacts") -> bool:
+    """Every call of the file's def ``function`` (as the call graph resolves them; at least one) sits in the
+    body of an ``if`` that also puts a model into eval mode (``if should_eval: swap_weights(); model.eval();
+    ...``), or in a def whose calls all do: it runs around an evaluation pass, not in a training step."""
+    memo: Dict[ast.AST, bool] = index.shared.setdefault("steps.runs_only_for_evaluation", {})  # type: ignore[assignment]
+    return _for_evaluation(index, function, facts, memo, set())
+
+
+def _for_evaluation(index: AstIndex, function: ast.AST, facts: "StepFacts", memo: Dict[ast.AST, bool],
+                    seen: Set[ast.AST]) -> bool:
+    if function in memo:
+        return memo[function]
+    if function in seen:
+        return False
+    seen.add(function)
+    calls = facts.calls_of(function)
+    result = bool(calls)
+    for call in calls:
+        if _in_evaluation_block(index, call):
+            continue
+        caller = index.function_of(call)
+        if type(caller) not in _DEFS or not _for_evaluation(index, caller, facts, memo, seen):
+            result = False
+            break
+    memo[function] = result
+    return result
+
+
+def _in_evaluation_block(index: AstIndex, node: ast.AST) -> bool:
+    """``node`` is in the body of an ``if`` (within its own def) whose body switches a model to eval mode."""
+    child = node
+    for ancestor in index.ancestors(node):
+        kind = type(ancestor)
+        if kind in _DEFS or kind is ast.Lambda or kind is ast.ClassDef:
+            return False
+        if kind is ast.If and any(statement is child for statement in ancestor.body) and any(
+                eval_receiver(index, info.node) is not None
+                for statement in ancestor.body for info in index.calls_in(statement)):
+            return True
+        child = ancestor
+    return False
 
 
 def under_logging_guard(index: AstIndex, node: ast.AST, stop: ast.AST) -> bool:
