@@ -717,6 +717,9 @@ SHAPES: Dict[str, Tuple[Callable[[int], str], Tuple[str, ...], Tuple[int, ...]]]
     # the dense file of the issue (280 copies: 676 KB), fixed: its loaders and helpers are bound N times over
     "fix: N copies of the training script (280: 676 KB)": (
         lambda n: _training_file(n), ("fix",), (70, 140, 280)),
+    # and with the unsafe fixes, which take a pass more (TL502's `fused=True` follows TL501's fix)
+    "fix --unsafe-fixes: N copies of the training script (560: 1.35 MB)": (
+        lambda n: _training_file(n), ("fix", "--unsafe-fixes"), (140, 280, 560)),
 }
 SCALING: List[Tuple[str, List[Tuple[int, float]], Optional[str]]] = []  # (shape, [(N, seconds)], verdict)
 
