@@ -287,5 +287,21 @@ def test_the_kept_texts_are_bounded(monkeypatch):
     assert sum(map(len, guard._parsed)) == guard._parsed_held[0] <= 100
     assert list(guard._parsed)[-1] == texts[-1]
     large = "y = 1  #" + "." * 60 + "\n"  # over a quarter of the bound: kept alone
-    guard.stdlib_tree(large)
+    assert guard.stdlib_tree(large) is not None
     assert list(guard._parsed) == [large]
+
+
+def test_a_kept_index_keeps_only_what_its_walk_built(monkeypatch):
+    from torchlint.run import guard
+
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    text = "def f(x):\n    return g(x)\n"
+    index = guard.stdlib_index(text)
+    built = dict(index.__dict__)
+    call = index.calls[0].node
+    assert index.function_of(call) is index.functions[0] and "_parents" in index.__dict__
+    index.shared["facts"] = 1
+    guard.forget_answers(index)
+    assert index.__dict__.keys() == built.keys() and index.shared == {}
+    assert index.function_of(call) is index.functions[0]  # answered again

@@ -13,7 +13,7 @@ import libcst as cst
 
 from torchlint.config import Settings
 from torchlint.run.discovery import is_test_file
-from torchlint.run.guard import parse_problem, stdlib_index, stdlib_tree
+from torchlint.run.guard import forget_answers, parse_problem, stdlib_index, stdlib_tree
 from torchlint.facts.project import ProjectModel
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
@@ -303,7 +303,7 @@ def lint_source(
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
     finally:
         if index is not None:  # kept for the summaries other files read of this one (run.guard): not its facts
-            index.shared = {}
+            forget_answers(index)
     return LintOutcome(diagnostics, parsed=analysis is not None)
 
 

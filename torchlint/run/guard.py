@@ -131,11 +131,13 @@ def _deep_stack_worker() -> Optional[_DeepStackWorker]:
 
 # CPython's trees and indexes of the last texts parsed in this process, by text (oldest first): a file's check
 # and the summaries other files read of it (``facts.project.summary_of``: its loaders, steps and uses) parse and
-# index it once, in whichever order they come. Bounded by the characters of source held: a tree and its index
-# take about 25 bytes a character, so 1 MiB of source is about 25 MiB. A text larger than a quarter of that is
-# kept alone, as the last one. Where CPython rejects a text, the error is kept; a RecursionError or MemoryError,
-# which depends on the thread's stack (summaries are made on the main thread, checks on the deep stack's), never.
-PARSED_CHARACTERS = 1 << 20
+# index it once, in whichever order they come, while it is kept. Bounded by the characters of source held: a
+# tree and its index take 50-75 bytes a character (256 Ki characters: 10-20 MiB more at the peak of a run). A
+# text larger than a quarter of that is kept alone (as the last tree always was). Where CPython rejects a text,
+# the error is kept; a RecursionError or MemoryError, which depends on the thread's stack (summaries are made on
+# the main thread, checks on the deep stack's), never. A kept index keeps only what its walk built
+# (``forget_answers``).
+PARSED_CHARACTERS = 1 << 18
 _parsed: "Dict[str, List[Any]]" = {}  # text -> [tree or None, error or None, its index or None]
 _parsed_held = [0]
 
@@ -170,6 +172,21 @@ def borrowed_index(source: str) -> Iterator[Any]:
         yield index
     finally:
         index.shared = held
+        if not held:
+            forget_answers(index)
+
+
+def forget_answers(index) -> None:
+    """Drop what ``index`` answered lazily since it was built (parent links, line tables, memos: they take
+    as much memory again as the tree) and its ``shared`` facts: a kept index holds its walk's facts alone."""
+    built = _built_fields.get(type(index))
+    if built is not None:
+        for name in [name for name in index.__dict__ if name not in built]:
+            del index.__dict__[name]
+    index.shared = {}
+
+
+_built_fields: Dict[type, frozenset] = {}  # the fields an index has once built, before any question
 
 
 def _kept_index(source: str):
@@ -181,6 +198,7 @@ def _kept_index(source: str):
         from torchlint.facts.index import AstIndex
 
         index = AstIndex(entry[0], source)
+        _built_fields.setdefault(type(index), frozenset(index.__dict__))
         if _parsed.get(source) is entry:
             entry[2] = index
     return index
@@ -215,14 +233,13 @@ def _parsed_entry(source: str) -> List[Any]:
         return [None, exc, None]
     entry = [tree, error, None]
     size = len(source)
-    if size > PARSED_CHARACTERS // 4:
+    if size > PARSED_CHARACTERS // 4:  # kept alone (the last tree was always kept)
         _parsed.clear()
         _parsed_held[0] = 0
-    else:
-        while _parsed and _parsed_held[0] + size > PARSED_CHARACTERS:
-            oldest = next(iter(_parsed))
-            del _parsed[oldest]
-            _parsed_held[0] -= len(oldest)
+    while _parsed and _parsed_held[0] + size > PARSED_CHARACTERS:
+        oldest = next(iter(_parsed))
+        del _parsed[oldest]
+        _parsed_held[0] -= len(oldest)
     _parsed[source] = entry
     _parsed_held[0] += size
     return entry
