@@ -205,3 +205,103 @@ def test_a_factory_whose_dataset_makes_samples_on_the_gpu_silences_tl401_and_tl4
         _tree(root, {"data.py": gpu.format(move=move),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
         assert [line.split(" ")[1] for line in _check(root, "train.py")] == expected, move
+
+
+def test_a_file_is_parsed_once_for_its_summary_and_its_check(tmp_path, monkeypatch):
+    """``run.guard`` keeps the last texts' trees and indexes: ``train.py``'s check reads ``data.py``'s summary
+    (a parse and an index of ``data.py``), and ``data.py``'s own check, after it, takes that tree and index."""
+    import ast
+
+    from torchlint.run import guard
+
+    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+                     "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    parsed: List[str] = []
+    real_parse = ast.parse
+
+    def parse(source, *args, **kwargs):
+        parsed.append(source)
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", parse)
+    job = runner.Job(Settings(select=("TL401", "TL402", "TL403", "TL101"), root=tmp_path, project_root=tmp_path))
+    results = runner.run([tmp_path / "train.py", tmp_path / "data.py"], job)
+    assert sorted(parsed) == sorted((tmp_path / name).read_text() for name in ("data.py", "train.py"))
+    assert len(results[0].diagnostics) == 2 and results[1].diagnostics == []
+
+
+def test_a_kept_index_is_handed_out_without_another_uses_facts(monkeypatch):
+    """A check gets the kept index with no facts of a previous use (they may hold another project model); a
+    summary borrows it and gives a check under way its facts back."""
+    from torchlint.run import guard
+
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    text = "import torch\nx = torch.zeros(3)\n"
+    index = guard.stdlib_index(text)
+    index.shared["step_facts"] = "a check's, with its project model"
+    again = guard.stdlib_index(text)
+    assert again is index and again.shared == {}
+    index.shared["step_facts"] = "a check's"
+    with guard.borrowed_index(text) as borrowed:
+        assert borrowed is index and borrowed.shared == {}
+        borrowed.shared["step_facts"] = "the summary's, of the file alone"
+    assert index.shared == {"step_facts": "a check's"}
+    assert guard.stdlib_index("def (:\n") is None and guard.stdlib_tree("def (:\n") is None
+
+
+def test_a_parse_past_the_threads_limits_is_not_kept(monkeypatch):
+    """A RecursionError depends on the stack of the thread that parsed (summaries are made on the main thread,
+    checks on the deep stack's): the next ask parses again."""
+    import ast
+
+    from torchlint.run import guard
+
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    real_parse, calls = ast.parse, []
+
+    def parse(source, *args, **kwargs):
+        calls.append(source)
+        if len(calls) == 1:
+            raise RecursionError("maximum recursion depth exceeded")
+        return real_parse(source, *args, **kwargs)
+
+    monkeypatch.setattr(ast, "parse", parse)
+    assert guard.stdlib_tree("x = 1\n") is None
+    assert guard.stdlib_tree("x = 1\n") is not None
+    assert guard.stdlib_tree("x = 1\n") is not None and len(calls) == 2
+
+
+def test_the_kept_texts_are_bounded(monkeypatch):
+    from torchlint.run import guard
+
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    monkeypatch.setattr(guard, "PARSED_CHARACTERS", 100)
+    texts = [f"x{n} = {n}  # {'.' * 10}\n" for n in range(20)]
+    for text in texts:
+        guard.stdlib_tree(text)
+    assert sum(map(len, guard._parsed)) == guard._parsed_held[0] <= 100
+    assert list(guard._parsed)[-1] == texts[-1]
+    large = "y = 1  #" + "." * 60 + "\n"  # over a quarter of the bound: kept alone
+    assert guard.stdlib_tree(large) is not None
+    assert list(guard._parsed) == [large]
+
+
+def test_a_kept_index_keeps_only_what_its_walk_built(monkeypatch):
+    from torchlint.run import guard
+
+    monkeypatch.setattr(guard, "_parsed", {})
+    monkeypatch.setattr(guard, "_parsed_held", [0])
+    text = "def f(x):\n    return g(x)\n"
+    index = guard.stdlib_index(text)
+    built = dict(index.__dict__)
+    call = index.calls[0].node
+    assert index.function_of(call) is index.functions[0] and "_parents" in index.__dict__
+    index.shared["facts"] = 1
+    guard.forget_answers(index)
+    assert index.__dict__.keys() == built.keys() and index.shared == {}
+    assert index.function_of(call) is index.functions[0]  # answered again

@@ -67,3 +67,29 @@ def test_a_stopped_pool_is_not_woken_at_exit():
     assert thread in futures_process._threads_wakeups
     stop_workers(pool)
     assert thread not in futures_process._threads_wakeups
+
+
+def test_the_collector_is_off_between_files_and_collects_now_and_then(tmp_path, monkeypatch):
+    """A run keeps the cyclic collector off across its files (its collections walked every object the run
+    keeps, again and again) and collects once every ``COLLECT_EVERY_FILES``; it is on again after the run."""
+    import gc
+
+    import torchlint.run.runner as runner
+    from torchlint.config import Settings
+
+    for n in range(5):
+        (tmp_path / f"f{n}.py").write_text("import torch\nx = torch.zeros(3)\n")
+    seen, collections = [], []
+    real_process_file = runner.process_file
+
+    def process_file(path, job):
+        seen.append(gc.isenabled())
+        return real_process_file(path, job)
+
+    monkeypatch.setattr(runner, "process_file", process_file)
+    monkeypatch.setattr(runner, "COLLECT_EVERY_FILES", 2)
+    monkeypatch.setattr(runner, "_files_since_collection", [0])
+    monkeypatch.setattr(gc, "collect", lambda *args: collections.append(args) or 0)
+    assert gc.isenabled()
+    runner.run(sorted(tmp_path.glob("*.py")), runner.Job(Settings(root=tmp_path)))
+    assert seen == [False] * 5 and len(collections) == 2 and gc.isenabled()

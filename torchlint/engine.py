@@ -13,7 +13,7 @@ import libcst as cst
 
 from torchlint.config import Settings
 from torchlint.run.discovery import is_test_file
-from torchlint.run.guard import parse_problem, stdlib_tree
+from torchlint.run.guard import forget_answers, parse_problem, stdlib_index, stdlib_tree
 from torchlint.facts.project import ProjectModel
 from torchlint.rule import (
     Applicability, Diagnostic, IndexContext, Report, Rule, RuleCrash, iter_reports,
@@ -91,10 +91,8 @@ def _stdlib_ast(source: str) -> Optional[ast.Module]:
 
 
 def _index_of(source: str) -> Optional[AstIndex]:
-    from torchlint.facts.index import index_of
-
-    tree = _stdlib_ast(source)
-    return index_of(tree, source) if tree is not None else None
+    # (kept while the text is among the last parsed: the summaries other files read of it share it)
+    return stdlib_index(source)
 
 
 def parse(source: str, path: str) -> cst.Module:
@@ -303,6 +301,9 @@ def lint_source(
                                               project=project)
     except SyntaxProblem as exc:
         return LintOutcome([error_diagnostic(path, str(exc), exc.line, exc.column)], parsed=True)
+    finally:
+        if index is not None:  # kept for the summaries other files read of this one (run.guard): not its facts
+            forget_answers(index)
     return LintOutcome(diagnostics, parsed=analysis is not None)
 
 

@@ -407,16 +407,17 @@ def summarize(text: str) -> dict:
     """``loader_summary`` of a source text (empty where CPython cannot parse it, or it builds no loader)."""
     if "DataLoader" not in text and not _RELATIVE_IMPORT.search(text):
         return {}  # neither a loader nor a re-export
-    from torchlint.facts.index import AstIndex
     from torchlint.facts.loaders import loader_summary, reexport_summary
-    from torchlint.run.guard import stdlib_tree
+    from torchlint.run.guard import borrowed_index, stdlib_tree
 
+    # (the tree and index are shared with the file's own check, and with its other summaries: run.guard)
     tree = stdlib_tree(text)
     if tree is None:
         return {}
     if "DataLoader" not in text:
         return reexport_summary(tree)  # (no index: most summaries are a package's re-exports)
-    return loader_summary(AstIndex(tree, text))
+    with borrowed_index(text) as index:
+        return loader_summary(index)
 
 
 def _may_hold(data: bytes, kind: str) -> bool:
@@ -449,15 +450,13 @@ def _may_call_parameter(data: bytes) -> bool:
 
 def summarize_steps(text: str, kind: str) -> dict:
     """``step_summary`` or ``uses_summary`` of a source text (empty where CPython cannot parse it)."""
-    from torchlint.facts.index import AstIndex
     from torchlint.facts.steps import step_summary, uses_summary
-    from torchlint.run.guard import stdlib_tree
+    from torchlint.run.guard import borrowed_index
 
-    tree = stdlib_tree(text)
-    if tree is None:
-        return {}
-    index = AstIndex(tree, text)
-    return step_summary(index) if kind == "steps" else uses_summary(index)
+    with borrowed_index(text) as index:  # (shared with the file's own check and its other summaries: run.guard)
+        if index is None:
+            return {}
+        return step_summary(index) if kind == "steps" else uses_summary(index)
 
 
 _CLASS_NAMES = re.compile(rb"^[ \t]*class[ \t]+(\w+)", re.MULTILINE)

@@ -23,7 +23,8 @@ import sys
 import threading
 import tokenize
 import warnings
-from typing import Any, Callable, List, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 # Deeper than this, a statement gets a TL000. CPython itself refuses most expressions a few thousand levels
 # deep; LibCST needs about 3 s for 1,000 levels and minutes for 10,000.
@@ -128,28 +129,120 @@ def _deep_stack_worker() -> Optional[_DeepStackWorker]:
         return _worker
 
 
-_last_tree: Tuple[Optional[str], Optional[ast.Module], Optional[BaseException]] = (None, None, None)
+# CPython's trees and indexes of the last texts parsed in this process, by text (oldest first): a file's check
+# and the summaries other files read of it (``facts.project.summary_of``: its loaders, steps and uses) parse and
+# index it once, in whichever order they come, while it is kept. Bounded by the characters of source held: a
+# tree and its index take 50-75 bytes a character (256 Ki characters: 10-20 MiB more at the peak of a run). A
+# text larger than a quarter of that is kept alone (as the last tree always was). Where CPython rejects a text,
+# the error is kept; a RecursionError or MemoryError, which depends on the thread's stack (summaries are made on
+# the main thread, checks on the deep stack's), never. A kept index keeps only what its walk built
+# (``forget_answers``).
+PARSED_CHARACTERS = 1 << 18
+_parsed: "Dict[str, List[Any]]" = {}  # text -> [tree or None, error or None, its index or None]
+_parsed_held = [0]
 
 
 def stdlib_tree(source: str) -> Optional[ast.Module]:
-    """CPython's ``ast`` of ``source``, or None where CPython rejects it. The last one is kept: the
-    pre-filter and the nesting guard ask for the same file one after the other."""
+    """CPython's ``ast`` of ``source``, or None where CPython rejects it. Parsed once while it is among the
+    last texts parsed (``PARSED_CHARACTERS``): the pre-filter, the nesting guard, the check and the summaries
+    of other files ask for the same text."""
     return _stdlib_parse(source)[0]
 
 
+def stdlib_index(source: str):
+    """The index (``facts.index.AstIndex``) of ``stdlib_tree(source)``, or None where CPython rejects it: built
+    once while the text is kept, handed out each time with nothing in its ``shared`` facts (what a check
+    computes there with its project model is not the next check's)."""
+    index = _kept_index(source)
+    if index is not None:
+        index.shared = {}
+    return index
+
+
+@contextmanager
+def borrowed_index(source: str) -> Iterator[Any]:
+    """``stdlib_index(source)`` for a summary of the file alone: its ``shared`` facts are its own while it is
+    borrowed, and what was there before (a check of that text under way) is given back after."""
+    index = _kept_index(source)
+    if index is None:
+        yield None
+        return
+    held, index.shared = index.shared, {}
+    try:
+        yield index
+    finally:
+        index.shared = held
+        if not held:
+            forget_answers(index)
+
+
+def forget_answers(index) -> None:
+    """Drop what ``index`` answered lazily since it was built (parent links, line tables, memos: they take
+    as much memory again as the tree) and its ``shared`` facts: a kept index holds its walk's facts alone."""
+    built = _built_fields.get(type(index))
+    if built is not None:
+        for name in [name for name in index.__dict__ if name not in built]:
+            del index.__dict__[name]
+    index.shared = {}
+
+
+_built_fields: Dict[type, frozenset] = {}  # the fields an index has once built, before any question
+
+
+def _kept_index(source: str):
+    entry = _parsed_entry(source)
+    if entry[0] is None:
+        return None
+    index = entry[2]
+    if index is None:
+        from torchlint.facts.index import AstIndex
+
+        index = AstIndex(entry[0], source)
+        _built_fields.setdefault(type(index), frozenset(index.__dict__))
+        if _parsed.get(source) is entry:
+            entry[2] = index
+    return index
+
+
+def forget_parsed(source: str) -> None:
+    """Drop ``source``'s tree and index: LibCST is about to parse the whole text, and it may be large."""
+    entry = _parsed.pop(source, None)
+    if entry is not None:
+        _parsed_held[0] -= len(source)
+
+
 def _stdlib_parse(source: str) -> Tuple[Optional[ast.Module], Optional[BaseException]]:
-    global _last_tree
-    if _last_tree[0] is not source:
-        tree: Optional[ast.Module] = None
-        error: Optional[BaseException] = None
-        try:
-            with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
-                warnings.simplefilter("ignore")
-                tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError) as exc:
-            error = exc
-        _last_tree = (source, tree, error)
-    return _last_tree[1], _last_tree[2]
+    entry = _parsed_entry(source)
+    return entry[0], entry[1]
+
+
+def _parsed_entry(source: str) -> List[Any]:
+    entry = _parsed.get(source)
+    if entry is not None:
+        _parsed[source] = _parsed.pop(source)  # the newest again
+        return entry
+    tree: Optional[ast.Module] = None
+    error: Optional[BaseException] = None
+    try:
+        with warnings.catch_warnings():  # invalid escape sequences and the like are not ours to report
+            warnings.simplefilter("ignore")
+            tree = ast.parse(source)
+    except (SyntaxError, ValueError, OverflowError) as exc:
+        error = exc
+    except (RecursionError, MemoryError) as exc:  # this thread's limits, not the text's: not kept
+        return [None, exc, None]
+    entry = [tree, error, None]
+    size = len(source)
+    if size > PARSED_CHARACTERS // 4:  # kept alone (the last tree was always kept)
+        _parsed.clear()
+        _parsed_held[0] = 0
+    while _parsed and _parsed_held[0] + size > PARSED_CHARACTERS:
+        oldest = next(iter(_parsed))
+        del _parsed[oldest]
+        _parsed_held[0] -= len(oldest)
+    _parsed[source] = entry
+    _parsed_held[0] += size
+    return entry
 
 
 def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
@@ -157,9 +250,8 @@ def parse_problem(source: str) -> Optional[Tuple[str, int, int]]:
     invalid = _invalid_everywhere(source)
     if invalid is not None:
         return invalid
-    global _last_tree
     tree, error = _stdlib_parse(source)
-    _last_tree = (None, None, None)  # LibCST parses next: the tree is not needed again, and may be large
+    forget_parsed(source)  # LibCST parses next: the tree is not needed again, and may be large
     if isinstance(error, SyntaxError) and error.msg in _REJECTED_BY_EVERY_PYTHON:
         return f"syntax error: {error.msg}", error.lineno or 1, error.offset or 1
     depth, line = _ast_nesting(tree, source) if tree is not None else _token_nesting(source)
