@@ -67,8 +67,9 @@ class TensorCreatedThenMoved(Rule):
     `generator=` (a CPU generator cannot draw on the GPU) or a `device=` that is not provably the CPU (the
     tensor may already be on the GPU: the move is then between devices, or none), and in tests (pytest
     files, `tests/` folders). Silent inside a loop where the line runs once: in a loop that leaves after its
-    first iteration (`...; break`) or a branch on the loop's counter that runs a few times (`if step == 0:`,
-    `if i < 5:`). Also silent, because there is nothing to gain or the claim could be wrong:
+    first iteration (`...; break`), a branch on the loop's counter that runs a few times (`if step == 0:`,
+    `if i < 5:`), or a buffer made the first time it is missing (`if queue is None: queue =
+    torch.zeros(n, d).cuda()`, where nothing in the loop sets it back to None or deletes it). Also silent, because there is nothing to gain or the claim could be wrong:
     - `torch.tensor(data).to(device)`, `torch.Tensor(data).to(device)`, `torch.from_numpy(a).cuda()`: with
       `device=`, `torch.tensor` still builds the tensor in host memory and copies it (the data is on the
       host); the two spellings cost the same. `torch.Tensor(*x)` is one of them: unpacked, `x` may hold

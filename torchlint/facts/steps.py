@@ -38,6 +38,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
     AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
+    walk,
 )
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
@@ -81,6 +82,47 @@ def loop_counters(index: AstIndex, loop: AstLoopInfo) -> Tuple[Set[str], Set[str
     return found
 
 
+def _made_once(index: AstIndex, test_if: ast.If, loop: AstLoopInfo) -> bool:
+    """``test_if`` tests ``x is None`` (alone or in an ``and``), its body binds ``x`` at its top level to a
+    tensor (``.to(...)``/``.cuda()`` of a torch call, never None), and nothing in ``loop`` sets ``x``
+    to None or deletes it: after the body's first run the test fails for every later iteration."""
+    test = test_if.test
+    parts = test.values if type(test) is ast.BoolOp and type(test.op) is ast.And else [test]  # type: ignore[attr-defined]
+    missing = {dotted_name(part.left) for part in parts  # type: ignore[attr-defined]
+               if type(part) is ast.Compare and len(part.ops) == 1 and type(part.ops[0]) is ast.Is
+               and type(part.comparators[0]) is ast.Constant and part.comparators[0].value is None}
+    missing.discard(None)
+    if not missing:
+        return False
+    made = set()
+    for statement in test_if.body:
+        if type(statement) is ast.Assign and len(statement.targets) == 1 and _makes_tensor(index, statement.value):
+            made.add(dotted_name(statement.targets[0]))
+    names = missing & made
+    if not names:
+        return False
+    for node in walk(loop.node):  # (`walk` yields no Name: the targets are read from the statements)
+        kind = type(node)
+        if kind is ast.Delete and any(dotted_name(target) in names for target in node.targets):  # type: ignore[attr-defined]
+            return False
+        if kind in (ast.Assign, ast.AnnAssign) and type(node.value) is ast.Constant \
+                and node.value.value is None:  # type: ignore[attr-defined]
+            targets = node.targets if kind is ast.Assign else [node.target]  # type: ignore[attr-defined]
+            if any(dotted_name(target) in names for target in targets):
+                return False
+    return True
+
+
+def _makes_tensor(index: AstIndex, value: ast.expr) -> bool:
+    """``value`` moves what a ``torch.*`` call returns: ``.to(...)``/``.cuda()`` of it, a tensor (never None)."""
+    moves = 0
+    while type(value) is ast.Call and type(value.func) is ast.Attribute \
+            and value.func.attr in ("to", "cuda"):  # type: ignore[attr-defined]
+        value, moves = value.func.value, moves + 1  # type: ignore[attr-defined]
+    return moves > 0 and type(value) is ast.Call \
+        and (index.qualified_name(value.func) or "").startswith("torch.")  # type: ignore[attr-defined]
+
+
 def runs_few_times(test: ast.expr, counters: Set[str], moving: Set[str] = frozenset()) -> bool:  # type: ignore[assignment]
     """An ``if`` test true for at most a few values of a counter: ``i == 0``, ``step < 5``, ``3 >= i``,
     ``i in (0, 1)``, ``not step``, ``step == total_steps`` (a bound the loop does not move: ``moving``), and
@@ -118,8 +160,9 @@ def _is_int(node: ast.AST) -> bool:
 def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
     """``node`` (a call or statement inside ``loop``) runs at most a few times over all of ``loop``'s
     iterations: the loop leaves after its first one, ``node`` sits in the body of an ``if`` that tests
-    ``loop``'s counter for a few values (``if step == 0:``, ``if i < 5:``), or in a block of an ``if``
-    that ends by leaving ``loop`` (``break``, ``return``, ``raise``)."""
+    ``loop``'s counter for a few values (``if step == 0:``, ``if i < 5:``), in the body of an ``if`` that
+    makes a tensor the first time it is missing (``_made_once``), or in a block of an ``if`` that ends by
+    leaving ``loop`` (``break``, ``return``, ``raise``)."""
     memo = index.shared.setdefault("ends_after_first_iteration", {})
     ends = memo.get(loop.node)  # type: ignore[union-attr]
     if ends is None:
@@ -151,6 +194,9 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
                     counters, moving = loop_counters(index, loop)
                 if counters and runs_few_times(ancestor.test, counters, moving):
                     once = True
+                    break
+                if not inner and _made_once(index, ancestor, loop):
+                    once = True  # `if queue is None: queue = torch.zeros(n).cuda()`: made on the first pass
                     break
             if block and not inner and type(block[-1]) in (ast.Break, ast.Return, ast.Raise):
                 once = True  # `if step >= total: finish(); break`: the way out of the loop, taken once
