@@ -216,9 +216,9 @@ class OptimizerNotFused(Rule):
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
             if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
                 continue
-            built = None if _over_cuda_module(index, call, klass, ctx.project) else \
-                _built_on_cuda(index, call, ctx.project)
-            if built is None and not _over_cuda_module(index, call, klass, ctx.project):
+            own = _over_cuda_module(index, call, klass, ctx.project)  # a module the class moves to CUDA itself
+            built = None if own else _built_on_cuda(index, call, ctx.project)  # else one its builders moved there
+            if not own and built is None:
                 continue
             method, loop = stepped[klass]
             note = (f" (`{klass.name}.{method.name}()` steps it every iteration of the training loop at "
