@@ -97,11 +97,11 @@ def _index_of(source: str) -> Optional[AstIndex]:
 
 def parse(source: str, path: str) -> cst.Module:
     """Parse or raise ``SyntaxProblem`` with a located message."""
-    from torchlint.facts.index import forget_last_index
     from torchlint.fix.fast_parse import parse_module as trusted_parse
 
-    problem = parse_problem(source)  # code that would crash or stall LibCST's native parser, or is not Python
-    forget_last_index()  # the stdlib tree need not live beside LibCST's
+    # code that would crash or stall LibCST's native parser, or is not Python (it also drops the stdlib tree
+    # and index of the text: they need not live beside LibCST's)
+    problem = parse_problem(source)
     if problem is not None:
         raise SyntaxProblem(*problem)
     try:
@@ -311,7 +311,6 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                project: Optional[ProjectModel] = None, top_level_await: bool = False) -> FixOutcome:
     """Apply fixes until none is left (bounded). A fix whose output does not parse is dropped. A source
     CPython does not compile is left as it is, with its syntax error (``compile_problem``)."""
-    from torchlint.facts.index import forget_last_index
     from torchlint.fix.rewrites import StatementTree
 
     allowed = {Applicability.SAFE, Applicability.UNSAFE} if unsafe else {Applicability.SAFE}
@@ -337,8 +336,6 @@ def fix_source(source: str, path: str, rules: Sequence[Rule], settings: Settings
                     raise problem
             if module is None and needs_libcst(current):
                 module = parse(current, path)
-            elif module is not None:
-                forget_last_index()  # as `parse` does: the stdlib tree need not live beside LibCST's
             # (a finding on the index that proposes a fix parses the file here, where `module` is None)
             site, reports, remaining = _run_rules(module, current, path, candidates, settings, selected=selected,
                                                   index=index, fixing=True, statements=statements, project=project)

@@ -1441,9 +1441,3 @@ def index_of(tree: ast.Module, source: Optional[str] = None) -> AstIndex:
     elif source is not None and not index.source:
         index.source = source
     return index
-
-
-def forget_last_index() -> None:
-    """Drop the last tree and its index: the stages are done with them, and LibCST is about to parse."""
-    global _last_index
-    _last_index = None
