@@ -14,7 +14,7 @@ from torchlint.facts.index import (AstCallInfo, AstIndex, call_arguments, call_n
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
-from torchlint.facts.steps import runs_once_in, runs_once_per_run
+from torchlint.facts.steps import runs_once_in, runs_once_per_run, step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import (CONVERSION_METHODS, FACTORY_NAMES, FILL_METHODS, LEGACY_TENSOR_TYPES,
                                         RANDOM_FILL_METHODS, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device)
@@ -88,7 +88,15 @@ class TensorCreatedThenMoved(Rule):
     - a move that runs once per run, not every step: in no loop, at module level or in the function that
       runs the training loop itself (`main()`'s set-up before `for epoch in ...`), unless that function
       also calls `backward()` or steps the optimizer outside its loops (a step that accumulates over
-      micro-batches: it runs every step).
+      micro-batches: it runs every step). Also outside a loop of a def that runs once per run: one whose
+      every call in the file runs once (`init_memory(loader)` in `main()` before the epoch loop, `main()`
+      called once at the end of the script, a helper called only from a constructor), its name used for
+      nothing else (not handed on as a value, not called on an object the file cannot follow), and a
+      class's `__init__`, where every build of the class (or of a subclass) in the file runs once, or the
+      file builds it nowhere (another file's set-up builds the model, agent or runner). It stays reported
+      where the class is built in a loop, the def is also called in one or reached by a training step,
+      and in `forward` and other dunders (`nn.Module.__call__`, the `DataLoader` run them for you). A
+      constructor another file runs every step is therefore missed.
     - `.expand(...)` or arithmetic between the factory and the move: the moved tensor is a fresh,
       writable copy, while an expanded view made on the GPU is not writable.
     - a random factory in a function (or script) that forks, saves or restores the RNG state itself
@@ -203,6 +211,8 @@ class TensorCreatedThenMoved(Rule):
         if runs_once_per_run(index, info.node, info.function):
             return  # set-up before (or after) the training loop: one copy per run is not worth a finding
         loop = next(index.enclosing_loops(move), None)
+        if loop is None and info.function is not None and step_facts(index, ctx.project).runs_once(index, info.function):
+            return  # in a set-up def (a constructor, `init_memory()` called once before the epochs)
         if loop is not None and runs_once_in(index, move, loop):
             return  # made once in the loop (`if step == 0:`, a loop that breaks after one batch): no per-step cost
         own_device = keyword_value(factory, "device")

@@ -290,3 +290,79 @@ def test_a_method_called_on_an_instance_of_a_class_steps():
 def test_a_receiver_bound_to_something_else_is_not_followed():
     index = analyse(INSTANCES.replace("self.meter = Meter()", "self.meter = Meter()\n        self.meter = None"))
     assert "add" not in {function.name for function in step_facts(index).reached}
+
+
+def _once(source: str) -> dict:
+    index = analyse(source)
+    facts = step_facts(index)
+    return {f"{index.class_of[f].name}.{f.name}" if index.class_of.get(f) else f.name: facts.runs_once(index, f)
+            for f in index.functions}
+
+
+def test_a_def_called_once_before_the_epochs_runs_once():
+    assert _once(
+        """
+        def prepare(loader):
+            return list(loader)
+
+        def fit(model, loader, opt):
+            for x in loader:
+                model(x).sum().backward()
+                opt.step()
+
+        def main(loader):
+            data = prepare(loader)
+            for epoch in range(3):
+                fit(None, data, None)
+
+        main([])
+        """) == {"prepare": True, "fit": False, "main": True}
+
+
+@pytest.mark.parametrize("source", [
+    "def f(n):\n    return f(n - 1) if n else 0\n\nf(3)\n",  # it calls itself
+    "def f():\n    return g()\n\ndef g():\n    return f()\n\nf()\n",  # around a circle
+    "import functools\n\n@functools.lru_cache\ndef f():\n    pass\n\nf()\n",  # a decorator that may call it again
+    "def f():\n    pass\n\ncallbacks = [f]\nf()\n",  # handed on as a value
+    "def f():\n    pass\n\nfor i in range(3):\n    f()\n",  # called in a loop
+    "def f():\n    pass\n",  # never called in the file
+])
+def test_a_def_that_may_run_again_is_not_once(source):
+    assert _once(source)["f"] is False
+
+
+def test_constructors_run_once_unless_built_again():
+    found = _once(
+        """
+        class Agent:
+            def __init__(self):
+                self.refresh()
+
+            def refresh(self):
+                pass
+
+        class Beam:
+            def __init__(self):
+                pass
+
+        class Wide(Beam):
+            pass
+
+        class Cell:
+            def __init__(self):
+                pass
+
+        def main(steps, others):
+            agent = Agent()
+            for step in range(steps):
+                beam = Wide()
+                for other in others:
+                    other.refresh()
+            return isinstance(agent, Cell), Cell
+
+        main(10, [])
+        """)
+    # Agent is built once, but `refresh` is also called on receivers the file cannot follow; Beam's subclass is
+    # built in the loop; Cell is handed on as a value
+    assert found == {"Agent.__init__": True, "Agent.refresh": False, "Beam.__init__": False,
+                     "Cell.__init__": False, "main": True}

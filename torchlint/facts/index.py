@@ -937,29 +937,41 @@ class AstIndex:
 
     def attributes_named(self, name: str) -> List[ast.Attribute]:
         """Every ``<expr>.<name>`` in the file, in source order (the outer first of two that start
-        together); the first question walks the tree once for every name."""
-        by_name = self.__dict__.get("_attributes")
+        together)."""
+        return self._grouped("_attributes", ast.Attribute, _attribute_of).get(name, [])  # type: ignore[return-value]
+
+    def names_named(self, name: str) -> List[Tuple[ast.Name, ast.AST]]:
+        """Every use of the variable ``name`` in the file (``ast.Name``: loads, stores, deletes), each with the
+        node that holds it, in source order (names are leaves: ``parents`` does not know them); the first
+        question walks the tree once for every name."""
+        by_name = self.__dict__.get("_names")
         if by_name is None:
-            by_name = self.__dict__["_attributes"] = {}
+            by_name = self.__dict__["_names"] = {}
             for node in walk(self.tree):
-                if type(node) is ast.Attribute:
-                    by_name.setdefault(node.attr, []).append(node)  # type: ignore[attr-defined]
+                for child in ast.iter_child_nodes(node):
+                    if type(child) is ast.Name:
+                        by_name.setdefault(child.id, []).append((child, node))  # type: ignore[attr-defined]
             for found in by_name.values():
-                found.sort(key=source_order)
+                found.sort(key=lambda pair: source_order(pair[0]))
         return by_name.get(name, [])
 
     def binary_operations(self, operator: type) -> List[ast.BinOp]:
         """Every ``a <op> b`` of this operator type (``ast.MatMult`` for ``a @ b``) in the file, in source
-        order; the first question walks the tree once for every operator."""
-        by_operator = self.__dict__.get("_binary_operations")
-        if by_operator is None:
-            by_operator = self.__dict__["_binary_operations"] = {}
+        order."""
+        return self._grouped("_binary_operations", ast.BinOp, _operator_of).get(operator, [])  # type: ignore[return-value]
+
+    def _grouped(self, slot: str, kind: type, key) -> Dict[object, List[ast.AST]]:
+        """The file's nodes of type ``kind`` grouped by ``key(node)``, each group in source order; the first
+        question walks the tree once for every key."""
+        groups = self.__dict__.get(slot)
+        if groups is None:
+            groups = self.__dict__[slot] = {}
             for node in walk(self.tree):
-                if type(node) is ast.BinOp:
-                    by_operator.setdefault(type(node.op), []).append(node)  # type: ignore[attr-defined]
-            for found in by_operator.values():
+                if type(node) is kind:
+                    groups.setdefault(key(node), []).append(node)
+            for found in groups.values():
                 found.sort(key=source_order)
-        return by_operator.get(operator, [])
+        return groups
 
     # --- calls by what they call -------------------------------------------------------------------
     def calls_to(self, *qualified: str) -> List[AstCallInfo]:
@@ -976,6 +988,14 @@ class AstIndex:
             return by_qualified.get(qualified[0], [])
         return sorted((info for name in qualified for info in by_qualified.get(name, ())),
                       key=lambda info: source_order(info.node))
+
+
+def _attribute_of(node: ast.Attribute) -> str:
+    return node.attr
+
+
+def _operator_of(node: ast.BinOp) -> type:
+    return type(node.op)
 
 
 def _position(node: ast.AST) -> Tuple[int, int]:

@@ -44,6 +44,9 @@ from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost
+# the decorators of a def that leave it a plain function called where it is called (``runs_once``)
+_ONCE_DECORATORS = frozenset({"staticmethod", "classmethod", "torch.no_grad", "torch.inference_mode",
+                              "torch.enable_grad"})
 _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
 _Def = Union[ast.FunctionDef, ast.AsyncFunctionDef]
 
@@ -425,6 +428,10 @@ class StepFacts:
                     self._calls_of.setdefault(callee, []).append(call)
         return self._calls_of.get(function, [])
 
+    def callees_of(self, call: ast.Call) -> List[_Def]:
+        """The defs of this file ``call`` runs, as the call graph resolves them (none where it cannot tell)."""
+        return self._callees_of.get(call, [])
+
     def methods_of(self, class_name: str, method: str) -> List[_Def]:
         """The defs of method ``method`` of the file's class ``class_name`` (``method`` empty: the module-level
         defs named ``class_name``)."""
@@ -432,6 +439,78 @@ class StepFacts:
             return self._functions.get(class_name, [])
         klass = self._classes.get(class_name)
         return self._methods.get((klass, method), []) if klass is not None else []
+
+    # --- how often a def runs ---------------------------------------------------------------------
+    def runs_once(self, index: AstIndex, function: ast.AST) -> bool:
+        """``function`` (a def of the file) runs once per run, as far as the file shows: no step reaches it,
+        and every call of it the file makes (at least one, each resolved to it by the call graph, its name
+        used for nothing else) is outside any loop, at module level or in a def that runs the training loop
+        itself (``runs_once_per_run``) or that runs once in turn (``init_memory(loader)`` in ``main()``
+        before the epoch loop, ``main()`` called once at the end of the script). A class's ``__init__`` runs
+        once per object: once per run where every build of the class the file shows (and of its subclasses
+        there) runs once; a class the file never builds is built by another file, as set-up (a model, an
+        agent, a runner), which is taken for once per run. A dunder, ``forward`` (``nn.Module.__call__`` runs
+        it) and a def with a decorator other than ``staticmethod``, ``classmethod`` and the grad modes are
+        never taken for once."""
+        memo: Dict[ast.AST, bool] = index.shared.setdefault("steps.runs_once", {})  # type: ignore[assignment]
+        known = memo.get(function)
+        if known is None:
+            memo[function] = False  # a def that calls itself, directly or around a circle, runs again
+            known = memo[function] = self._once(index, function)
+        return known
+
+    def _once(self, index: AstIndex, function: ast.AST) -> bool:
+        if type(function) not in _DEFS or function in self.reached or function in self.stepping:
+            return False
+        if any(_qualified_decorator(index, decorator) not in _ONCE_DECORATORS
+               for decorator in function.decorator_list):  # type: ignore[attr-defined]
+            return False
+        name = function.name  # type: ignore[attr-defined]
+        klass = index.class_of.get(function)
+        if klass is not None and (name == "forward" or name.startswith("__") and name.endswith("__")):
+            return name == "__init__" and function in klass.body and self._built_once(index, klass)
+        calls = self.calls_of(function)
+        if not calls or any(call in self.handing for call in calls):
+            return False
+        called = {id(call.func) for call in calls}
+        uses = index.attributes_named(name) if klass is not None else [use for use, _ in index.names_named(name)]
+        if any(id(use) not in called for use in uses):
+            return False  # called on a receiver the graph cannot follow, or handed on as a value
+        return all(self._once_at(index, call) for call in calls)
+
+    def _built_once(self, index: AstIndex, klass: ast.ClassDef) -> bool:
+        """Every build of ``klass`` this file shows runs once (``runs_once``), and so does every build of its
+        subclasses here; its name is used for nothing else but ``isinstance``/``issubclass``."""
+        memo: Dict[ast.AST, bool] = index.shared.setdefault("steps.built_once", {})  # type: ignore[assignment]
+        known = memo.get(klass)
+        if known is not None:
+            return known
+        memo[klass] = False
+        if sum(1 for other in index.classes if other.name == klass.name) > 1 or klass.name in index.imports:
+            return False  # which class a build means is not one answer
+        found = True
+        for use, parent in index.names_named(klass.name):
+            kind = type(parent)
+            if kind is ast.Call and parent.func is use:  # type: ignore[attr-defined]
+                found = self._once_at(index, parent)  # type: ignore[arg-type]
+            elif kind is ast.ClassDef and use in parent.bases:  # type: ignore[attr-defined]
+                found = self._built_once(index, parent)  # type: ignore[arg-type]
+            elif not (kind is ast.Call and call_name(parent) in ("isinstance", "issubclass")  # type: ignore[arg-type]
+                      and use is not parent.func):  # type: ignore[attr-defined]
+                found = False  # handed on as a value (a factory, a registry): built where it goes
+            if not found:
+                break
+        memo[klass] = found
+        return found
+
+    def _once_at(self, index: AstIndex, call: ast.Call) -> bool:
+        """``call`` runs once per run of what holds it: in no loop, at module level, or in a def that runs the
+        training loop itself or runs once (``runs_once``)."""
+        if next(index.enclosing_loops(call), None) is not None:
+            return False
+        caller = index.function_of(call)
+        return caller is None or (type(caller) in _DEFS and (
+            runs_once_per_run(index, call, caller) or self.runs_once(index, caller)))
 
     # --- the call graph ---------------------------------------------------------------------------
     def _graph(self, index: AstIndex, project) -> None:
@@ -693,6 +772,12 @@ class StepFacts:
                 edges.setdefault(info.function, []).extend(callees)  # type: ignore[arg-type]
         _pass_down(found, edges, queue, own_loops)
         return found
+
+
+def _qualified_decorator(index: AstIndex, decorator: ast.expr) -> Optional[str]:
+    """What a decorator names, called or not (``@torch.no_grad()``, ``@staticmethod``), by the file's imports."""
+    target = decorator.func if type(decorator) is ast.Call else decorator  # type: ignore[attr-defined]
+    return index.qualified_name(target) or dotted_name(target)
 
 
 def _with_callers(found: Set[ast.AST], callers: Dict[ast.AST, List[ast.AST]]) -> Set[ast.AST]:
