@@ -51,6 +51,9 @@ _TORCH_TENSOR_FUNCS = {
     "isnan", "isinf", "all", "any", "mul", "add", "sub", "div", "square", "logsumexp", "einsum", "bmm", "mm",
     "zeros", "ones", "full", "zeros_like", "ones_like", "empty", "randn", "rand", "arange",
 }
+# Functions outside `torch.` itself that return a tensor (the total norm that gradient clipping measures).
+_TENSOR_FUNCS = {"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_norm", "torch.nn.utils.get_total_norm",
+                 "torch.linalg.norm", "torch.linalg.vector_norm", "torch.linalg.matrix_norm"}
 # Calls that only show, store or collect a value: a sync whose value ends up here is a slowdown to remove.
 _SINK_METHODS = {
     "append", "extend", "add", "update", "add_scalar", "add_scalars", "log", "log_metrics", "log_dict",
@@ -101,7 +104,8 @@ class SyncInTrainingLoop(Rule):
     """## What it does
     Flags host-device synchronisations inside a training loop (a loop whose own body calls `.backward()` or
     `optimizer.step()`, including loops nested in that body): `.item()`, `.tolist()`, `.cpu()`, `.numpy()`,
-    `float()` / `int()` / `bool()` of a tensor, `print()` of a tensor (also inside an f-string), and a tensor
+    `float()` / `int()` / `bool()` of a tensor, `print()` of a tensor (also formatted into the printed text:
+    an f-string, `"...".format(x)`, `"..." % x`; the total norm `clip_grad_norm_` returns is a tensor), and a tensor
     handed to a TensorBoard writer: `add_scalar(tag, value)`, `add_scalars(tag, {...})` and
     `add_histogram(tag, values)` of a `SummaryWriter` (of `torch.utils.tensorboard` or tensorboardX, in
     any import spelling; recognised by the call that builds it, `writer = SummaryWriter(...)` or
@@ -468,6 +472,8 @@ class _Detector:
                 return
         if chain_has_sync(recv):
             return  # `x.cpu().numpy()`: reported once, at `.cpu()`
+        if self._host_from_reached_def(recv):
+            return  # `to_cpu(loss).item()`: the wait is the helper's `.cpu()`, reported there, naming this step
         scope = index.scope_of(call)
         if numpy_source(index, recv, scope) is not None or self._is_raw_batch(recv, loop, call) \
                 or on_cpu(index, recv):
@@ -495,6 +501,19 @@ class _Detector:
         what = f"`{text}.{name}()`"
         self.report(call, f"{what} waits for the GPU every training step; keep the value on the "
                           "device (accumulate with `.detach()`) and read it once, or every N steps", what)
+
+    def _host_from_reached_def(self, recv: ast.expr) -> bool:
+        """``recv`` calls defs of the file that a step reaches (their syncs are reported there) and that
+        return only values already read to the host (``return tensor.detach().cpu()``)."""
+        callees = self.steps.callees_of(recv) if type(recv) is ast.Call else []  # type: ignore[arg-type]
+        if not callees or any(callee not in self.steps.reached for callee in callees):
+            return False
+        for callee in callees:
+            returns = [node for node in walk(callee) if type(node) is ast.Return
+                       and self.index.function_of(node) is callee]
+            if not returns or any(r.value is None or not chain_has_sync(r.value) for r in returns):
+                return False
+        return True
 
     def _read_before(self, call: ast.Call, recv: ast.expr, loop: AstLoopInfo) -> bool:
         """An earlier, load-bearing sync of the same value (``if last.item() < tol:`` ... ``print(last.item())``)
@@ -617,8 +636,8 @@ class _Detector:
         if type(call.func) is not ast.Name or "print" in index.imports:
             return
         loop = self._training_loop(call)
-        if loop is None or self._guarded(call, loop):
-            return
+        if loop is None or self._guarded(call, loop) or self._after_synchronize(call):
+            return  # (after a `synchronize()`, what it prints is ready: the wait was the synchronize's)
         scope = index.scope_of(call)
         for keyword, value in call_arguments(call):
             if keyword is not None:
@@ -720,13 +739,19 @@ class _Detector:
         return False
 
     def _printed_tensor(self, value: ast.expr, scope: AstScope, loop: AstLoopInfo, call: ast.Call):
+        """The tensor ``print`` shows in ``value``: itself, or one formatted into it (an f-string,
+        ``"...".format(x)``, ``"..." % x``)."""
+        parts: Optional[List[ast.expr]] = None
         if type(value) is ast.JoinedStr:
-            for part in value.values:
-                if type(part) is ast.FormattedValue:
-                    found = self._printed_tensor(part.value, scope, loop, call)
-                    if found is not None:
-                        return found
-            return None
+            parts = [part.value for part in value.values if type(part) is ast.FormattedValue]
+        elif type(value) is ast.Call and _formats_literal(value):
+            parts = [argument for _, argument in call_arguments(value)]
+        elif type(value) is ast.BinOp and type(value.op) is ast.Mod and _is_text(value.left):
+            right = value.right
+            parts = [_unstarred(e) for e in right.elts] if type(right) is ast.Tuple else [right]
+        if parts is not None:
+            return next((found for part in parts
+                         for found in (self._printed_tensor(part, scope, loop, call),) if found is not None), None)
         if self.is_tensor(value, scope) and not self._is_raw_batch(value, loop, call) and not on_cpu(self.index, value):
             return value
         return None
@@ -741,7 +766,8 @@ class _Detector:
             qualified = index.qualified_name(expr.func) or ""
             if qualified.startswith("torch.nn.functional."):
                 return True
-            if qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS:
+            if qualified in _TENSOR_FUNCS or (
+                    qualified.startswith("torch.") and qualified[len("torch."):] in _TORCH_TENSOR_FUNCS):
                 return True
             if qualified.startswith(("numpy.", "math.", "builtins.")):
                 return False

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 class BlockingHostToDeviceCopy(Rule):
     """## What it does
     Flags `.to(device)` and `.cuda()` of a batch that comes from iterating a `DataLoader` (the loop's
-    targets, or what the loop body unpacks or indexes from them: `x, y = batch`, `batch["image"]`, the
+    targets, or what the loop body unpacks or indexes from them: `x, y = batch`, `batch["image"]`,
+    `x, y = batch["image"], batch["label"]`, the
     values of `{k: v.to(device) for k, v in batch.items()}`) when the destination is plausibly a CUDA
     device and `non_blocking=` is not passed.
 

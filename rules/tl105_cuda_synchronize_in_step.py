@@ -7,7 +7,7 @@ from typing import List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import AstCallInfo, AstIndex, call_name, dotted_name, keyword_value
 from torchlint.config import Settings
-from torchlint.facts.clocks import reads_clock
+from torchlint.facts.clocks import reads_clock, reads_clock_in
 from torchlint.facts.devices import CPU, to_destination
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.steps import calls_by_name, step_facts
@@ -47,7 +47,8 @@ class CudaSynchronizeInStep(Rule):
     - **timing code**: the step reads a clock (`time.time()`, `time.perf_counter()`, `time.monotonic()`,
       `timeit.default_timer()`, `datetime.now()`), makes or records a CUDA timing event
       (`torch.cuda.Event(enable_timing=True)`, `torch.Event(enable_timing=True)`) or reads
-      `start.elapsed_time(end)`. GPU work runs asynchronously, so a clock read without the synchronize before
+      `start.elapsed_time(end)`, or calls a method that reads a clock itself (a timer's `tic()`/`toc()`,
+      its class in the file or in another file of the project). GPU work runs asynchronously, so a clock read without the synchronize before
       it measures only how fast Python queued the kernels: the synchronize is what makes the timing true.
       This is decided from the calls, not from names or comments;
     - **a logging interval**: inside `if step % log_every == 0:` (or `if should_log:`, the guards TL101
@@ -136,7 +137,8 @@ class CudaSynchronizeInStep(Rule):
         syncs = index.calls_to(*DEVICE_SYNCS)
         if not syncs:
             return
-        steps = step_facts(index, ctx.project).step_functions
+        facts = step_facts(index, ctx.project)
+        steps = facts.step_functions
         stored: dict = {}  # step -> the names it assigns (``_assigned_names``), on first use
         for info in syncs:
             found = _step_of(index, info, steps)
@@ -146,7 +148,8 @@ class CudaSynchronizeInStep(Rule):
             if not _runs_every_step(index, info.node, step, stored):
                 continue
             regions = (step, *measured)
-            if any(_times_or_orders(index, call) for region in regions for call in index.calls_in(region)):
+            if any(_times_or_orders(index, call) or _runs_a_timer(index, call.node, facts, ctx.project)
+                   for region in regions for call in index.calls_in(region)):
                 continue
             statement = _statement_of(index, info.node)
             code = index.code_for_node(info.node, statement)
@@ -263,6 +266,15 @@ def _times_or_orders(index: AstIndex, info: AstCallInfo) -> bool:
     if non_blocking is None or (isinstance(non_blocking, ast.Constant) and not non_blocking.value):
         return False
     return call_name(call) in ("copy_", "cpu") or to_destination(index, call, scope) == CPU
+
+
+def _runs_a_timer(index: AstIndex, call: ast.Call, facts, project) -> bool:
+    """``call`` runs a def of the file that reads a clock (``timer.tic()`` of a class of the file), or a method
+    of an imported project class that does (``facts.steps.step_summary``'s ``clocks``)."""
+    if any(reads_clock_in(index, callee) for callee in facts.callees_of(call)):
+        return True
+    return project is not None and any(method in project.clock_methods(module, level, name)
+                                       for module, level, name, method in facts.imported_methods_of(call))
 
 
 def _statement_of(index: AstIndex, node: ast.AST) -> ast.stmt:

@@ -43,6 +43,8 @@ class _Attention:
     masked: bool = False  # masked_fill before the softmax
     added: bool = False  # a mask or bias added to the scores
     dropout: bool = False
+    three_d: bool = False  # a softmax over dim 2: the last only where the scores are a `torch.bmm`
+    values_first: bool = False  # `torch.bmm(v, weights^T)`: values and output laid out (B, C, N)
 
 
 class AttentionNotFused(Rule):
@@ -54,7 +56,9 @@ class AttentionNotFused(Rule):
        `.mT`, a scale applied by `*` or `/` on either side, `F.softmax`, `torch.softmax`, `.softmax(-1)`
        or an `nn.Softmax(dim=-1)` module, a `masked_fill` or an added mask before the softmax, dropout
        (`nn.Dropout` or `F.dropout`) after it, a float32 round trip around it (`.float()`, `.to(...)`,
-       `.type(scores.dtype)`)), also split over several statements of one function
+       `.type(scores.dtype)`)), the channels-first form of diffusion U-Nets (queries and keys laid out
+       `(B, C, N)`: `torch.bmm(q.permute(0, 2, 1), k)`, a softmax over dim 2 of a `torch.bmm`'s scores, the
+       values on the left of the transposed weights, `torch.bmm(v, w.permute(0, 2, 1))`), also split over several statements of one function
        (`att = q @ k.mT * s; att = att.softmax(-1); y = att @ v`, annotated assignments too). Report only.
     2. `F.scaled_dot_product_attention(q, k, v, attn_mask=mask)` where `mask` is certainly causal:
        `torch.tril(torch.ones(T, T, dtype=torch.bool))` (or a float one turned boolean with `.bool()` or
@@ -271,7 +275,11 @@ def _hand_attention(index: AstIndex, product: ast.AST) -> Optional[_Attention]:
         return None
     found = _Attention(scores=product, names=set(), bound=set())
     if not _weights(index, operands[0], product, function, found, 0):
-        return None
+        # `torch.bmm(v, w.permute(0, 2, 1))`: the weights transposed on the right, values (B, C, N) on the left
+        found = _Attention(scores=product, names=set(), bound=set(), values_first=True)
+        weights = _untransposed(index, operands[1], product, function, found) if equation is None else None
+        if weights is None or not _weights(index, weights, weights, function, found, 0):
+            return None
     if _weights_read_elsewhere(function, found):
         return None
     return found
@@ -326,6 +334,9 @@ def _weights(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, f
     if qualified is None and _is_cast(call):
         return _weights(index, call.func.value, call, function, found, depth + 1)  # type: ignore[attr-defined]
     softmaxed = _softmax_input(index, call)
+    if softmaxed is None:
+        softmaxed = _softmax_input(index, call, last=2)
+        found.three_d = softmaxed is not None
     return softmaxed is not None and _scores(index, softmaxed, call, function, found, depth + 1)
 
 
@@ -338,27 +349,32 @@ def _is_cast(call: ast.Call) -> bool:
     return method in _CASTS or (method == "type" and len(call.args) + len(call.keywords) == 1)
 
 
-def _softmax_input(index: AstIndex, call: ast.Call) -> Optional[ast.expr]:
+def _softmax_input(index: AstIndex, call: ast.Call, last: int = -1) -> Optional[ast.expr]:
     """What a softmax over the last dimension takes: ``F.softmax(x, dim=-1)``, ``x.softmax(-1)``,
-    ``self.softmax(x)`` of an ``nn.Softmax(dim=-1)`` attribute."""
+    ``self.softmax(x)`` of an ``nn.Softmax(dim=-1)`` attribute; with ``last=2``, a softmax over dim 2 (the last
+    of a 3-D tensor)."""
     qualified = index.qualified_name(call.func)
     given = call_arguments(call)
     if qualified in _SOFTMAX:
         positional = [value for keyword, value in given if keyword is None]
         dim = keyword_value(call, "dim") or (positional[1] if len(positional) > 1 else None)
-        return positional[0] if positional and _is_last(dim) and type(positional[0]) is not ast.Starred else None
+        return positional[0] if positional and _is_last(dim, last) and type(positional[0]) is not ast.Starred \
+            else None
     if qualified is None and call_name(call) == "softmax" and type(call.func) is ast.Attribute:
         positional = [value for keyword, value in given if keyword is None]
         dim = keyword_value(call, "dim") or (positional[0] if positional else None)
-        return call.func.value if _is_last(dim) else None
-    if _is_module(index, call, _SOFTMAX_MODULE):
+        return call.func.value if _is_last(dim, last) else None
+    if last == -1 and _is_module(index, call, _SOFTMAX_MODULE):
         return _first_argument(call)
     return None
 
 
-def _is_last(dim: Optional[ast.expr]) -> bool:
+def _is_last(dim: Optional[ast.expr], last: int = -1) -> bool:
+    """``dim`` is the integer literal ``last`` (``-1``, or ``2``)."""
+    if last >= 0:
+        return is_literal(dim, last) and type(dim.value) is int  # type: ignore[union-attr]
     return (type(dim) is ast.UnaryOp and type(dim.op) is ast.USub  # type: ignore[attr-defined]
-            and is_literal(dim.operand, 1) and type(dim.operand.value) is int)  # type: ignore[attr-defined]
+            and is_literal(dim.operand, -last) and type(dim.operand.value) is int)  # type: ignore[attr-defined]
 
 
 def _is_module(index: AstIndex, call: ast.Call, module: str) -> bool:
@@ -443,34 +459,47 @@ def _is_score_product(index: AstIndex, product: ast.AST, function: ast.AST, foun
             return False
         found.scores = product
         return True
+    if found.three_d and not (type(product) is ast.Call and index.qualified_name(product.func) == "torch.bmm"):  # type: ignore[attr-defined]
+        return False  # a softmax over dim 2 of a product that may have more dimensions
     operands = _operands(index, product)
-    if operands is None or not _is_transposed(index, operands[1], product, function, found):
+    if operands is None:
+        return False
+    # `q @ k^T`, or `q.permute(0, 2, 1) @ k` with q and k laid out (B, C, N): the same `q^T k`
+    scratch = _Attention(scores=product, names=set(), bound=set())
+    if _untransposed(index, operands[1], product, function, scratch) is None \
+            and _untransposed(index, operands[0], product, function, scratch) is None:
         return False
     found.scores = product
     return True
 
 
-def _is_transposed(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, found: _Attention) -> bool:
-    """``k.transpose(-2, -1)``, ``k.mT``, ``k.permute(..., b, a)`` swapping the last two, ``k.t()``, also
-    through a name bound to one."""
-    value = _resolve(index, expr, use, function, _Attention(scores=use, names=set(), bound=set()))
+def _untransposed(index: AstIndex, expr: ast.expr, use: ast.AST, function: ast.AST, found: _Attention
+                  ) -> Optional[ast.expr]:
+    """The tensor ``expr`` transposes the last two dimensions of (``k`` of ``k.transpose(-2, -1)``, ``k.mT``,
+    ``k.permute(..., b, a)``, ``k.t()``), also through a name bound to one (noted in ``found``); None for
+    anything else."""
+    value = _resolve(index, expr, use, function, found)
     if type(value) is ast.Attribute:
-        return value.attr in ("mT", "T") and index.qualified_name(value) is None  # type: ignore[attr-defined]
+        transposed = value.attr in ("mT", "T") and index.qualified_name(value) is None  # type: ignore[attr-defined]
+        return value.value if transposed else None  # type: ignore[attr-defined]
     if type(value) is not ast.Call or type(value.func) is not ast.Attribute:  # type: ignore[attr-defined]
-        return False
+        return None
     call: ast.Call = value  # type: ignore[assignment]
     method = call.func.attr  # type: ignore[attr-defined]
     qualified = index.qualified_name(call.func)
     numbers = [_int(arg) for arg in call.args]
+    inner = call.func.value  # type: ignore[attr-defined]
     if qualified == "torch.transpose":
-        numbers = numbers[1:]
+        numbers, inner = numbers[1:], (call.args[0] if call.args else None)
     elif qualified is not None:
-        return False
+        return None
     if method == "transpose" and len(numbers) == 2 and None not in numbers:
-        return set(numbers) in ({-2, -1}, {2, 3}, {1, 2})
-    if method == "permute" and len(numbers) >= 3 and None not in numbers:
-        return numbers[-2:] == [len(numbers) - 1, len(numbers) - 2] or numbers[-2:] == [-1, -2]
-    return method == "t" and not call.args
+        transposed = set(numbers) in ({-2, -1}, {2, 3}, {1, 2})
+    elif method == "permute" and len(numbers) >= 3 and None not in numbers:
+        transposed = numbers[-2:] == [len(numbers) - 1, len(numbers) - 2] or numbers[-2:] == [-1, -2]
+    else:
+        transposed = method == "t" and not call.args
+    return inner if transposed and type(inner) is not ast.Starred else None
 
 
 def _int(node: ast.expr) -> Optional[int]:
@@ -517,6 +546,9 @@ def _hand_message(index: AstIndex, product: ast.AST, found: _Attention) -> str:
                       "`masked_fill`'s mask (a causal mask is `is_causal=True`)")
     if found.added:
         checks.append("a float `attn_mask` is added to the scores")
+    if found.values_first:
+        checks.append("SDPA takes queries, keys and values laid out (..., N, C) and returns its output so: "
+                      "transpose those given (..., C, N) here, and its output back")
     statement = next(a for a in index.ancestors(found.scores) if isinstance(a, ast.stmt))
     scores = index.code_for_node(found.scores, statement)
     scores = f"`{scores}`" if len(scores) <= 60 and "\n" not in scores else "a `q @ k^T` product"

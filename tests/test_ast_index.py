@@ -487,3 +487,21 @@ def test_scheduler_step_is_not_an_optimizer_step():
     )
     first, second = index.loops
     assert not first.is_training and second.is_training
+
+
+def test_a_tuple_assignment_binds_each_name_its_part():
+    from torchlint.facts.index import AstIndex
+
+    source = ("a, (b, c) = f(), (g(), h())\n"
+              "x, y = batch\n"
+              "p, *q = r, s, t\n"
+              "class T:\n"
+              "    def __init__(self):\n"
+              "        self.u, self.v = U(), V()\n")
+    index = AstIndex(ast.parse(source), source)
+    named = {name: [ast.unparse(v) if v is not None else None for v in index.values_of(name, index.tree)]
+             for name in "abcxypq"}
+    assert named == {"a": ["f()"], "b": ["g()"], "c": ["h()"], "x": [None], "y": [None], "p": [None], "q": [None]}
+    klass = index.classes[0]
+    assert [ast.unparse(v) for v in index.self_attributes[(klass, "u")]] == ["U()"]
+    assert [ast.unparse(v) for v in index.self_attributes[(klass, "v")]] == ["V()"]

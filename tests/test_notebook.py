@@ -223,11 +223,26 @@ def test_a_fixed_notebook_keeps_its_owner_and_mode(project):
     assert FIXED_LINE in json.loads(target.read_text())["cells"][1]["source"]
 
 
-def test_notebooks_obey_max_file_size(project):
+def test_max_file_size_holds_a_notebooks_code_not_its_outputs(project):
     write(project / "nb.ipynb", FIXABLE)
     result = invoke("check", "--max-file-size", "100", "nb.ipynb")
-    assert "nb.ipynb:1:1: TL000 file is " in result.output and "over the max-file-size limit of 100 bytes" in result.output
-    assert "TL501" not in result.output
+    assert "nb.ipynb:1:1: TL000 the notebook's code is " in result.output
+    assert "over the max-file-size limit of 100 bytes" in result.output and "TL501" not in result.output
+    # saved outputs (a plot, as base64) many times the limit: the code under it is checked
+    plot = {"output_type": "display_data", "metadata": {}, "data": {"image/png": "iVBORw0KGgo" * 4000}}
+    cells = json.loads(FIXABLE)["cells"]
+    cells[-1]["outputs"] = [plot]
+    write(project / "nb.ipynb", notebook(*cells))
+    size = (project / "nb.ipynb").stat().st_size
+    assert size > 8 * 4096
+    assert "TL501" in invoke("check", "--max-file-size", "4KiB", "nb.ipynb").output
+    assert "TL501" in invoke("check", "--max-file-size", "4KiB", "--stdin-filename", "nb.ipynb", "-",
+                             input=(project / "nb.ipynb").read_text()).output
+    # beyond 16 times the limit the JSON is not read at all
+    for args, text in ((["nb.ipynb"], None), (["--stdin-filename", "nb.ipynb", "-"], (project / "nb.ipynb").read_text())):
+        result = invoke("check", "--max-file-size", "1KiB", *args, input=text)
+        assert "TL000 notebook is " in result.output and "over 16 times the max-file-size limit of 1.0 KiB" in result.output
+        assert "TL501" not in result.output
 
 
 ODD = '"""a\u2028b\x1cc\x85d\x0ce"""'  # characters str.splitlines() ends a line at; Python does not

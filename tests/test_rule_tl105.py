@@ -149,3 +149,45 @@ def test_the_same_helper_defined_in_the_file_is_a_step():
     assert [d.line for d in lint(textwrap.dedent(local), "TL105")] == [12]
     shown = IMPORTED_STEP.replace("scaled_backward_and_step(loss,", "loss.backward()\n    scaled_backward_and_step(loss,")
     assert [d.line for d in lint(textwrap.dedent(shown), "TL105")] == [10]
+
+
+TIMED_STEP = """\
+import torch
+
+from tools.timer import Timer
+
+
+def benchmark(model, loss_fun, inputs, labels, iters):
+    fw_timer, bw_timer = Timer(), Timer()
+    for _ in range(iters):
+        fw_timer.tic()
+        loss = loss_fun(model(inputs), labels)
+        torch.cuda.synchronize()
+        fw_timer.toc()
+        bw_timer.tic()
+        loss.backward()
+        torch.cuda.synchronize()
+        bw_timer.toc()
+"""
+
+
+def test_a_timer_class_of_another_file_times_the_step(tmp_path):
+    from torchlint.config import Settings
+    from torchlint.run.job import Job
+    from torchlint.run.runner import process_file
+
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "__init__.py").write_text("")
+    timer = tmp_path / "tools" / "timer.py"
+    timer.write_text("import time\n\n\nclass Timer:\n    def tic(self):\n        self.start = time.time()\n\n"
+                     "    def toc(self):\n        self.diff = time.time() - self.start\n")
+    (tmp_path / "bench.py").write_text(TIMED_STEP)
+
+    def found():
+        job = Job(settings=Settings(root=tmp_path, select=frozenset({"TL105"})), mode="check")
+        return [d.line for d in process_file(tmp_path / "bench.py", job).diagnostics]
+
+    assert found() == []
+    # a class of that name whose methods read no clock: nothing times the step
+    timer.write_text("class Timer:\n    def tic(self):\n        self.n = 0\n\n    def toc(self):\n        self.n += 1\n")
+    assert found() == [11, 15]

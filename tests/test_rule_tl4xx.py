@@ -301,3 +301,20 @@ def test_samples_on_gpu_when_one_binding_or_a_wrapper_holds_such_a_dataset():
         f = facts(source)
         (site,) = f.sites
         assert f.samples_on_gpu(site) is on_gpu, body
+
+
+def test_a_tuple_assignment_pairs_its_parts():
+    # `image, target = sample["image"], sample["label"]`: each name holds one part of the batch; `n, meta =
+    # len(sample), cache["k"]` holds none (a length, and a subscript of something else)
+    source = HEADER + (
+        "loader = DataLoader(ds)\n"
+        "for sample in loader:\n"
+        "    image, target = sample['image'], sample['label']\n"
+        "    n, meta = len(sample), cache['k']\n"
+        "    model(image.cuda(), target.cuda(), meta.cuda()).backward()\n"
+        "    optimizer.step()\n"
+    )
+    f = facts(source)
+    (loop,) = f.training_loops(f.sites[0])
+    assert f.batch_names(loop) == {"sample", "image", "target"}
+    assert [call.func.value.id for call in f.batch_moves(loop)] == ["image", "target"]

@@ -27,7 +27,8 @@ from torchlint.config.tree import CliOverrides, ConfigTree, forget_configuration
 from torchlint.run.progress import Progress
 from torchlint.run.discovery import cached_spec, discover, display_path, exclude_patterns
 from torchlint.engine import error_diagnostic
-from torchlint.run.fileio import SourceError, SourceText, decode_source, too_large_message
+from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText, decode_source, notebook_too_large,
+                                  too_large_message)
 from torchlint.report.formats import FORMATS, NEEDS_EDITS, TEXT_FORMATS, SourceLines, format_full, render
 from torchlint.registry import all_rules, get_rule
 from torchlint.report.reporters import (
@@ -200,9 +201,12 @@ def _stdin_result(opts: dict, job: Job, data: Optional[bytes] = None) -> FileRes
 
 def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult, Optional[SourceText]]:
     shown = opts.get("stdin_filename") or "-"
-    if len(data) > job.settings.max_file_size:
-        return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), job.settings.max_file_size))]), None
-    if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source
+    limit = job.settings.max_file_size
+    if shown.endswith(".ipynb") and len(data) > NOTEBOOK_READ_FACTOR * limit:
+        return FileResult(shown, [error_diagnostic(shown, notebook_too_large(len(data), limit))]), None
+    if not shown.endswith(".ipynb") and len(data) > limit:
+        return FileResult(shown, [error_diagnostic(shown, too_large_message(len(data), limit))]), None
+    if shown.endswith(".ipynb"):  # a notebook's JSON, not Python source (its code is held to the limit)
         from torchlint.run.notebook import decode_notebook, process_notebook_data
 
         path = Path(shown)

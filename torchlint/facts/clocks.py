@@ -18,6 +18,9 @@ CLOCK_FUNCTIONS = (
     "time.monotonic_ns", "time.process_time", "time.process_time_ns", "time.thread_time", "timeit.default_timer",
     "datetime.datetime.now", "datetime.datetime.utcnow",
 )
+# What a text that reads one of these clocks, or times an event, must hold (an exact gate: each clock's call
+# spells one of them, however its module is imported)
+CLOCK_TEXTS = ("time(", "_ns(", "perf_counter", "monotonic", "default_timer", "now(", "elapsed_time", "Event(")
 # Events that can time GPU work: `torch.cuda.Event(enable_timing=True)`, the device-generic `torch.Event`.
 TIMING_EVENTS = ("torch.cuda.Event", "torch.Event", "torch.xpu.Event", "torch.mps.event.Event")
 
@@ -49,3 +52,10 @@ def is_timing_event(index: AstIndex, call: ast.Call) -> bool:
     if timing is None and call.args and qualified == "torch.cuda.Event":
         timing = call.args[0]  # torch.cuda.Event(enable_timing=False, ...); torch.Event's first is the device
     return timing is not None and not (isinstance(timing, ast.Constant) and not timing.value)
+
+
+def reads_clock_in(index: AstIndex, function: ast.AST) -> bool:
+    """The def ``function`` reads a clock itself, outside any def nested in it (a timer's ``tic()``:
+    ``self.start = time.time()``)."""
+    return any(reads_clock(index, info.node, function) for info in index.calls_in(function)
+               if info.function is function)

@@ -79,6 +79,21 @@ def target_names(target: ast.AST) -> Iterator[str]:
         yield from target_names(target.value)
 
 
+def paired_targets(target: ast.AST, value: Optional[ast.AST]) -> List[Tuple[ast.AST, Optional[ast.AST]]]:
+    """The parts of an assignment's target with what each is bound to: ``x, (y, z) = a, (b, c)`` pairs ``x``
+    with ``a``, ``y`` with ``b``, ``z`` with ``c``; a tuple target of any other value (``x, y = batch``), or
+    with a starred part, gives its parts None; any other target the whole value."""
+    kind = type(target)
+    if kind is not ast.Tuple and kind is not ast.List:
+        return [(target, value)]
+    elements = target.elts  # type: ignore[attr-defined]
+    values = value.elts if type(value) in (ast.Tuple, ast.List) else None  # type: ignore[union-attr]
+    if values is None or len(values) != len(elements) \
+            or any(type(part) is ast.Starred for part in (*elements, *values)):
+        return [(element, None) for element in elements]
+    return [pair for element, part in zip(elements, values) for pair in paired_targets(element, part)]
+
+
 def names_spelled(node: ast.AST) -> Iterator[Tuple[str, ast.AST, str, Optional[ast.AST]]]:
     """Every name spelled under ``node`` (itself included), as LibCST's ``Name`` nodes count them:
     (spelling, node, how, parent), in no set order; ``parent`` is None for ``node`` itself. ``how`` is "name" for a variable, "attribute" for ``x.name`` (the node is the attribute),
@@ -330,12 +345,16 @@ class AstIndex:
                     for target in node.targets:
                         if type(target) is ast.Name:
                             bind((node, scope, target.id, node.value))
-                        else:
-                            for name in target_names(target):
-                                bind((node, scope, name, None))
-                            if klass is not None and function is not None:
-                                attribute_bindings.append(
-                                    (klass, target, node.value if len(node.targets) == 1 else None))
+                            continue
+                        for part, value in paired_targets(target, node.value):  # `a, b = X(), Y()`
+                            if type(part) is ast.Name:
+                                bind((node, scope, part.id, value))  # type: ignore[attr-defined]
+                            else:
+                                for name in target_names(part):
+                                    bind((node, scope, name, None))
+                        if klass is not None and function is not None:
+                            attribute_bindings.append(
+                                (klass, target, node.value if len(node.targets) == 1 else None))
                 elif kind is ast.AnnAssign:
                     if type(node.target) is ast.Name and node.value is not None:
                         bind((node, scope, node.target.id, node.value))
@@ -385,8 +404,8 @@ class AstIndex:
             if type(target.value) is ast.Name and target.value.id == "self":  # type: ignore[attr-defined]
                 self.self_attributes.setdefault((klass, target.attr), []).append(value)  # type: ignore[attr-defined]
         elif kind is ast.Tuple or kind is ast.List:
-            for element in target.elts:  # type: ignore[attr-defined]
-                self._bind_attribute(klass, element, None)
+            for part, paired in paired_targets(target, value):  # `self.a, self.b = X(), Y()`
+                self._bind_attribute(klass, part, paired)
         elif kind is ast.Starred:
             self._bind_attribute(klass, target.value, None)  # type: ignore[attr-defined]
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set,
 
 from torchlint.facts.index import (
     AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, argument_for, call_name, called_origin, dotted_name,
-    has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, source_order, target_names, walk,
+    has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, paired_targets, source_order,
+    target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, may_place_on_cuda, to_destination
 from torchlint.facts.options import option_default
@@ -671,9 +672,13 @@ class LoaderFacts:
             names = set(target_names(loop.node.target)) | drawn  # type: ignore[union-attr]
         assignments = [node for statement in loop.node.body for node in walk(statement) if type(node) is ast.Assign]
         for node in sorted(assignments, key=lambda n: (n.lineno, n.col_offset)):
-            if root_name(node.value) in names and is_batch_part(node.value):
-                for target in node.targets:
-                    names.update(target_names(target))
+            for target in node.targets:
+                # `x, y = s["x"], s["y"]`: each name its part; `x, y = batch`: both the whole batch's
+                pairs = paired_targets(target, node.value) if type(node.value) in (ast.Tuple, ast.List) \
+                    else [(target, node.value)]
+                for bound, value in pairs:
+                    if value is not None and root_name(value) in names and is_batch_part(value):
+                        names.update(target_names(bound))
         return names
 
     def draws_with_next(self, loop: AstLoopInfo) -> bool:

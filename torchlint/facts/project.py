@@ -21,6 +21,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from torchlint.facts.clocks import CLOCK_TEXTS
+
 if TYPE_CHECKING:
     from torchlint.run.cache import Cache
 
@@ -38,7 +40,10 @@ READING_RULES = FOLLOWING_RULES | {"TL103"}
 # ``main.py`` that calls ``policy.train(...)`` of a class of ``TD3.py`` steps there, and ``TD3.py``'s methods it
 # reaches run every step. They read the step summaries of the files a file imports, and the loops of the files
 # that import it.
-STEP_RULES = frozenset({"TL101", "TL501", "TL502", "TL702"})
+STEP_RULES = frozenset({"TL101", "TL105", "TL501", "TL502", "TL702"})
+# ...of which TL105 reads only the clocks of imported classes: what it reports is always spelled in the file
+# itself (`synchronize`), so another file never opens its text gate
+_GATED_STEP_RULES = frozenset({"TL105"})
 # TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
 # without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
 # loops as it does without one.
@@ -225,7 +230,7 @@ class ProjectModel:
         file's loader factory, which the rule follows (``FOLLOWING_RULES``), or a class whose methods train
         or a function that returns a CUDA device, or another file's loops run its classes' methods
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
-        if code in STEP_RULES:
+        if code in STEP_RULES and code not in _GATED_STEP_RULES:
             return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
                 or bool(self._callers) or (code == "TL502" and bool(self._builds))
         return self.has_factories and code in FOLLOWING_RULES
@@ -293,6 +298,12 @@ class ProjectModel:
         """The positions of the parameters that the module-level function ``name`` of ``module`` calls once
         every time it runs (``gpu_timer(closure)``: ``result = closure()``; ``facts.steps.calls_parameter``)."""
         found = self._step_entry(module, level, name, "calls")
+        return list(found[2]) if found is not None else []  # type: ignore[arg-type]
+
+    def clock_methods(self, module: str, level: int, name: str) -> List[str]:
+        """The methods of class ``name`` of ``module`` that read a clock themselves (``facts.steps.step_summary``'s
+        ``clocks``: a timer's ``tic()``/``toc()``)."""
+        found = self._step_entry(module, level, name, "clocks")
         return list(found[2]) if found is not None else []  # type: ignore[arg-type]
 
     def device_function(self, module: str, level: int, name: str) -> bool:
@@ -426,7 +437,11 @@ def _may_hold(data: bytes, kind: str) -> bool:
     if kind == "uses":
         return b"import" in data
     return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data) \
-        or _may_call_parameter(data)
+        or _may_call_parameter(data) or (b"class" in data and any(text in data for text in _CLOCK_TEXTS))
+
+
+# a class whose methods may read a clock (a timer: ``facts.clocks``)
+_CLOCK_TEXTS = tuple(text.encode() for text in CLOCK_TEXTS)
 
 
 # a module-level def's parameters (a superset: the text up to the first `)` after the name)

@@ -432,6 +432,11 @@ class StepFacts:
         """The defs of this file ``call`` runs, as the call graph resolves them (none where it cannot tell)."""
         return self._callees_of.get(call, [])
 
+    def imported_methods_of(self, call: ast.Call) -> List[Tuple[str, int, str, str]]:
+        """The methods of imported classes ``call`` runs: ``(module, level, class, method)`` as the file imports
+        the class (``timer.tic()`` with ``timer = Timer()`` and ``from pkg.timer import Timer``)."""
+        return self._imported_of.get(call, [])
+
     def methods_of(self, class_name: str, method: str) -> List[_Def]:
         """The defs of method ``method`` of the file's class ``class_name`` (``method`` empty: the module-level
         defs named ``class_name``)."""
@@ -903,7 +908,26 @@ def step_summary(index: AstIndex) -> dict:
                if type(function) in _DEFS for positions in (calls_parameter(index, function),) if positions}
     if calling:
         summary["calls"] = calling
+    clocks = _clock_methods(index)
+    if clocks:
+        summary["clocks"] = clocks
     return summary
+
+
+def _clock_methods(index: AstIndex) -> Dict[str, List[str]]:
+    """Per module-level class, the methods that read a clock themselves (a timer's ``tic()``/``toc()``:
+    a step that calls them times itself, TL105)."""
+    from torchlint.facts.clocks import CLOCK_TEXTS, reads_clock_in
+
+    if not index.classes or not any(text in index.source for text in CLOCK_TEXTS):
+        return {}
+    found: Dict[str, List[str]] = {}
+    for function in index.functions:
+        klass = index.class_of.get(function)
+        if klass is not None and function in klass.body and index.function_of(klass) is None \
+                and reads_clock_in(index, function):
+            found.setdefault(klass.name, []).append(function.name)
+    return found
 
 
 def uses_summary(index: AstIndex) -> dict:

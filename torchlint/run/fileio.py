@@ -17,12 +17,14 @@ from typing import Iterable, List, Optional, Tuple
 
 
 class SourceError(Exception):
-    """A file that cannot be read or decoded. ``line``/``column`` are 1-based where known."""
+    """A file that cannot be read or decoded. ``line``/``column`` are 1-based where known; ``size``: the size
+    of a file refused for being over the size limit."""
 
-    def __init__(self, message: str, line: int = 1, column: int = 1) -> None:
+    def __init__(self, message: str, line: int = 1, column: int = 1, size: Optional[int] = None) -> None:
         super().__init__(message)
         self.line = line
         self.column = column
+        self.size = size
 
 
 @dataclass(frozen=True)
@@ -129,19 +131,30 @@ def read_regular(path: Path, max_size: Optional[int] = None) -> Tuple[bytes, os.
         if not stat.S_ISREG(status.st_mode):
             raise SourceError(f"not a regular file ({file_kind(status.st_mode)}); only files are read")
         if max_size is not None and status.st_size > max_size:
-            raise SourceError(too_large_message(status.st_size, max_size))
+            raise SourceError(too_large_message(status.st_size, max_size), size=status.st_size)
         try:
             data = f.read() if max_size is None else _read_up_to(f, max_size + 1, status.st_size + 1)
         except OSError as exc:
             raise SourceError(f"cannot read: {exc.strerror or exc}") from exc
     if max_size is not None and len(data) > max_size:  # it grew while we read
-        raise SourceError(too_large_message(len(data), max_size))
+        raise SourceError(too_large_message(len(data), max_size), size=len(data))
     return data, status
 
 
-def too_large_message(size: int, limit: int) -> str:
-    return (f"file is {format_size(size)}, over the max-file-size limit of {format_size(limit)}; not checked "
+def too_large_message(size: int, limit: int, what: str = "file") -> str:
+    return (f"{what} is {format_size(size)}, over the max-file-size limit of {format_size(limit)}; not checked "
             "(raise it with --max-file-size or max-file-size in the configuration)")
+
+
+# A notebook's saved outputs (plots, tables, images) are most of its bytes: max-file-size applies to its
+# code, and its JSON is read up to this many times the limit.
+NOTEBOOK_READ_FACTOR = 16
+
+
+def notebook_too_large(size: int, limit: int) -> str:
+    return (f"notebook is {format_size(size)}, over {NOTEBOOK_READ_FACTOR} times the max-file-size limit of "
+            f"{format_size(limit)} (its saved outputs included); not checked (clear its outputs, or raise it with "
+            "--max-file-size or max-file-size in the configuration)")
 
 
 def format_size(size: int) -> str:

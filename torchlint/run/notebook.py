@@ -23,7 +23,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from torchlint.run.cache import Cache
 from torchlint.run.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
-from torchlint.run.fileio import SourceError, SourceText, line_ending, read_regular, split_lines
+from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText, line_ending, notebook_too_large,
+                                  read_regular, split_lines, too_large_message)
 from torchlint.rule import Diagnostic, Edit
 from torchlint.run.job import FileResult, Job, prepare_write, rules_for
 
@@ -342,9 +343,12 @@ class NotebookResult(FileResult):
 
 def process_notebook(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
+    limit = job.settings.max_file_size
     try:
-        data, status = read_regular(path, job.settings.max_file_size)
+        data, status = read_regular(path, NOTEBOOK_READ_FACTOR * limit)
     except SourceError as exc:
+        if exc.size is not None:  # over the read limit
+            return FileResult(shown, [error_diagnostic(shown, notebook_too_large(exc.size, limit))])
         return FileResult(shown, [error_diagnostic(shown, str(exc), exc.line, exc.column)])
     return process_notebook_data(data, shown, path, job, status)
 
@@ -376,6 +380,10 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         return FileResult(shown, [error_diagnostic(shown, str(exc))])
     if not program.text:
         return FileResult(shown, [])
+    code_size = len(program.text.encode("utf-8", "surrogatepass"))
+    if code_size > job.settings.max_file_size:
+        return FileResult(shown, [error_diagnostic(
+            shown, too_large_message(code_size, job.settings.max_file_size, "the notebook's code"))])
     if job.mode == "check":
         result = FileResult(shown, program.check(shown, rules, job))
         if cache is not None:
