@@ -304,8 +304,8 @@ def _source_written_after(index: AstIndex, loop: AstLoopInfo, call: ast.Call) ->
     statement = index.enclosing_statement(call)
     if isinstance(statement, StatementLine):  # LibCST's SimpleStatementLine: the line's simple statements
         block = index.statement_block(statement.first)  # type: ignore[arg-type]
-        start = next(i for i, s in enumerate(block) if s is statement.first)
-        end = next(i for i, s in enumerate(block) if s is statement.last)
+        start = index.block_position(statement.first)  # type: ignore[arg-type]
+        end = index.block_position(statement.last)  # type: ignore[arg-type]
         for small in block[start:end + 1]:
             if type(small) is ast.Assign and any(name in target_names(t) for t in small.targets):
                 return False

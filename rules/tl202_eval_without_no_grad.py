@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Un
 
 import libcst as cst
 
-from torchlint.facts.index import AstFunction, AstIndex, call_name, dotted_name, source_order, walk
+from torchlint.facts.index import AstCallInfo, AstFunction, AstIndex, call_name, dotted_name, source_order, walk
 from torchlint.config import Settings
 from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, decorator_names, eval_receiver,
                                         grad_globally_off, grad_off_anywhere_around, grad_off_between,
@@ -224,6 +224,10 @@ class _Detector:
         self._methods: Dict[str, List[Def]] = {}  # method name -> its defs in the file's classes
         self._top_level_classes = {s.name for s in self.index.tree.body if isinstance(s, ast.ClassDef)}
         self.model_classes = self._model_classes()
+        # by the function that runs them (None: the module), each in source order: asked per function, a scan
+        # of the file's loops or `backward` calls each time cost functions x loops on a long file
+        self._loops_by_function: Optional[Dict[Optional[AstFunction], List[ast.AST]]] = None
+        self._backwards_by_function: Optional[Dict[Optional[AstFunction], List[AstCallInfo]]] = None
 
     # --- driver ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -287,8 +291,8 @@ class _Detector:
         if switches_mode:  # model.train() in here too, or eval() only on some path: a mixed function
             return False
         named = words[0] in _EVAL_WORDS or words[-1] in _EVAL_WORDS or words[0] == "test"
-        eval_loader = any(isinstance(loop.node, (ast.For, ast.AsyncFor)) and is_eval_loader(loop.node.iter)
-                          for loop in index.loops if loop.function is node)
+        eval_loader = any(isinstance(loop, (ast.For, ast.AsyncFor)) and is_eval_loader(loop.iter)
+                          for loop in self._loops_of(node))
         called = {dotted_name(c.func) for c in own_calls}
         model_receivers = {r for r in eval_receivers
                            if r == "self" or looks_like_model(r.split(".")[-1]) or r in called}
@@ -519,8 +523,8 @@ class _Detector:
             if index.training_loop_of(info) is not None:
                 return True
             loops = [loop.node for loop in index.enclosing_loops(info.node)]
-            for backward in index.calls_by_name.get("backward", ()):
-                if (backward.function is info.function and source_order(info.node) < source_order(backward.node)
+            for backward in self._backwards_in(info.function):
+                if (source_order(info.node) < source_order(backward.node)
                         and index.is_backward_call(backward.node)
                         and [loop.node for loop in index.enclosing_loops(backward.node)] == loops):
                     return True
@@ -528,6 +532,22 @@ class _Detector:
             if caller is not None and not isinstance(caller, ast.Lambda) and self._caller_wants_grad(caller.name, seen):
                 return True
         return False
+
+    def _loops_of(self, function: AstFunction) -> List[ast.AST]:
+        """The loops ``function`` runs itself (``LoopInfo.function``), in source order."""
+        if self._loops_by_function is None:
+            self._loops_by_function = {}
+            for loop in self.index.loops:
+                self._loops_by_function.setdefault(loop.function, []).append(loop.node)
+        return self._loops_by_function.get(function, [])
+
+    def _backwards_in(self, function: Optional[AstFunction]) -> List[AstCallInfo]:
+        """The calls named ``backward`` that ``function`` (None: the module) runs itself, in source order."""
+        if self._backwards_by_function is None:
+            self._backwards_by_function = {}
+            for backward in self.index.calls_by_name.get("backward", ()):
+                self._backwards_by_function.setdefault(backward.function, []).append(backward)
+        return self._backwards_by_function.get(function, [])
 
     def _runs_grad_code(self, call: ast.Call, class_name: Optional[str]) -> bool:
         """``call`` runs a function of this file that computes gradients (``backward()``, an optimizer step,

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Dict, Optional, Tuple, Union
 
 import libcst as cst
 
-from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, keyword_value, walk
+from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, keyword_value
 from torchlint.fix.comments import has_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import framework_placement, moves_to_cuda, project_cuda_evidence
@@ -34,6 +34,7 @@ _EXCLUSIVE = ("fused", "foreach", "differentiable")
 # sparse gradients (nn.Embedding(sparse=True)) raise. The code decides (`_unsupported`), not a word in it.
 _COMPLEX_DTYPES = {f"torch.{name}" for name in ("complex32", "complex64", "complex128", "cfloat", "cdouble", "chalf")}
 _COMPLEX_METHODS = ("cfloat", "cdouble", "chalf")
+_COMPLEX_DTYPE_NAMES = sorted({name.split(".")[-1] for name in _COMPLEX_DTYPES})
 
 
 def _unsupported(index: AstIndex) -> bool:
@@ -48,8 +49,9 @@ def _unsupported(index: AstIndex) -> bool:
     if any(keyword.arg == "sparse" and is_literal(keyword.value, True) for info in index.calls
            for keyword in info.node.keywords):
         return True
-    return any(type(node) is ast.Attribute and index.qualified_name(node) in _COMPLEX_DTYPES
-               for node in walk(index.tree))
+    # (an attribute's qualified name ends with its own name: only attributes named like a complex dtype)
+    return any(index.qualified_name(node) in _COMPLEX_DTYPES
+               for name in _COMPLEX_DTYPE_NAMES for node in index.attributes_named(name))
 
 
 # Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is

@@ -505,3 +505,26 @@ def test_a_tuple_assignment_binds_each_name_its_part():
     klass = index.classes[0]
     assert [ast.unparse(v) for v in index.self_attributes[(klass, "u")]] == ["U()"]
     assert [ast.unparse(v) for v in index.self_attributes[(klass, "v")]] == ["V()"]
+
+
+_SKIPPED_BY_EVERY_NODE = (ast.expr_context, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+
+
+@pytest.mark.parametrize("path", SAMPLES[::7], ids=lambda p: p.parent.name + "/" + p.name)
+def test_every_node_is_ast_walk_without_contexts_and_operators(path):
+    from torchlint.facts.index import every_node
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    walked = [id(node) for node in every_node(tree)]
+    assert len(walked) == len(set(walked))
+    assert set(walked) == {id(node) for node in ast.walk(tree) if not isinstance(node, _SKIPPED_BY_EVERY_NODE)}
+
+
+@pytest.mark.parametrize("path", SAMPLES[::7], ids=lambda p: p.parent.name + "/" + p.name)
+def test_block_position_is_the_statements_place_in_its_block(path):
+    source = path.read_text(encoding="utf-8")
+    index = AstIndex(ast.parse(source), source)
+    for node in ast.walk(index.tree):
+        if isinstance(node, ast.stmt):
+            block = index.statement_block(node)
+            assert block[index.block_position(node)] is node

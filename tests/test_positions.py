@@ -273,3 +273,37 @@ def test_searching_the_source_counts_against_the_budget(monkeypatch):
     monkeypatch.setattr(positions, "only_line_start", lambda *args: searches.append(1) or real(*args))
     assert node_spans(module, calls, analysis.parents, source) == node_spans(module, calls)
     assert 0 < len(searches) < len(calls) // 10
+
+
+def _statements_with_indents(module: cst.Module, analysis: FileAnalysis):
+    """Every statement of a body (the module's or a block's), with the indentation its code is generated in."""
+    locator = positions.StatementLocator(module, analysis.parents, analysis.source)
+    for node in walk(module):
+        chain = list(locator._enclosing_statements(node))
+        if chain and chain[0][0] is node:
+            yield node, chain[0][1]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+@pytest.mark.parametrize("source", [SAMPLE, NESTED, TABS, MIXED_INDENT], ids=["sample", "nested", "tabs", "mixed"])
+def test_statement_offsets_give_each_statements_own_code(source, newline):
+    """``code_and_statement_offsets``: the module's code, and each statement's slice of it is the code
+    ``generate_code`` gives the statement alone in its block (what fix passes read as its old text)."""
+    source = source.replace("\n", newline)
+    module = cst.parse_module(source)
+    code, offsets = positions.code_and_statement_offsets(module)
+    assert code == module.code == source
+    assert offsets is not None
+    analysis = FileAnalysis(module, source)
+    checked = 0
+    for statement, indents in _statements_with_indents(module, analysis):
+        start, end = offsets[statement]
+        assert code[start:end] == "".join(positions.generate_code(module, statement, indents).tokens)
+        checked += 1
+    assert checked > 5
+
+
+def test_statement_offsets_of_a_module_without_a_final_newline_are_not_given():
+    module = cst.parse_module(NESTED.rstrip("\n"))
+    code, offsets = positions.code_and_statement_offsets(module)
+    assert code == module.code and offsets is None

@@ -14,7 +14,8 @@ import re
 from typing import List, Optional
 
 from torchlint.facts.index import (
-    AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, has_star, import_origins,
+    AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, every_node, has_star,
+    import_origins,
     is_literal, is_parameter, keyword_value, parameter_default,
 )
 from torchlint.facts.script import runs_itself
@@ -533,7 +534,7 @@ def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
     factory_targets = set()  # the Name nodes an assignment of a CPU factory binds
     bound: dict = {}  # name -> every node that binds it
     moved = set()
-    for node in ast.walk(index.tree):
+    for node in every_node(index.tree):  # (the order is no matter: sets, and lists read by ``all``)
         kind = type(node)
         if kind is ast.Name:
             if type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]

@@ -661,10 +661,28 @@ class AstIndex:
     def statement_block(self, statement: ast.stmt) -> List[ast.stmt]:
         """The statement list that holds ``statement``: a body, an ``else``/``finally`` block, the module's
         (LibCST's ``IndentedBlock``, ``SimpleStatementSuite`` or ``Module`` around its statement line)."""
+        return self._placed(statement)[0]
+
+    def block_position(self, statement: ast.stmt) -> int:
+        """Where ``statement`` stands in its ``statement_block`` (0: first)."""
+        return self._placed(statement)[1]
+
+    def _placed(self, statement: ast.stmt) -> Tuple[List[ast.stmt], int]:
+        """``statement``'s block and its place there, kept for every statement of the blocks of its parent
+        once one is asked: a scan of the block per question cost statements x block on a long module."""
+        placed = self.__dict__.get("_placed_statements")
+        if placed is None:
+            placed = self.__dict__["_placed_statements"] = {}
+        found = placed.get(id(statement))
+        if found is not None:
+            return found
         parent = self.parents.get(statement)
         if parent is None and type(statement) in _LEAVES:  # `pass`, `break`, `global x`: no parent link
             parent = self._statement_holding(statement)
-        return _block_holding(parent or self.tree, statement)
+        block = _block_holding(parent or self.tree, statement)
+        for at, member in enumerate(block):
+            placed[id(member)] = (block, at)
+        return placed[id(statement)]
 
     def _statement_holding(self, statement: ast.stmt) -> Optional[ast.AST]:
         """The statement, handler or case whose block holds ``statement``, by a walk of the statements."""
@@ -685,15 +703,14 @@ class AstIndex:
         statement, nor a body on its header's line, ``if x: a; b``)."""
         if type(statement) not in COMPOUND_STATEMENTS and self.statement_line(statement) is statement:
             return None  # after a header on its line
-        block = self.statement_block(statement)
-        at = next(i for i, s in enumerate(block) if s is statement) + step
+        block, at = self._placed(statement)
+        at += step
         if not 0 <= at < len(block) or type(block[at]) in COMPOUND_STATEMENTS:
             return None
         return block[at]
 
     def statement_line(self, statement: ast.stmt) -> Union[ast.stmt, "StatementLine"]:
-        block = self.statement_block(statement)
-        at = next(i for i, s in enumerate(block) if s is statement)
+        block, at = self._placed(statement)
         first = last = at
         while first > 0 and block[first - 1].end_lineno == block[first].lineno:
             first -= 1
@@ -825,8 +842,7 @@ class AstIndex:
         start = first
         while start > 1 and _is_empty_line(self.line_text(start - 1)):
             start -= 1
-        block = self.statement_block(statement)
-        at = next(i for i, s in enumerate(block) if s is statement)
+        block, at = self._placed(statement)
         if at == 0 and block is self.tree.body:
             start = first
         elif at > 0 and start < first:
@@ -883,8 +899,7 @@ class AstIndex:
         ``leading_lines``. After a compound statement, its last block's footer takes those up to the last
         comment indented as deep as that block; the module's header takes all of those above its first
         statement."""
-        block = self.statement_block(statement)
-        at = next(i for i, s in enumerate(block) if s is statement)
+        block, at = self._placed(statement)
         if at == 0:
             if block is self.tree.body:
                 return range(0)
@@ -1453,6 +1468,30 @@ def walk(node: ast.AST) -> Iterator[ast.AST]:
         current = stack.pop()
         yield current
         stack.extend(_children(current))
+
+
+_ALL_FIELDS: Dict[type, Tuple[str, ...]] = {}
+
+
+def every_node(node: ast.AST) -> Iterator[ast.AST]:
+    """``ast.walk`` without contexts and operators, leaves included (names, constants, ``alias``), in any
+    order: about twice as fast."""
+    fields_of = _ALL_FIELDS
+    stack = [node]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        current = pop()
+        yield current
+        fields = fields_of.get(type(current))
+        if fields is None:
+            fields = fields_of[type(current)] = tuple(
+                name for name in type(current)._fields if name not in _NO_NODE_FIELDS)
+        for name in fields:
+            value = getattr(current, name, None)
+            if type(value) is list:
+                extend(item for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                push(value)
 
 
 def _all_args(args: ast.arguments) -> Iterator[ast.arg]:

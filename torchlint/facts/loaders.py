@@ -453,11 +453,19 @@ class LoaderFacts:
             return []
         found: List[LoaderSite] = self._bound_to(self._names, expr)  # type: ignore[assignment]
         if not found and type(expr) is ast.Name and depth < 3:
-            known: Set[int] = set()  # what `found` holds (a set: a long file may pass thousands)
+            # what `found` holds (a set: a long file may pass thousands), made once a second argument
+            # brings sites: most parameters get one argument, and a long file may pass thousands of sites
+            known: Optional[Set[int]] = None
             for _, argument in self._arguments_for_parameter(self.index.scope_of(expr), expr):
-                new = [site for site in self._loader_sites(argument, depth + 1) if id(site) not in known]
+                sites = self._loader_sites(argument, depth + 1)
+                if not found:
+                    found += sites
+                    continue
+                if known is None:
+                    known = set(map(id, found))
+                new = [site for site in sites if id(site) not in known]
                 found += new
-                known.update(id(site) for site in new)
+                known.update(map(id, new))
         return found
 
     def _bind_iterators(self) -> None:

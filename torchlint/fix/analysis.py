@@ -358,6 +358,9 @@ class FileAnalysis:
         # this analysis: ``release`` drops them when the rewrites are done, so that no reference cycle keeps
         # the file's tree alive (the runner pauses the cyclic collector while it checks a file).
         self.shared: Dict[str, object] = {}
+        # where ``module``'s code is ``source`` (checked by generating it): each statement's (start, end) in
+        # ``source`` (``positions.code_and_statement_offsets``), so that its old text need not be generated
+        self.statement_offsets: Optional[Dict[cst.CSTNode, Tuple[int, int]]] = None
         _Indexer(self).walk(module)
         self._call_starts = [self.order[c] for c in self.calls]
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Tuple
 import libcst as cst
 
 from torchlint.run.fileio import split_lines
-from torchlint.fix.fixer import FixApplier, Replacer
+from torchlint.fix.fixer import FixApplier, Replacer, nodes_above
 from torchlint.fix.positions import (StatementLocator, generate_code, has_continuation_only_line, line_starts_of,
                                      only_line_start, reproduced_exactly)
 from torchlint.rule import Edit, Report
@@ -164,7 +164,13 @@ class FixEdits:
         and text: every fix in a loop asks about the loop."""
         old = self._old_texts.get(statement)
         if old is None:
-            old = self._old_texts[statement] = "".join(generate_code(self.module, statement, indents).tokens)
+            offsets = self.analysis.statement_offsets if self.analysis.source == self.source else None
+            place = offsets.get(statement) if offsets is not None else None
+            if place is not None:  # the module's code is the source: the statement's code is its slice there
+                old = self.source[place[0]:place[1]]
+            else:
+                old = "".join(generate_code(self.module, statement, indents).tokens)
+            self._old_texts[statement] = old
         if old not in self._starts:
             self._starts[old] = only_line_start(self._locator.haystack, old) if old else None
         return old, self._starts[old]
@@ -216,7 +222,8 @@ class FixEdits:
             if not nodes:
                 return None
         else:
-            result = statement.visit(Replacer(dict(replacements)))
+            # entering only the nodes above a replaced one (LibCST rebuilds each node a transformer enters)
+            result = statement.visit(Replacer(dict(replacements), nodes_above(self.analysis, replacements)))
             if not isinstance(result, cst.CSTNode):
                 return None
             nodes = [result]

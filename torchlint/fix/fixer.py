@@ -122,7 +122,7 @@ class FixApplier:
         return module.code
 
     def _path_to(self, targets: Dict[cst.CSTNode, Replacement]) -> Optional[Set[cst.CSTNode]]:
-        return _nodes_above(self.analysis, targets)
+        return nodes_above(self.analysis, targets)
 
 
 def _intersects(starts: List[int], ends: List[int], span: Tuple[int, int]) -> bool:
@@ -131,7 +131,7 @@ def _intersects(starts: List[int], ends: List[int], span: Tuple[int, int]) -> bo
     return at >= 0 and ends[at] > span[0]
 
 
-def _nodes_above(analysis: FileAnalysis, targets: Iterable[cst.CSTNode]) -> Optional[Set[cst.CSTNode]]:
+def nodes_above(analysis: FileAnalysis, targets: Iterable[cst.CSTNode]) -> Optional[Set[cst.CSTNode]]:
     """Every node above a target, the module included; None (enter everything) where a target is not in
     the analysed tree."""
     parents = analysis.parents

@@ -116,6 +116,50 @@ def generate_code(module: cst.Module, node: cst.CSTNode, indents: Sequence[str] 
     return state
 
 
+@dataclass(frozen=False)
+class _StatementRangeState(CodegenState):
+    """Records the token range of every statement (``_statement_types``) while the module is generated."""
+    ranges: Dict[cst.CSTNode, Tuple[int, int]] = field(default_factory=dict)
+    starts: List[int] = field(default_factory=list)
+    kinds: frozenset = frozenset()
+
+    def before_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in self.kinds:
+            self.starts.append(len(self.tokens))
+
+    def after_codegen(self, node: cst.CSTNode) -> None:
+        if type(node) in self.kinds:
+            self.ranges[node] = (self.starts.pop(), len(self.tokens))
+
+
+def code_and_statement_offsets(module: cst.Module) -> Tuple[str, Optional[Dict[cst.CSTNode, Tuple[int, int]]]]:
+    """``module.code``, generated once, and the (start, end) character offsets there of each of its
+    statements (simple statement lines and compound statements, at every depth): where the code is the text
+    the module was parsed from, a statement's code as ``generate_code`` gives it (with the indentation of
+    the blocks around it) is that slice, as LibCST generates each statement alone in its block. None for
+    the offsets of a module without a final newline (LibCST drops the last token it generated)."""
+    state = _StatementRangeState(default_indent=module.default_indent, default_newline=module.default_newline,
+                                 kinds=_statement_types())
+    module._codegen(state)
+    code = "".join(state.tokens)
+    if not module.has_trailing_newline:
+        return code, None
+    offsets = list(itertools.accumulate(map(len, state.tokens), initial=0))
+    return code, {node: (offsets[start], offsets[end]) for node, (start, end) in state.ranges.items()}
+
+
+_STATEMENT_TYPES: List[frozenset] = []
+
+
+def _statement_types() -> frozenset:
+    if not _STATEMENT_TYPES:  # (built on first use: no LibCST class is touched at import time)
+        kinds = {cst.SimpleStatementLine, cst.If, cst.For, cst.While, cst.With, cst.Try, cst.FunctionDef,
+                 cst.ClassDef}
+        kinds.update(getattr(cst, name) for name in ("TryStar", "Match") if hasattr(cst, name))
+        _STATEMENT_TYPES.append(frozenset(kinds))
+    return _STATEMENT_TYPES[0]
+
+
 def node_spans(
     module: cst.Module, nodes: Iterable[cst.CSTNode],
     parents: Optional[Mapping[cst.CSTNode, Optional[cst.CSTNode]]] = None, source: Optional[str] = None,

@@ -133,14 +133,20 @@ def _statement_tree(reports: Sequence[Report], index: AstIndex, exact: bool, nar
         module = trusted_parse(text)
     except (cst.ParserSyntaxError, RecursionError, MemoryError):  # e.g. a line that continues the one before
         return None
-    if exact and module.code != text:  # (a lone carriage return at the end)
-        return None
+    offsets = None
+    if exact:
+        from torchlint.fix.positions import code_and_statement_offsets
+
+        code, offsets = code_and_statement_offsets(module)
+        if code != text:  # (a lone carriage return at the end)
+            return None
     if (module.default_indent, module.default_newline) != _layout(index):
         return None  # code a fix writes (a new block) follows the file's first indent and newline, not these
     lines = [line for first, last in ranges for line in range(first, last + 1)]
     held = set(lines)
     inside = [info for info in index.calls if info.node.lineno in held]
     analysis = FileAnalysis(module, text, "")
+    analysis.statement_offsets = offsets
     if len(inside) != len(analysis.calls):
         return None
     twins: Dict[int, Optional[cst.CSTNode]] = {id(info.node): twin for info, twin in zip(inside, analysis.calls)}
