@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Dict, List
 
 from torchlint.config import Settings
-from torchlint.facts.index import AstIndex
 from torchlint.facts.modules import class_summary
 from torchlint.facts.project import ProjectModel
 from torchlint.run import runner
@@ -189,7 +188,7 @@ def test_the_class_summary_is_plain_data():
             "class B(A, Plain):\n    def train(self, mode=True):\n        self.net.train(mode)\n\n"
             "class C(nn.Module, abc.ABC, Generic[T]):\n    pass\n\n"
             "class D(make_base()):\n    pass\n")
-    summary = class_summary(AstIndex(ast.parse(text), text))
+    summary = class_summary(ast.parse(text))
     assert json.loads(json.dumps(summary)) == summary
     assert summary == {"classes": {
         "A": {"bases": [], "methods": ["eval"], "modal": []},

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from torchlint.facts.index import (Argument, AstIndex, AstScope, arguments, call_name, called_origin, dotted_name,
-                                   import_origins, walk)
+                                   origins_of, walk)
 
 SEQUENTIAL = "torch.nn.Sequential"
 _ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
@@ -454,19 +454,20 @@ _MODE_METHODS = ("train", "eval")  # `x.train()` / `x.eval()` switch modules whe
 UNKNOWN_BASE = "?"
 
 
-def class_summary(index: AstIndex) -> dict:
+def class_summary(tree: ast.Module) -> dict:
     """What other files of the project may need of this one's module-level classes, as plain data (JSON,
-    from this file alone): per class, its ``bases`` as the file names them (the name of another module-level
-    class of the file; ``[module, level, name]`` of a name the file imports, ``nn.Module`` included;
-    ``"?"`` for anything else; ``object`` and the other builtin classes left out), its ``methods`` (the defs of
-    its body) and ``modal``: which of its own ``train`` / ``eval`` methods make a call (``self.net.eval()``),
-    and so may switch a module's mode (``def eval(self): self.training = False`` switches none)."""
-    memo = index.shared.get("modules.class_summary")
-    if memo is not None:
-        return memo  # type: ignore[return-value]
-    origins = import_origins(index) if index.import_statements else {}
-    top = [statement for statement in index.tree.body if type(statement) is ast.ClassDef]  # type: ignore[attr-defined]
+    from this file's tree alone, no index: a summary of an imported file need not walk it): per class, its
+    ``bases`` as the file names them (the name of another module-level class of the file; ``[module, level,
+    name]`` of a name the file imports at module level, ``nn.Module`` included; ``"?"`` for anything else;
+    ``object`` and the other builtin classes left out), its ``methods`` (the defs of its body) and ``modal``:
+    which of its own ``train`` / ``eval`` methods make a call (``self.net.eval()``), and so may switch a
+    module's mode (``def eval(self): self.training = False`` switches none). ``in_file_classes`` keeps it
+    for the file's own check."""
+    statements = list(_module_level(tree.body))
+    origins = origins_of([s for s in statements if type(s) in (ast.Import, ast.ImportFrom)])
+    top = [statement for statement in tree.body if type(statement) is ast.ClassDef]
     names = [klass.name for klass in top]
+    bound = _bound_at_module_level(statements)
 
     def base_of(base: ast.expr) -> Optional[object]:
         if type(base) is ast.Subscript:  # `Generic[T]`
@@ -475,7 +476,7 @@ def class_summary(index: AstIndex) -> dict:
             if base.id in names:  # type: ignore[attr-defined]
                 return base.id  # type: ignore[attr-defined]
             known = getattr(builtins, base.id, None)  # type: ignore[attr-defined]
-            return None if isinstance(known, type) and not index.values_of(base.id, index.tree) else UNKNOWN_BASE  # type: ignore[attr-defined]
+            return None if isinstance(known, type) and base.id not in bound else UNKNOWN_BASE  # type: ignore[attr-defined]
         written = dotted_name(base)
         origin = called_origin(origins, written) if written is not None and origins else None
         return list(origin) if origin is not None else UNKNOWN_BASE
@@ -484,15 +485,51 @@ def class_summary(index: AstIndex) -> dict:
     for klass in top:
         defs = [statement for statement in klass.body if type(statement) in _SIMPLE_FUNCTIONS]
         bases = [found for found in map(base_of, klass.bases) if found is not None]
-        if names.count(klass.name) > 1 or index.values_of(klass.name, index.tree):
+        if names.count(klass.name) > 1 or klass.name in bound:
             bases = [UNKNOWN_BASE]  # made twice, or bound to something else too: which one is unknown
         classes[klass.name] = {
             "bases": bases, "methods": list(dict.fromkeys(d.name for d in defs)),
             "modal": sorted({d.name for d in defs if d.name in _MODE_METHODS  # type: ignore[attr-defined]
-                             and any(type(node) is ast.Call for node in walk(d))})}
-    summary = {"classes": classes} if classes else {}
-    index.shared["modules.class_summary"] = summary
-    return summary
+                             and any(type(node) is ast.Call for node in ast.walk(d))})}
+    return {"classes": classes} if classes else {}
+
+
+def in_file_classes(index: AstIndex) -> Dict[str, dict]:
+    """``class_summary``'s classes of the index's file, made once per file."""
+    memo = index.shared.get("modules.class_summary")
+    if memo is None:
+        memo = index.shared["modules.class_summary"] = class_summary(index.tree).get("classes", {})
+    return memo  # type: ignore[return-value]
+
+
+def _module_level(body: List[ast.stmt]):
+    """The statements run at module level: ``body`` and the blocks of its ``if`` / ``try`` / ``with``, not defs."""
+    for statement in body:
+        yield statement
+        kind = type(statement)
+        if kind is ast.If or kind in _TRY or kind is ast.With:
+            for block in ("body", "orelse", "finalbody"):
+                yield from _module_level(getattr(statement, block, []))
+            for handler in getattr(statement, "handlers", []):
+                yield from _module_level(handler.body)
+
+
+_TRY = tuple(t for t in (ast.Try, getattr(ast, "TryStar", None)) if t is not None)
+
+
+def _bound_at_module_level(statements: List[ast.stmt]) -> Set[str]:
+    """The names module-level statements bind otherwise than by a class or an import: assignments, defs,
+    loop targets."""
+    bound: Set[str] = set()
+    for statement in statements:
+        kind = type(statement)
+        targets = (statement.targets if kind is ast.Assign else [statement.target] if kind in (  # type: ignore[attr-defined]
+            ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor) else [])
+        for target in targets:
+            bound.update(node.id for node in ast.walk(target) if type(node) is ast.Name)  # type: ignore[attr-defined]
+        if kind in _SIMPLE_FUNCTIONS:
+            bound.add(statement.name)  # type: ignore[attr-defined]
+    return bound
 
 
 def plain_class(classes: Dict[str, dict], name: str, imported, seen: Optional[Set[str]] = None
@@ -533,7 +570,7 @@ def plain_instance(index: AstIndex, targets: Sequence, project=None) -> Optional
     modal methods together, else None."""
     if not targets:
         return None
-    classes = class_summary(index).get("classes", {})
+    classes = in_file_classes(index)
 
     def imported(origin: Sequence) -> Optional[dict]:
         return project.plain_class(*origin) if project is not None else plain_outside(origin)

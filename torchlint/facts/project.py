@@ -228,7 +228,7 @@ class ProjectModel:
                 summary = summaries[file] = summary_of(file, cache, max_size)
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
-        class_files = _class_files(summaries, root, cache, max_size) if classes else {}
+        class_files = _class_files(summaries, data, root, cache, max_size) if classes else {}
         if not imported:  # the classes of the files it imports, and what other files' loops run of it
             callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
             return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
@@ -436,10 +436,12 @@ def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
     return known[1]
 
 
-def _class_files(summaries: Dict[Path, dict], root: Path, cache: Optional["Cache"], max_size: int
+def _class_files(summaries: Dict[Path, dict], data: bytes, root: Path, cache: Optional["Cache"], max_size: int
                  ) -> Dict[Path, Tuple[dict, dict]]:
-    """The class summary and the re-exports of each file in ``summaries`` (the files a checked file imports and
-    those they re-export from), and of the project files their classes' bases come from, in turn."""
+    """The class summary and the re-exports of each file in ``summaries`` (the files a checked file of bytes
+    ``data`` imports and those they re-export from), and of the project files their classes' bases come from,
+    in turn. A file of ``summaries`` none of whose classes ``data`` calls by name (``Env(``) is not parsed for
+    them (an empty class summary): the checked file builds none of its classes."""
     found: Dict[Path, Tuple[dict, dict]] = {}
     pending = list(summaries)
     for _ in range(_CLASS_HOPS + 1):
@@ -447,7 +449,8 @@ def _class_files(summaries: Dict[Path, dict], root: Path, cache: Optional["Cache
         for file in pending:
             if file in found:
                 continue
-            classes = summary_of(file, cache, max_size, "classes")
+            built = file not in summaries or _builds_a_class_of(file, data, max_size)
+            classes = summary_of(file, cache, max_size, "classes") if built else {}
             exports = summaries[file] if file in summaries else summary_of(file, cache, max_size)
             found[file] = (classes, exports)
             for entry in classes.get("classes", {}).values():
@@ -461,6 +464,18 @@ def _class_files(summaries: Dict[Path, dict], root: Path, cache: Optional["Cache
         if not pending:
             break
     return found
+
+
+def _builds_a_class_of(file: Path, data: bytes, max_size: int) -> bool:
+    """``data`` calls a class of ``file`` by its name (``Env(``, ``envs.Env(``): a superset of the instances of
+    its classes the checked file may build."""
+    from torchlint.run.fileio import SourceError, read_regular
+
+    try:
+        text, _ = read_regular(file, min(max_size, _SOURCE_LIMIT))
+    except (SourceError, OSError):
+        return False
+    return b"class" in text and any(name + b"(" in data for name in _CLASS_NAMES.findall(text))
 
 
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = "summary") -> dict:
@@ -550,16 +565,18 @@ def _may_call_parameter(data: bytes) -> bool:
 def summarize_steps(text: str, kind: str) -> dict:
     """``step_summary``, ``uses_summary`` or ``class_summary`` of a source text (empty where CPython cannot
     parse it)."""
+    if kind == "classes":
+        from torchlint.facts.modules import class_summary
+        from torchlint.run.guard import stdlib_tree
+
+        tree = stdlib_tree(text)  # (no index: shared with the file's own check while kept, as the tree is)
+        return class_summary(tree) if tree is not None else {}
     from torchlint.facts.steps import step_summary, uses_summary
     from torchlint.run.guard import borrowed_index
 
     with borrowed_index(text) as index:  # (shared with the file's own check and its other summaries: run.guard)
         if index is None:
             return {}
-        if kind == "classes":
-            from torchlint.facts.modules import class_summary
-
-            return class_summary(index)
         return step_summary(index) if kind == "steps" else uses_summary(index)
 
 
