@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Un
 import libcst as cst
 
 from torchlint.facts.index import AstCallInfo, AstFunction, AstIndex, call_name, dotted_name, source_order, walk
+from torchlint.facts.modules import module_subclasses, plain_instance
+from torchlint.facts.steps import instance_classes
 from torchlint.config import Settings
 from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, decorator_names, eval_receiver,
                                         grad_globally_off, grad_off_anywhere_around, grad_off_between,
@@ -130,7 +132,13 @@ class EvalWithoutNoGrad(Rule):
     running it (`model.convert_to_fp16()`, `load_*`, `set_*`, `init_*`, `fuse_*`, `to_*`...) is not a
     forward pass, nor is a method call that is a statement of its own without arguments
     (`generator.remove_weight_norm()`) or a method whose definitions in the file's classes call nothing
-    through `self`, `super()` or their parameters (a mask helper returning `torch.triu(...)`). A helper
+    through `self`, `super()` or their parameters (a mask helper returning `torch.triu(...)`). An object of a
+    class that derives from no `nn.Module` is no model (its bases, followed through the file and the other
+    files of the project, are builtin or standard-library classes or such classes: `env = Env(args)` with
+    `class Env:`, `ema_helper = EMAHelper(...)`): calling it or one of its methods is no forward pass, and its
+    `.eval()` / `.train()` switch no model, unless that method of the class makes a call (an agent whose
+    `eval()` puts its network in eval mode: its methods may then run it); a class with a base from another
+    package may be a Module and counts as before. A helper
     called from the training loop normally stays silent (its output may be differentiated), except one that returns nothing and stores
     nothing outside itself (a `sample_images()` that saves a grid).
 
@@ -223,7 +231,7 @@ class _Detector:
         self._returned: Dict[ast.AST, Set[str]] = {}  # function -> ``_returned_names``
         self._methods: Dict[str, List[Def]] = {}  # method name -> its defs in the file's classes
         self._top_level_classes = {s.name for s in self.index.tree.body if isinstance(s, ast.ClassDef)}
-        self.model_classes = self._model_classes()
+        self.model_classes = module_subclasses(self.index)  # classes of this file that subclass a torch Module
         # by the function that runs them (None: the module), each in source order: asked per function, a scan
         # of the file's loops or `backward` calls each time cost functions x loops on a long file
         self._loops_by_function: Optional[Dict[Optional[AstFunction], List[ast.AST]]] = None
@@ -331,7 +339,7 @@ class _Detector:
         index = self.index
         if grad_off_anywhere_around(index, loop):
             return False
-        receivers = self._preceding_eval(loop)
+        receivers = self._preceding_eval(loop, function)
         if receivers is None:  # the model is put back into train mode just before: not an eval loop
             return False
         if not receivers and not is_eval_loader(loop.iter):
@@ -346,7 +354,7 @@ class _Detector:
         if any(self._runs_grad_code(c, class_name) for c in calls):
             return False  # the loop trains through a helper of this file (`fit_one_epoch(...)`)
         # eval() inside the loop body counts too
-        receivers = receivers | {r for r in (eval_receiver(index, c) for c in calls) if r}
+        receivers = receivers | {r for r in (self._eval_receiver(c, function) for c in calls) if r}
         model_calls = [c for c in calls
                        if self._is_model_call(c, receivers, function) and not grad_off_between(index, c, loop)]
         if not model_calls:
@@ -365,7 +373,7 @@ class _Detector:
         self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
 
-    def _preceding_eval(self, loop: ast.For) -> Optional[Set[str]]:
+    def _preceding_eval(self, loop: ast.For, function: Optional[AstFunction]) -> Optional[Set[str]]:
         """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last.
         A line of simple statements (``m.train(); m.eval()``) is read left to right, the lines last first."""
         block = self.index.block_of.get(loop, [])
@@ -384,14 +392,38 @@ class _Detector:
         for line in reversed(lines):
             for statement in line:
                 if isinstance(statement, (ast.Expr, ast.Assign)) and isinstance(statement.value, ast.Call):
-                    receiver = eval_receiver(self.index, statement.value)
+                    receiver = self._eval_receiver(statement.value, function)
                     if receiver:
                         receivers.add(receiver)
-                    elif train_receiver(self.index, statement.value):
+                    elif self._train_receiver(statement.value, function):
                         return receivers or None
         return receivers
 
     # --- facts -----------------------------------------------------------------------------
+    def _plain(self, expr: ast.expr, scope: Optional[AstFunction]) -> Optional[dict]:
+        """``expr`` (a name, ``self.<attribute>``, a class's call) is an instance of classes that derive from no
+        ``nn.Module`` (of this file or, through the project model, another's: ``env = Env(args)`` with a plain
+        ``class Env:``; ``facts.modules.plain_instance``): their methods and the ``train``/``eval`` ones that
+        make calls (``modal``), else None. ``self`` is never one: a plain mixin's ``self`` may be a Module."""
+        return plain_instance(self.index, instance_classes(self.index, expr, scope, none_too=True), self.ctx.project)
+
+    def _switches(self, call: ast.Call, scope: Optional[AstFunction]) -> bool:
+        """``x.eval()`` / ``x.train(...)`` may switch a module's mode: unless ``x`` is an instance of a plain
+        class (``_plain``) whose method of that name makes no call (``def eval(self): self.training = False``)."""
+        func = call.func
+        if not isinstance(func, ast.Attribute):
+            return False
+        plain = self._plain(func.value, scope)
+        return plain is None or func.attr in plain["modal"]
+
+    def _eval_receiver(self, call: ast.Call, scope: Optional[AstFunction]) -> Optional[str]:
+        receiver = eval_receiver(self.index, call)
+        return receiver if receiver is not None and self._switches(call, scope) else None
+
+    def _train_receiver(self, call: ast.Call, scope: Optional[AstFunction]) -> Optional[str]:
+        receiver = train_receiver(self.index, call)
+        return receiver if receiver is not None and self._switches(call, scope) else None
+
     def _class_name(self, function: Def) -> Optional[str]:
         klass = self.index.class_of.get(function)
         return klass.name if klass is not None else None
@@ -404,9 +436,9 @@ class _Detector:
         receivers: Set[str] = set()
         mixed = False
         for call in calls:
-            if train_receiver(self.index, call):
+            if self._train_receiver(call, function):
                 mixed = True
-            receiver = eval_receiver(self.index, call)
+            receiver = self._eval_receiver(call, function)
             if receiver is None:
                 continue
             for ancestor in self.index.ancestors(call):
@@ -426,6 +458,12 @@ class _Detector:
         if name in receivers:
             return True
         owner, _, last = name.rpartition(".")
+        plain = self._plain(func.value if isinstance(func, ast.Attribute) else func, scope)
+        if plain is not None:  # an instance of a class that derives from no nn.Module
+            if isinstance(func, ast.Attribute) and owner in receivers and _may_run(last):
+                return True  # its eval() put the modules it holds in eval mode: `agent.eval()`, `agent.act(obs)`
+            if not isinstance(func, ast.Attribute) or last in plain["methods"]:
+                return False  # the instance itself, or one of its methods: its name says nothing (`helper.ema(m)`)
         if owner and last == "forward" and (owner in receivers or looks_like_model(owner.split(".")[-1])):
             return True
         if owner and isinstance(func, ast.Attribute) and self._not_a_forward(call, last):
@@ -474,6 +512,8 @@ class _Detector:
             given = value.id
             if not (given in receivers or looks_like_model(given) or self._bound_to_model(given, scope)):
                 continue
+            if given not in receivers and self._plain(value, scope) is not None:
+                continue  # an instance of a class that derives from no nn.Module
             param = keyword if keyword is not None else (params[place] if place < len(params) else None)
             if param is None or decorated_grad_off(helper):
                 continue
@@ -496,18 +536,6 @@ class _Detector:
         built = value.func.id
         # a class of this file that subclasses nn.Module, or a model-named class (`GeneratorResNet(...)`)
         return built in self.model_classes or (built[:1].isupper() and looks_like_model(built))
-
-    def _model_classes(self) -> Set[str]:
-        """Top-level classes of this file that subclass a torch Module."""
-        out: Set[str] = set()
-        for statement in self.index.tree.body:
-            if isinstance(statement, ast.ClassDef):
-                for base in statement.bases:
-                    base = base.value if isinstance(base, ast.Starred) else base
-                    qualified = self.index.qualified_name(base) or dotted_name(base) or ""
-                    if qualified.endswith("Module") or qualified in out:
-                        out.add(statement.name)
-        return out
 
     def _caller_wants_grad(self, name: str, seen: Optional[Set[str]] = None) -> bool:
         """A call of ``name`` in a training step, directly or through other functions of this file (a helper

@@ -178,8 +178,13 @@ def alias_of(imports: Dict[str, str], module: str) -> Optional[str]:
 def import_origins(index: "AstIndex") -> Dict[str, Tuple[str, int, Optional[str]]]:
     """Local name -> (module, level, the name taken from it, or None where the name is the module itself),
     for every import of the file, relative ones included (``from .data import build_loader``)."""
+    return origins_of(index.import_statements)
+
+
+def origins_of(statements) -> Dict[str, Tuple[str, int, Optional[str]]]:
+    """``import_origins`` of these import statements, in their order."""
     found: Dict[str, Tuple[str, int, Optional[str]]] = {}
-    for node in index.import_statements:
+    for node in statements:
         if type(node) is ast.Import:
             for alias in node.names:
                 if alias.asname:

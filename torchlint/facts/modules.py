@@ -13,10 +13,12 @@ Anything else between two modules (an activation, a condition with an ``else``) 
 from __future__ import annotations
 
 import ast
+import builtins
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-from torchlint.facts.index import Argument, AstIndex, AstScope, arguments, call_name, walk
+from torchlint.facts.index import (Argument, AstIndex, AstScope, arguments, call_name, called_origin, dotted_name,
+                                   origins_of, walk)
 
 SEQUENTIAL = "torch.nn.Sequential"
 _ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
@@ -439,3 +441,163 @@ def classes_building(index: AstIndex, layers: List[ast.Call]) -> Set[str]:
             break
         names |= users
     return names
+
+
+# --- which classes derive from no ``nn.Module``: their bases, through the file and the project --------------
+# Standard-library modules: no class of theirs derives from a torch Module (a fixed list, not the interpreter's,
+# so that the answer does not depend on the Python that runs torchlint)
+_PLAIN_MODULES = frozenset({
+    "abc", "argparse", "collections", "contextlib", "dataclasses", "enum", "io", "json", "logging",
+    "multiprocessing", "numbers", "queue", "threading", "types", "typing", "unittest",
+})
+_MODE_METHODS = ("train", "eval")  # `x.train()` / `x.eval()` switch modules where a class's own method does
+UNKNOWN_BASE = "?"
+
+
+def class_summary(tree: ast.Module) -> dict:
+    """What other files of the project may need of this one's module-level classes, as plain data (JSON,
+    from this file's tree alone, no index: a summary of an imported file need not walk it): per class, its
+    ``bases`` as the file names them (the name of another module-level class of the file; ``[module, level,
+    name]`` of a name the file imports at module level, ``nn.Module`` included; ``"?"`` for anything else;
+    ``object`` and the other builtin classes left out), its ``methods`` (the defs of its body) and ``modal``:
+    which of its own ``train`` / ``eval`` methods make a call (``self.net.eval()``), and so may switch a
+    module's mode (``def eval(self): self.training = False`` switches none). ``in_file_classes`` keeps it
+    for the file's own check."""
+    statements = list(_module_level(tree.body))
+    origins = origins_of([s for s in statements if type(s) in (ast.Import, ast.ImportFrom)])
+    top = [statement for statement in tree.body if type(statement) is ast.ClassDef]
+    names = [klass.name for klass in top]
+    bound = _bound_at_module_level(statements)
+
+    def base_of(base: ast.expr) -> Optional[object]:
+        if type(base) is ast.Subscript:  # `Generic[T]`
+            base = base.value  # type: ignore[attr-defined]
+        if type(base) is ast.Name and base.id not in origins:  # type: ignore[attr-defined]
+            if base.id in names:  # type: ignore[attr-defined]
+                return base.id  # type: ignore[attr-defined]
+            known = getattr(builtins, base.id, None)  # type: ignore[attr-defined]
+            return None if isinstance(known, type) and base.id not in bound else UNKNOWN_BASE  # type: ignore[attr-defined]
+        written = dotted_name(base)
+        origin = called_origin(origins, written) if written is not None and origins else None
+        return list(origin) if origin is not None else UNKNOWN_BASE
+
+    classes: Dict[str, dict] = {}
+    for klass in top:
+        defs = [statement for statement in klass.body if type(statement) in _SIMPLE_FUNCTIONS]
+        bases = [found for found in map(base_of, klass.bases) if found is not None]
+        if names.count(klass.name) > 1 or klass.name in bound:
+            bases = [UNKNOWN_BASE]  # made twice, or bound to something else too: which one is unknown
+        classes[klass.name] = {
+            "bases": bases, "methods": list(dict.fromkeys(d.name for d in defs)),
+            "modal": sorted({d.name for d in defs if d.name in _MODE_METHODS  # type: ignore[attr-defined]
+                             and any(type(node) is ast.Call for node in ast.walk(d))})}
+    return {"classes": classes} if classes else {}
+
+
+def in_file_classes(index: AstIndex) -> Dict[str, dict]:
+    """``class_summary``'s classes of the index's file, made once per file."""
+    memo = index.shared.get("modules.class_summary")
+    if memo is None:
+        memo = index.shared["modules.class_summary"] = class_summary(index.tree).get("classes", {})
+    return memo  # type: ignore[return-value]
+
+
+def _module_level(body: List[ast.stmt]):
+    """The statements run at module level: ``body`` and the blocks of its ``if`` / ``try`` / ``with``, not defs."""
+    for statement in body:
+        yield statement
+        kind = type(statement)
+        if kind is ast.If or kind in _TRY or kind is ast.With:
+            for block in ("body", "orelse", "finalbody"):
+                yield from _module_level(getattr(statement, block, []))
+            for handler in getattr(statement, "handlers", []):
+                yield from _module_level(handler.body)
+
+
+_TRY = tuple(t for t in (ast.Try, getattr(ast, "TryStar", None)) if t is not None)
+
+
+def _bound_at_module_level(statements: List[ast.stmt]) -> Set[str]:
+    """The names module-level statements bind otherwise than by a class or an import: assignments, defs,
+    loop targets."""
+    bound: Set[str] = set()
+    for statement in statements:
+        kind = type(statement)
+        targets = (statement.targets if kind is ast.Assign else [statement.target] if kind in (  # type: ignore[attr-defined]
+            ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor) else [])
+        for target in targets:
+            bound.update(node.id for node in ast.walk(target) if type(node) is ast.Name)  # type: ignore[attr-defined]
+        if kind in _SIMPLE_FUNCTIONS:
+            bound.add(statement.name)  # type: ignore[attr-defined]
+    return bound
+
+
+def plain_class(classes: Dict[str, dict], name: str, imported, seen: Optional[Set[str]] = None
+                ) -> Optional[dict]:
+    """The class ``name`` of a file whose ``class_summary`` holds ``classes`` derives from no ``nn.Module``:
+    every base is a builtin class, a class of the file or one ``imported(origin)`` answers for (a base the
+    file imports: a project class or the standard library's), each in turn. Then its ``methods`` and the
+    ``modal`` ones among them (``class_summary``), its bases' included (those it does not define itself);
+    None where any base is, or may be, a Module (``torch.nn.Module``, another package's class, unknown)."""
+    entry = classes.get(name)
+    seen = set() if seen is None else seen
+    if entry is None or name in seen:
+        return None
+    seen.add(name)
+    methods, modal = set(entry["methods"]), set(entry["modal"])
+    for base in entry["bases"]:
+        if base == UNKNOWN_BASE:
+            return None
+        found = plain_class(classes, base, imported, seen) if type(base) is str else imported(base)
+        if found is None:
+            return None
+        modal |= found["modal"] - set(entry["methods"])
+        methods |= found["methods"]
+    return {"methods": methods, "modal": modal}
+
+
+def plain_outside(origin: Sequence) -> Optional[dict]:
+    """A base imported from outside the project (``origin``: module, level, name): a class of the standard
+    library derives from no Module (no methods known); anything else may (None)."""
+    module, level = origin[0], origin[1]
+    return {"methods": set(), "modal": set()} if not level and module.split(".")[0] in _PLAIN_MODULES else None
+
+
+def plain_instance(index: AstIndex, targets: Sequence, project=None) -> Optional[dict]:
+    """The classes ``targets`` (a class of this file, or ``(module, level, name)`` of an imported one: what an
+    instance was built by, ``facts.steps.instance_classes``) all derive from no ``nn.Module`` (``plain_class``;
+    another project file's through ``project``, ``facts.project.ProjectModel.plain_class``): their methods and
+    modal methods together, else None."""
+    if not targets:
+        return None
+    classes = in_file_classes(index)
+
+    def imported(origin: Sequence) -> Optional[dict]:
+        return project.plain_class(*origin) if project is not None else plain_outside(origin)
+
+    methods: Set[str] = set()
+    modal: Set[str] = set()
+    for target in targets:
+        if type(target) is ast.ClassDef:
+            found = plain_class(classes, target.name, imported) if target in index.tree.body else None  # type: ignore[attr-defined]
+        else:
+            found = imported(target)
+        if found is None:
+            return None
+        methods |= found["methods"]
+        modal |= found["modal"]
+    return {"methods": methods, "modal": modal}
+
+
+def module_subclasses(index: AstIndex) -> Set[str]:
+    """Module-level classes of the file that subclass a torch Module by their bases' names (``nn.Module``,
+    ``pl.LightningModule``, or such a class of the file defined before)."""
+    out: Set[str] = set()
+    for statement in index.tree.body:  # type: ignore[attr-defined]
+        if type(statement) is ast.ClassDef:
+            for base in statement.bases:
+                base = base.value if type(base) is ast.Starred else base  # type: ignore[attr-defined]
+                qualified = index.qualified_name(base) or dotted_name(base) or ""
+                if qualified.endswith("Module") or qualified in out:
+                    out.add(statement.name)
+    return out

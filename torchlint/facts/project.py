@@ -19,7 +19,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from torchlint.facts.clocks import CLOCK_TEXTS
 
@@ -44,11 +44,16 @@ STEP_RULES = frozenset({"TL101", "TL105", "TL501", "TL502", "TL702"})
 # ...of which TL105 reads only the clocks of imported classes: what it reports is always spelled in the file
 # itself (`synchronize`), so another file never opens its text gate
 _GATED_STEP_RULES = frozenset({"TL105"})
+# The rules that ask whether an instance of a project class may be a model: TL202 takes no call on an instance
+# of a class whose bases lead to no ``nn.Module`` for a forward pass (``facts.modules.class_summary``), wherever
+# the class is defined in the project.
+CLASS_RULES = frozenset({"TL202"})
 # TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
 # without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
 # loops as it does without one.
 _TRAINING_WORDS = (b"backward", b"step")
 MAX_HOPS = 3  # re-exports followed (`pkg/__init__.py`: `from .build import build_loader`)
+_CLASS_HOPS = 6  # files a class's bases and their re-exports are followed through (`class Base(Plain)` in another)
 # A project with more Python files than this is not searched for the files that import a checked one (the
 # torch tree's root is site-packages): its classes' methods are then followed only from its own loops.
 MAX_PROJECT_FILES = 5000
@@ -140,7 +145,8 @@ class ProjectModel:
 
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
                  steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
-                 loaders: bool = True, builds: Optional[List[Build]] = None) -> None:
+                 loaders: bool = True, builds: Optional[List[Build]] = None,
+                 classes: Optional[Dict[Path, Tuple[dict, dict]]] = None) -> None:
         self.importer, self.root = importer, root
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
@@ -155,10 +161,15 @@ class ProjectModel:
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
+        # file -> its class summary (``facts.modules.class_summary``) and its re-exports (its loader summary), for
+        # the files the checked one imports and those their classes' bases come from (``CLASS_RULES``)
+        self.class_files = classes or {}
+        self._plain: Dict[Tuple[Path, str], Optional[dict]] = {}
 
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
-        return not self.summaries and not self.steps and not self._callers and not self._builds
+        return not self.summaries and not self.steps and not self._callers and not self._builds \
+            and not self.class_files
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -184,20 +195,27 @@ class ProjectModel:
             and any(word in data for word in _TRAINING_WORDS)
 
     @classmethod
+    def reads_classes(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether a file of these bytes, checked with the rules ``codes``, may build an instance of another
+        project file's class that a rule asks about (``CLASS_RULES``: TL202, on a file its text gate lets in)."""
+        return not CLASS_RULES.isdisjoint(codes) and b"import" in data and b"torch" in data
+
+    @classmethod
     def empty(cls, path: Path) -> "ProjectModel":
         return cls(Path(os.path.abspath(path)), Path(os.path.abspath(path)).parent, {}, {})
 
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
                  max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True,
-                 imported: bool = True) -> "ProjectModel":
+                 imported: bool = True, classes: bool = False) -> "ProjectModel":
         """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
         summaries of the files it imports and the loops of the files that import it (``STEP_RULES``);
         ``loaders``: with their loader factories (``follows_loaders``); ``imported``: with anything of the files
-        it imports (``trains``), else only the loops of those that import it."""
+        it imports (``trains``), else only the loops of those that import it; ``classes``: with the class
+        summaries of the files it imports and of those their bases come from (``reads_classes``)."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
-        if not imported:  # only what other files' loops run of it
+        if not imported and not classes:  # only what other files' loops run of it
             callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
             return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds)
         imports: Dict[Module, Path] = {}
@@ -215,15 +233,20 @@ class ProjectModel:
                 summary = summaries[file] = summary_of(file, cache, max_size)
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
+        class_files = _class_files(summaries, data, root, cache, max_size) if classes else {}
+        if not imported:  # the classes of the files it imports, and what other files' loops run of it
+            callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
+            return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
+                       classes=class_files)
         if not steps:
-            return cls(importer, root, summaries, imports, loaders=loaders)
+            return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
         callers, builds = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -310,6 +333,47 @@ class ProjectModel:
         """``name`` of ``module`` is a function that returns a CUDA device, or one when available."""
         return self._step_entry(module, level, name, "devices") is not None
 
+    def plain_class(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The class ``name`` of ``module`` (as the checked file imports it) derives from no ``nn.Module``: a
+        project class whose bases, followed through the project's files (re-exports too), are all builtin
+        classes, the standard library's or such project classes (``facts.modules.plain_class``), or a class of
+        the standard library. Then its ``methods`` and ``modal`` methods (``facts.modules.class_summary``);
+        None where it is, or may be, a Module: a base from another package, or one the model does not hold."""
+        from torchlint.facts.modules import plain_outside
+
+        file = self.imports.get((module, level))
+        if file is None:
+            return plain_outside((module, level, name)) if not self._is_project_module(module, level) else None
+        return self._plain_in(file, name, 0)
+
+    def _is_project_module(self, module: str, level: int) -> bool:
+        return bool(level) or resolve(module, level, self.importer, self.root) is not None
+
+    def _plain_in(self, file: Path, name: str, depth: int) -> Optional[dict]:
+        key = (file, name)
+        if key in self._plain:
+            return self._plain[key]
+        self._plain[key] = None  # (a cycle of bases, or of re-exports, is no answer)
+        from torchlint.facts.modules import plain_class, plain_outside
+
+        held = self.class_files.get(file)
+        found = None
+        if held is not None and depth <= _CLASS_HOPS:
+            classes, exports = held
+
+            def imported(origin: Sequence) -> Optional[dict]:
+                home = resolve(origin[0], origin[1], file, self.root)
+                if home is None:
+                    return plain_outside(origin) if not origin[1] else None
+                return self._plain_in(home, origin[2], depth + 1)
+
+            if name in classes.get("classes", {}):
+                found = plain_class(classes["classes"], name, imported)
+            elif name in exports.get("reexports", {}):
+                found = imported(exports["reexports"][name])
+        self._plain[key] = found
+        return found
+
     def callers(self) -> List["Caller"]:
         """The loops of the project files that import the checked one and call methods of its classes or its
         module-level functions every iteration: (file relative to the root, line, whether it is a step loop
@@ -328,6 +392,11 @@ class ProjectModel:
         for part in sorted(self._summary_digest(file, summary) for file, summary in self.summaries.items()):
             digest.update(part.encode())
         for part in sorted(self._summary_digest(file, summary, "steps") for file, summary in self.steps.items()):
+            digest.update(part.encode())
+        for part in sorted(self._summary_digest(file, held[0], "classes") for file, held in self.class_files.items()):
+            digest.update(part.encode())
+        for part in sorted(self._summary_digest(file, held[1]) for file, held in self.class_files.items()
+                           if file not in self.summaries):
             digest.update(part.encode())
         digest.update(json.dumps(self._callers, sort_keys=True).encode())
         if self._builds:
@@ -378,11 +447,53 @@ def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
     return known[1]
 
 
+def _class_files(summaries: Dict[Path, dict], data: bytes, root: Path, cache: Optional["Cache"], max_size: int
+                 ) -> Dict[Path, Tuple[dict, dict]]:
+    """The class summary and the re-exports of each file in ``summaries`` (the files a checked file of bytes
+    ``data`` imports and those they re-export from), and of the project files their classes' bases come from,
+    in turn. A file of ``summaries`` none of whose classes ``data`` calls by name (``Env(``) is not parsed for
+    them (an empty class summary): the checked file builds none of its classes."""
+    found: Dict[Path, Tuple[dict, dict]] = {}
+    pending = list(summaries)
+    for _ in range(_CLASS_HOPS + 1):
+        following: List[Path] = []
+        for file in pending:
+            if file in found:
+                continue
+            built = file not in summaries or _builds_a_class_of(file, data, max_size)
+            classes = summary_of(file, cache, max_size, "classes") if built else {}
+            exports = summaries[file] if file in summaries else summary_of(file, cache, max_size)
+            found[file] = (classes, exports)
+            for entry in classes.get("classes", {}).values():
+                for base in entry["bases"]:
+                    home = resolve(base[0], base[1], file, root) if type(base) is list else None
+                    if home is not None and home not in found:
+                        following.append(home)
+            if file not in summaries:
+                following.extend(home for home in _reexported_from(file, root, exports) if home not in found)
+        pending = following
+        if not pending:
+            break
+    return found
+
+
+def _builds_a_class_of(file: Path, data: bytes, max_size: int) -> bool:
+    """``data`` calls a class of ``file`` by its name (``Env(``, ``envs.Env(``): a superset of the instances of
+    its classes the checked file may build."""
+    from torchlint.run.fileio import SourceError, read_regular
+
+    try:
+        text, _ = read_regular(file, min(max_size, _SOURCE_LIMIT))
+    except (SourceError, OSError):
+        return False
+    return b"class" in text and any(name + b"(" in data for name in _CLASS_NAMES.findall(text))
+
+
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = "summary") -> dict:
     """The summary of the project file ``path``: from this process's memory, from the cache (by the file's
     bytes), or made by parsing it. An unreadable or invalid file has an empty summary. ``kind``: "summary"
-    (its loaders and re-exports), "steps" (``facts.steps.step_summary``) or "uses"
-    (``facts.steps.uses_summary``)."""
+    (its loaders and re-exports), "steps" (``facts.steps.step_summary``), "uses"
+    (``facts.steps.uses_summary``) or "classes" (``facts.modules.class_summary``)."""
     from torchlint.run.fileio import SourceError, decode_source, read_regular
 
     try:
@@ -433,9 +544,12 @@ def summarize(text: str) -> dict:
 
 def _may_hold(data: bytes, kind: str) -> bool:
     """Whether a step summary of a file of these bytes can hold anything: a class or function that may train
-    or a function that may return a device ("steps"), a call of an imported name ("uses")."""
+    or a function that may return a device ("steps"), a call of an imported name ("uses"), a class
+    ("classes")."""
     if kind == "uses":
         return b"import" in data
+    if kind == "classes":
+        return b"class" in data
     return b".backward(" in data or b".step(" in data or (b"device(" in data and b"return" in data) \
         or _may_call_parameter(data) or (b"class" in data and any(text in data for text in _CLOCK_TEXTS))
 
@@ -464,7 +578,14 @@ def _may_call_parameter(data: bytes) -> bool:
 
 
 def summarize_steps(text: str, kind: str) -> dict:
-    """``step_summary`` or ``uses_summary`` of a source text (empty where CPython cannot parse it)."""
+    """``step_summary``, ``uses_summary`` or ``class_summary`` of a source text (empty where CPython cannot
+    parse it)."""
+    if kind == "classes":
+        from torchlint.facts.modules import class_summary
+        from torchlint.run.guard import stdlib_tree
+
+        tree = stdlib_tree(text)  # (no index: shared with the file's own check while kept, as the tree is)
+        return class_summary(tree) if tree is not None else {}
     from torchlint.facts.steps import step_summary, uses_summary
     from torchlint.run.guard import borrowed_index
 

@@ -536,13 +536,12 @@ class StepFacts:
         origins = import_origins(index) if index.import_statements else {}
         if not functions and not methods and not origins:
             return
-        attributes = index.self_attributes
         for info in index.calls:
             func = info.node.func
             if type(func) is not ast.Name and type(func) is not ast.Attribute:
                 continue
             callees, imported = self._callees(index, info.node, info.function, functions, methods, classes,
-                                              origins, attributes)
+                                              origins)
             passed = self._passed(index, info.node, info.function, functions) if info.node.args else []
             if passed:  # `gpu_timer(train_step)`: a def handed to a function that calls it
                 handed = self._run_by(index, info.node, callees, passed, origins, project)
@@ -685,7 +684,7 @@ class StepFacts:
             scope = index.function_of(scope) or index.tree
         return True
 
-    def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes, origins, attributes
+    def _callees(self, index: AstIndex, call: ast.Call, caller, functions, methods, classes, origins
                  ) -> Tuple[List[_Def], List[Tuple[str, int, str, str]]]:
         """The defs of this file ``call`` runs, and the methods of imported classes: ``helper(...)``,
         ``self.record(...)``, ``recorder.update(...)`` / ``self.trainer.step(...)`` / ``Trainer(...).run()``
@@ -710,7 +709,7 @@ class StepFacts:
         if type(receiver) is ast.Name and receiver.id == "self":
             klass = index.class_of.get(caller) if caller is not None else None
             return (methods.get((klass, func.attr), []) if klass is not None else []), []
-        targets = self._instance_targets(index, receiver, caller, classes, origins, attributes)
+        targets = instance_classes(index, receiver, caller, classes, origins)
         local: List[_Def] = []
         imported = []
         for target in targets:
@@ -719,33 +718,6 @@ class StepFacts:
             else:
                 local.extend(methods.get((target, func.attr), ()))
         return local, imported
-
-    def _instance_targets(self, index: AstIndex, receiver: ast.expr, caller, classes, origins, attributes
-                          ) -> List[_Target]:
-        """The classes ``receiver`` was built by: ``Trainer(...)`` itself, a name (or ``self.<attribute>``
-        of the caller's class) every binding of which is such a call; empty where any is something else."""
-        kind = type(receiver)
-        if kind is ast.Call:
-            return _class_of_call(index, receiver, classes, origins)  # type: ignore[arg-type]
-        if kind is ast.Name:
-            values: List[Optional[ast.AST]] = []
-            for scope in (caller if caller is not None else index.tree, index.tree):
-                values = index.values_of(receiver.id, scope)  # type: ignore[attr-defined]
-                if values:
-                    break
-        elif kind is ast.Attribute and type(receiver.value) is ast.Name and receiver.value.id == "self":  # type: ignore[attr-defined]
-            klass = index.class_of.get(caller) if caller is not None else None
-            values = attributes.get((klass, receiver.attr), []) if klass is not None else []  # type: ignore[attr-defined]
-        else:
-            return []
-        targets: List[_Target] = []
-        for value in values:
-            built = _class_of_call(index, value, classes, origins) if type(value) is ast.Call else []  # type: ignore[arg-type]
-            if not built:
-                return []
-            targets.extend(target for target in built if target not in targets)
-        return targets
-
 
     def _per_iteration(self, index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> Optional[AstLoopInfo]:
         """The loop that runs ``node`` (a call whose innermost loop is ``loop``) every iteration: the step loop
@@ -822,6 +794,45 @@ def _lightning_steps(index: AstIndex) -> List[_Def]:
         found.extend(statement for statement in klass.body
                      if type(statement) in _DEFS and statement.name == "training_step")
     return found
+
+
+def instance_classes(index: AstIndex, receiver: ast.expr, caller, classes: Optional[Dict[str, ast.ClassDef]] = None,
+                     origins=None, none_too: bool = False) -> List[_Target]:
+    """The classes ``receiver`` was built by: ``Trainer(...)`` itself, a name (or ``self.<attribute>`` of the
+    caller's class) every binding of which is such a call; empty where any is something else (``none_too``:
+    but for ``None``, ``helper = None`` on the path that builds none). Each a class of this file (a
+    ``ClassDef``: ``classes``, by name, those with methods) or ``(module, level, name)`` of an imported name
+    (``origins``: ``import_origins``); both read off the index where not given."""
+    if classes is None or origins is None:
+        known = index.shared.get("steps.instance_classes")
+        if known is None:
+            known = index.shared["steps.instance_classes"] = (
+                {klass.name: klass for klass in index.class_of.values() if klass is not None},
+                import_origins(index) if index.import_statements else {})
+        classes, origins = known  # type: ignore[misc]
+    kind = type(receiver)
+    if kind is ast.Call:
+        return _class_of_call(index, receiver, classes, origins)  # type: ignore[arg-type]
+    if kind is ast.Name:
+        values: List[Optional[ast.AST]] = []
+        for scope in (caller if caller is not None else index.tree, index.tree):
+            values = index.values_of(receiver.id, scope)  # type: ignore[attr-defined]
+            if values:
+                break
+    elif kind is ast.Attribute and type(receiver.value) is ast.Name and receiver.value.id == "self":  # type: ignore[attr-defined]
+        klass = index.class_of.get(caller) if caller is not None else None
+        values = index.self_attributes.get((klass, receiver.attr), []) if klass is not None else []  # type: ignore[attr-defined]
+    else:
+        return []
+    targets: List[_Target] = []
+    for value in values:
+        if none_too and type(value) is ast.Constant and value.value is None:  # type: ignore[attr-defined]
+            continue
+        built = _class_of_call(index, value, classes, origins) if type(value) is ast.Call else []  # type: ignore[arg-type]
+        if not built:
+            return []
+        targets.extend(target for target in built if target not in targets)
+    return targets
 
 
 def _class_of_call(index: AstIndex, call: ast.Call, classes: Dict[str, ast.ClassDef], origins) -> List[_Target]:

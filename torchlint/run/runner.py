@@ -170,11 +170,14 @@ def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> Pro
     project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
     settings = job.settings
     codes = {rule.code for rule in rules_for(settings, path)}
-    if not ProjectModel.may_use(data, codes):
+    uses = ProjectModel.may_use(data, codes)
+    classes = ProjectModel.reads_classes(data, codes)
+    if not uses and not classes:
         return ProjectModel.empty(path)
     return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
-                                 steps=not STEP_RULES.isdisjoint(codes),
-                                 loaders=ProjectModel.follows_loaders(data, codes), imported=ProjectModel.trains(data))
+                                 steps=uses and not STEP_RULES.isdisjoint(codes),
+                                 loaders=uses and ProjectModel.follows_loaders(data, codes),
+                                 imported=uses and ProjectModel.trains(data), classes=classes)
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
