@@ -75,6 +75,9 @@ def _worker(rank: int, store: str, accum: int, steps: int, out: str) -> None:
         results = {form: _train(form, accum, steps) for form in FORMS}
         if rank == 0:
             torch.save({form: (params, count) for form, (params, count) in results.items()}, out)
+        # both ranks leave together: a rank that tears gloo down while its peer still talks to it aborts
+        # ("terminate called without an active exception"), seen on a loaded 2-core machine
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
