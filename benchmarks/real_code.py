@@ -1,14 +1,15 @@
 """Run torchlint on a folder of real code and say, per rule, what it found and whether its fixes hold up.
 
     python benchmarks/real_code.py DIR [DIR ...] [--select CODES] [--jobs N] [--build-check] [--findings FILE]
-                                   [--labels FILE]
+                                   [--labels FILE] [--recall FILE]
 
-Works on a temporary copy of the ``.py`` files (the folders themselves are never written). Steps:
+Works on a temporary copy of the ``.py`` and ``.ipynb`` files (the folders themselves are never written). Steps:
 
 1. ``torchlint check --unsafe-fixes`` (JSON): findings and fixable findings per rule;
 2. ``torchlint fix --apply --unsafe-fixes``: the files it changed;
 3. ``compile()`` (as py_compile) on every changed file: a file that no longer compiles counts against each rule that had a
-   fix in it;
+   fix in it; a changed notebook must still be JSON, and its code cells (as torchlint reads them: IPython lines and
+   cell magics left out, top-level ``await`` allowed) must compile where they compiled before the fix;
 4. with ``--build-check`` (needs torch): each changed file is imported before and after the fix in a fresh
    interpreter (packages this machine lacks, e.g. torchvision, import as mocks, so a script's top level runs
    with empty loaders), and each ``nn.Module`` subclass it defines is built (required arguments set to 8); a
@@ -18,13 +19,18 @@ Works on a temporary copy of the ``.py`` files (the folders themselves are never
    ``fix --apply --unsafe-fixes``: files it changed (must be 0).
 
 ``--findings FILE`` writes every finding (``path:line:col: CODE message``, paths relative to the given
-folders) for reading. ``--labels FILE`` reads a reviewer's verdicts, one per line
-``<path>:<line> <CODE> right|arguable|wrong [note]``, and adds the counts per rule to the table.
+folders; in a notebook ``path:cell<N>:line:col``, the line counted in the cell) for reading. ``--labels FILE`` reads
+a reviewer's verdicts, one per line ``<path>:<line> <CODE> right|arguable|wrong [note]`` (notebooks:
+``<path>:cell<N>:<line>``), and adds the counts per rule to the table. ``--recall FILE`` reads a hand-made list of the
+instances a reader found, one per line ``<path>:<line> <CODE> [# note]``, and prints how many of them a finding of
+that rule on that line reports, each miss with the same rule's findings up to three lines away (a reader and the
+tool may place one instance on different lines of a statement: judge those by eye).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import hashlib
 import json
 import os
@@ -36,33 +42,59 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
-SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules"}
+SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_checkpoints"}
+SUFFIXES = (".py", ".ipynb")
 
 
 def copy_python_tree(sources: Sequence[Path], dest: Path) -> int:
-    """Copies each folder's ``.py`` files under ``dest/<folder name>``; returns the number of lines."""
+    """Copies each folder's ``.py`` and ``.ipynb`` files under ``dest/<folder name>``; returns the ``.py`` lines."""
     lines = 0
     for source in sources:
         for root, dirs, files in os.walk(source):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
             for name in files:
-                if not name.endswith(".py"):
+                if not name.endswith(SUFFIXES):
                     continue
                 path = Path(root) / name
                 target = dest / source.name / path.relative_to(source)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
-                with path.open("rb") as f:
-                    lines += sum(1 for _ in f)
+                if name.endswith(".py"):
+                    with path.open("rb") as f:
+                        lines += sum(1 for _ in f)
     return lines
 
 
+def tree_files(tree: Path) -> List[Path]:
+    return sorted(p for suffix in SUFFIXES for p in tree.rglob("*" + suffix))
+
+
 def digests(tree: Path) -> Dict[str, str]:
-    return {
-        str(p.relative_to(tree)): hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(tree.rglob("*.py"))
-    }
+    return {str(p.relative_to(tree)): hashlib.sha1(p.read_bytes()).hexdigest() for p in tree_files(tree)}
+
+
+def compile_problem(path: Path) -> Optional[str]:
+    """Why a file does not compile (a notebook: why it is no notebook, or why its code cells do not), or None."""
+    data = path.read_bytes()
+    if path.suffix != ".ipynb":
+        try:  # what py_compile does, without writing a .pyc
+            compile(data, str(path), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as error:
+            return str(error)
+        return None
+    from torchlint.run.notebook import NotebookError, NotebookProgram  # the cells as torchlint reads them
+
+    try:
+        program = NotebookProgram.parse(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, NotebookError) as error:
+        return f"not a notebook: {error}"
+    try:
+        compile(program.text, str(path), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    except (SyntaxError, ValueError) as error:
+        return f"cells do not compile: {error}"
+    return None
 
 
 SELECT: List[str] = []  # --select, passed to every torchlint run
@@ -177,6 +209,52 @@ def build_regressions(before: Path, after: Path, timeout: float) -> List[str]:
 _LABEL = re.compile(r"^(?P<file>.+?):(?P<line>\d+)\s+(?P<code>TL\d{3})\s+(?P<verdict>right|arguable|wrong)\b")
 
 
+def place(finding: dict) -> str:
+    """A finding's ``path:line``, as labels and recall lists name it (in a notebook ``path:cell<N>:line``)."""
+    path = os.path.normpath(finding["path"])
+    cell = finding.get("cell")
+    return f"{path}:cell{cell}:{finding['line']}" if cell is not None else f"{path}:{finding['line']}"
+
+
+_INSTANCE = re.compile(r"^(?P<file>.+?):(?P<line>\d+)\s+(?P<code>TL\d{3})\b")
+
+
+def read_recall(path: Path) -> List[Tuple[str, int, str]]:
+    """A reader's instances: ``<path>:<line> <CODE> [# note]`` a line; ``#`` lines and blank lines skipped."""
+    instances = []
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        if not raw.strip() or raw.lstrip().startswith("#"):
+            continue
+        match = _INSTANCE.match(raw.strip())
+        if match is None:
+            raise SystemExit(f"{path}:{number}: not an instance (<path>:<line> <CODE>): {raw!r}")
+        instances.append((match["file"], int(match["line"]), match["code"]))
+    return instances
+
+
+def score_recall(instances: Sequence[Tuple[str, int, str]], findings: Sequence[dict]) -> List[str]:
+    """Report lines: found/total per file and in all, then each miss with the same rule's findings near it."""
+    at: Dict[Tuple[str, str], List[int]] = defaultdict(list)
+    for f in findings:
+        file, _, line = place(f).rpartition(":")
+        at[(file, f["code"])].append(int(line))
+    per_file: Dict[str, Counter] = defaultdict(Counter)
+    misses = []
+    for file, line, code in instances:
+        lines = at.get((os.path.normpath(file), code), [])
+        found = line in lines
+        per_file[re.sub(r":cell\d+$", "", file)]["found" if found else "missed"] += 1  # a notebook: all its cells
+        if not found:
+            near = sorted(n for n in lines if abs(n - line) <= 3)
+            misses.append(f"  missed {file}:{line} {code}" + (f"  (near: {code} at line {', '.join(map(str, near))})"
+                                                               if near else ""))
+    found = sum(c["found"] for c in per_file.values())
+    report = [f"recall: {found} of {len(instances)} instances found"
+              + (f" ({100 * found / len(instances):.0f}%)" if instances else "")]
+    report += [f"  {file}: {c['found']}/{c['found'] + c['missed']}" for file, c in sorted(per_file.items())]
+    return report + misses
+
+
 def read_labels(path: Path) -> Dict[Tuple[str, int, str], str]:
     labels = {}
     for number, raw in enumerate(path.read_text().splitlines(), 1):
@@ -198,6 +276,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--select", help="rule codes or prefixes, as torchlint's --select (default: all)")
     parser.add_argument("--findings", type=Path, help="write every finding here")
     parser.add_argument("--labels", type=Path, help="a reviewer's verdicts, to count right/arguable/wrong")
+    parser.add_argument("--recall", type=Path, help="a reader's hand-found instances, to count those found")
     args = parser.parse_args(list(argv) or None)
     if args.select:
         SELECT[:] = ["--select", args.select]
@@ -206,7 +285,9 @@ def main(argv: Sequence[str] = ()) -> int:
         work, original = Path(tmp) / "work", Path(tmp) / "original"
         lines = copy_python_tree([f.resolve() for f in args.folders], work)
         shutil.copytree(work, original)
-        print(f"{len(list(work.rglob('*.py')))} files, {lines:,} lines from {', '.join(map(str, args.folders))}")
+        notebooks = len(list(work.rglob("*.ipynb")))
+        print(f"{len(list(work.rglob('*.py')))} files, {lines:,} lines, {notebooks} notebooks from "
+              f"{', '.join(map(str, args.folders))}")
 
         findings, check_time = check_json(work, args.jobs)
         before = digests(work)
@@ -236,13 +317,12 @@ def main(argv: Sequence[str] = ()) -> int:
         broken_notes: List[str] = []
         for path in changed:
             rules = fixable_in.get(norm(path), {"?"})
-            try:  # what py_compile does, without writing a .pyc
-                compile((work / path).read_bytes(), str(path), "exec", dont_inherit=True)
-            except (SyntaxError, ValueError) as error:
+            problem = compile_problem(work / path)
+            if problem is not None and compile_problem(original / path) is None:
                 not_compiling.update(rules)
-                broken_notes.append(f"does not compile: {path} ({', '.join(sorted(rules))}): {error}")
+                broken_notes.append(f"does not compile: {path} ({', '.join(sorted(rules))}): {problem}")
                 continue
-            if args.build_check:
+            if args.build_check and path.endswith(".py"):
                 for problem in build_regressions(original / path, work / path, args.build_timeout):
                     not_building.update(rules)
                     broken_notes.append(f"no longer builds: {path} ({', '.join(sorted(rules))}): {problem}")
@@ -254,7 +334,8 @@ def main(argv: Sequence[str] = ()) -> int:
     labels = read_labels(args.labels) if args.labels else {}
     verdicts: Dict[str, Counter] = defaultdict(Counter)
     for f in findings:
-        verdicts[f["code"]][labels.get((norm(f["path"]), f["line"], f["code"]), "unread")] += 1
+        file, _, line = place(f).rpartition(":")
+        verdicts[f["code"]][labels.get((file, int(line), f["code"]), "unread")] += 1
 
     header = ["rule", "findings", "fixable", "fixed", "not compiling", "not building", "fixable left"]
     if labels:
@@ -281,9 +362,11 @@ def main(argv: Sequence[str] = ()) -> int:
     if args.findings:
         ordered = sorted(findings, key=lambda f: (f["code"], f["path"], f["line"]))
         args.findings.write_text("".join(
-            f"{norm(f['path'])}:{f['line']}:{f['column']}: {f['code']}{' [fix]' if f['fix'] else ''} {f['message']}\n"
+            f"{place(f)}:{f['column']}: {f['code']}{' [fix]' if f['fix'] else ''} {f['message']}\n"
             for f in ordered
         ))
+    if args.recall:
+        print("\n".join(score_recall(read_recall(args.recall), findings)))
     return 0
 
 
