@@ -135,6 +135,15 @@ def _resolved(module: str, level: int, folder: str, root: str) -> Optional[str]:
     return None
 
 
+@lru_cache(maxsize=65536)  # every file's digest names each summary it holds: one realpath per file a run, not per use
+def _shown_path(file: str, root: str) -> str:
+    """``file`` as a summary names it: relative to the project root, through links, in POSIX form."""
+    try:
+        return Path(os.path.realpath(file)).relative_to(root).as_posix()
+    except ValueError:
+        return Path(file).as_posix()
+
+
 def _inside(path: str, root: str) -> bool:
     real = os.path.realpath(path)
     return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
@@ -413,10 +422,7 @@ class ProjectModel:
         return known[1]
 
     def _shown(self, file: Path) -> str:
-        try:
-            return Path(os.path.realpath(file)).relative_to(self.root).as_posix()
-        except ValueError:
-            return file.as_posix()
+        return _shown_path(str(file), str(self.root))
 
 
 # Summaries made in this process, by file and its size and time: a tree run without a cache summarizes an
@@ -425,6 +431,7 @@ class ProjectModel:
 _made: Dict[Tuple[str, Path, int, int, int], dict] = {}
 _reexports: Dict[Tuple[Path, Path], Tuple[dict, List[Path]]] = {}
 _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
+_class_names: Dict[Tuple[str, Path, int, int, int], List[bytes]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
@@ -480,13 +487,26 @@ def _class_files(summaries: Dict[Path, dict], data: bytes, root: Path, cache: Op
 def _builds_a_class_of(file: Path, data: bytes, max_size: int) -> bool:
     """``data`` calls a class of ``file`` by its name (``Env(``, ``envs.Env(``): a superset of the instances of
     its classes the checked file may build."""
+    return any(name + b"(" in data for name in _class_names_of(file, max_size))
+
+
+def _class_names_of(file: Path, max_size: int) -> List[bytes]:
+    """The names of the classes ``file`` defines (``_CLASS_NAMES``), read once per version of the file in a
+    run: every file that imports it asks."""
     from torchlint.run.fileio import SourceError, read_regular
 
     try:
+        status = os.stat(file)
+        memo = ("class names", file, status.st_size, status.st_mtime_ns, status.st_ino)
+        if memo in _class_names:
+            return _class_names[memo]
         text, _ = read_regular(file, min(max_size, _SOURCE_LIMIT))
     except (SourceError, OSError):
-        return False
-    return b"class" in text and any(name + b"(" in data for name in _CLASS_NAMES.findall(text))
+        return []
+    if len(_class_names) > 8192:
+        _class_names.clear()
+    names = _class_names[memo] = _CLASS_NAMES.findall(text) if b"class" in text else []
+    return names
 
 
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = "summary") -> dict:
