@@ -173,7 +173,8 @@ def discover(paths: Sequence[str], settings: Settings, force_exclude: bool = Fal
             if below_top and exclude.match_file(below_top + suffix):
                 return True
             in_root = _relative(path, root) if use_root else None
-            return bool(in_root) and exclude.match_file(in_root + suffix)
+            # (below the root itself the two paths are one: matched once)
+            return bool(in_root) and in_root != below_top and exclude.match_file(in_root + suffix)
 
         return excluded
 
