@@ -3,7 +3,8 @@
     python benchmarks/real_code.py DIR [DIR ...] [--select CODES] [--jobs N] [--build-check] [--findings FILE]
                                    [--labels FILE] [--recall FILE]
 
-Works on a temporary copy of the ``.py`` and ``.ipynb`` files (the folders themselves are never written). Steps:
+Works on a temporary copy of the ``.py`` and ``.ipynb`` files, with the ``pyproject.toml`` and ``requirements*.txt``
+files that declare the torch version (the folders themselves are never written). Steps:
 
 1. ``torchlint check --unsafe-fixes`` (JSON): findings and fixable findings per rule;
 2. ``torchlint fix --apply --unsafe-fixes``: the files it changed;
@@ -46,16 +47,21 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_checkpoints"}
 SUFFIXES = (".py", ".ipynb")
+# Where a project declares its torch (and its own torchlint settings): copied too, so that the copy is checked
+# as the project itself is (a `torch==1.5` requirement turns fixes off that the API lacks there).
+DECLARATIONS = {"pyproject.toml"}
+DECLARED_REQUIREMENTS = re.compile(r"^requirements.*\.txt$")
 
 
 def copy_python_tree(sources: Sequence[Path], dest: Path) -> int:
-    """Copies each folder's ``.py`` and ``.ipynb`` files under ``dest/<folder name>``; returns the ``.py`` lines."""
+    """Copies each folder's ``.py`` and ``.ipynb`` files (with its ``pyproject.toml`` and ``requirements*.txt``
+    files) under ``dest/<folder name>``; returns the ``.py`` lines."""
     lines = 0
     for source in sources:
         for root, dirs, files in os.walk(source):
             dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
             for name in files:
-                if not name.endswith(SUFFIXES):
+                if not (name.endswith(SUFFIXES) or name in DECLARATIONS or DECLARED_REQUIREMENTS.match(name)):
                     continue
                 path = Path(root) / name
                 target = dest / source.name / path.relative_to(source)
