@@ -46,6 +46,43 @@ def test_magics_and_shell_escapes_are_recognised():
         assert not is_ipython_line(line), line
 
 
+def test_only_a_line_that_starts_a_logical_line_is_ipythons():
+    """IPython reads `%`, `!` and `?` as its own only where a logical line starts: a continuation line that
+    starts with the `%` operator, or a line of a triple-quoted string, is Python (d2l's
+    `print('epoch %d'\\n      % epoch)` was taken for a magic and the notebook for a syntax error)."""
+    cell = code(["import torch\n",
+                 "print('epoch %d, loss %.4f'\n",
+                 "      % (epoch, loss))\n",
+                 "total = (a\n",
+                 "         != b)\n",
+                 "x = 7 \\\n",
+                 "    % 2\n",
+                 "doc = \"\"\"\n",
+                 "!not a shell escape\n",
+                 "\"\"\"\n",
+                 "s = '(' # an open bracket only in a string and a comment: (\n",
+                 "!echo a real one\n",
+                 "%time f(x)\n"])
+    program = NotebookProgram.parse(notebook(cell))
+    assert program.magics == ["!echo a real one", "%time f(x)"]
+    assert "      % (epoch, loss))\n" in program.text and "!not a shell escape\n" in program.text
+    compile(program.text, "nb", "exec")
+
+
+def test_a_continuation_line_with_the_modulo_operator_is_no_syntax_error(project):
+    write(project / "nb.ipynb", notebook(
+        code("import torch\nmodel = torch.nn.Linear(4, 2).cuda()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"),
+        code(["for epoch in range(3):\n",
+              "    loss = model(torch.randn(8, 4).cuda()).sum()\n",
+              "    loss.backward()\n",
+              "    opt.step()\n",
+              "    print('epoch %d, loss %.4f'\n",
+              "          % (epoch, loss.item()))\n"])))
+    out = invoke("check", "nb.ipynb").output
+    assert "TL000" not in out, out
+    assert "nb.ipynb:cell 2:6:" in out and "TL101" in out, out
+
+
 def test_check_reports_by_cell_across_cells(project):
     write(project / "train.ipynb", notebook(*CELLS))
     result = invoke("check", ".")

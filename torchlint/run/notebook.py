@@ -4,8 +4,8 @@ A notebook runs top to bottom in one namespace (imports in cell 1, the training 
 cells are joined into one Python text and analysed together. Each cell starts with a marker comment line
 (``# torchlint-cell N``) that maps findings back to ``train.ipynb:cell N:line:col`` and, after fixing,
 splits the text back into cells. IPython syntax is not Python: line magics, shell escapes and help
-(``%time``, ``!pip``, ``x = !ls``, ``model?``) stand in the program as ``pass`` placeholders and are put back
-verbatim; cells that start with a cell magic (``%%bash``) are left out entirely. Writing back replaces only
+(``%time``, ``!pip``, ``x = !ls``, ``model?``) at the start of a logical line, as IPython reads them, stand in
+the program as ``pass`` placeholders and are put back verbatim; cells that start with a cell magic (``%%bash``) are left out entirely. Writing back replaces only
 the sources of the cells that changed, and the JSON keeps its key order, indentation, outputs and metadata:
 each changed source is spliced into the original text, so every other byte stays as it was.
 """
@@ -43,6 +43,60 @@ class NotebookError(Exception):
 
 def is_ipython_line(line: str) -> bool:
     return bool(_MAGIC.match(line) or _HELP.match(line))
+
+
+class _LogicalLines:
+    """Where a cell's logical lines start, read line by line: IPython takes ``%``, ``!`` and ``?`` as its own only
+    at the start of a logical line, so a line inside brackets, a triple-quoted string or after a ``\\`` is Python
+    (``print("%d"\\n      % n)`` continues a call). A scanner of brackets, strings and comments, not a
+    tokenizer: it only has to know whether a line ends inside something open."""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._string: Optional[str] = None  # the closing quotes of a string still open at the line's end
+        self._continued = False  # the line ended with a backslash
+
+    def starts_here(self) -> bool:
+        return self._depth == 0 and self._string is None and not self._continued
+
+    def read(self, line: str) -> None:
+        i, n = 0, len(line)
+        self._continued = False
+        while i < n:
+            if self._string is not None:
+                i = self._past_string(line, i)
+                if self._string is not None:
+                    if len(self._string) == 1 and not line.endswith("\\"):
+                        self._string = None  # an unterminated one-line string: CPython's error, not ours
+                    return
+                continue
+            c = line[i]
+            if c == "#":
+                return
+            if c in "([{":
+                self._depth += 1
+            elif c in ")]}":
+                self._depth = max(0, self._depth - 1)
+            elif c in "\"'":
+                self._string = c * 3 if line.startswith(c * 3, i) else c
+                i += len(self._string)
+                continue
+            elif c == "\\" and i == n - 1:
+                self._continued = True
+            i += 1
+
+    def _past_string(self, line: str, i: int) -> int:
+        """Past the end of the open string on ``line`` from ``i`` (closing it), or ``len(line)``."""
+        quote, n = self._string, len(line)
+        while i < n:
+            if line[i] == "\\":
+                i += 2  # an escaped character, the closing quote included (raw strings too)
+            elif line.startswith(quote, i):  # type: ignore[arg-type]
+                self._string = None
+                return i + len(quote)  # type: ignore[arg-type]
+            else:
+                i += 1
+        return n
 
 
 def _is_text(source: Any) -> bool:
@@ -93,11 +147,14 @@ class NotebookProgram:
             # the marker ends as the cell's lines do: LibCST gives the lines a fix adds the first ending it sees
             lines.append(_MARKER.format(number) + ((line_ending(cell_lines[0]) if cell_lines else "") or "\n"))
             line_map.append((number, 0))
+            python = _LogicalLines()
             for line_number, line in enumerate(cell_lines, start=1):
                 body, ending = line.rstrip("\r\n"), line_ending(line) or "\n"
-                if is_ipython_line(body):
+                if python.starts_here() and is_ipython_line(body):
                     program.magics.append(body.lstrip())
                     body = body[: len(body) - len(body.lstrip())] + _PLACEHOLDER.format(len(program.magics) - 1)
+                else:
+                    python.read(body)
                 lines.append(body + ending)
                 line_map.append((number, line_number))
         program.text = "".join(lines)
