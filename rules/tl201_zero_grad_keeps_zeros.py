@@ -107,7 +107,8 @@ class ZeroGradKeepsZeros(Rule):
     Since PyTorch 2.0, `Optimizer.zero_grad()` and `Module.zero_grad()` default to `set_to_none=True`, so a bare
     `zero_grad()` is fine and only an explicit `set_to_none=False` is flagged. Before 2.0 the default was
     `False`: with `torch-version` below 2.0 a bare `zero_grad()` is flagged too and the fix writes
-    `set_to_none=True` (available since 1.7).
+    `set_to_none=True` (available since 1.7). Below 1.7 `zero_grad()` has no `set_to_none` argument, so a bare call
+    is not flagged there (a manual `p.grad.zero_()` loop still is: `p.grad = None` works on every version).
     """
 
     code = "TL201"
@@ -158,8 +159,8 @@ class ZeroGradKeepsZeros(Rule):
         if keyword is not None and keyword != "set_to_none":
             return
         if value is None:
-            if not old_torch or not index.imports_torch():
-                return
+            if not old_torch or not index.imports_torch() or ctx.torch_version < (1, 7):
+                return  # (before 1.7 `zero_grad()` has no `set_to_none` to pass: nothing to switch to)
         elif not is_literal(value, False):
             return  # set_to_none=True, or a variable: the caller decides
         statement = index.enclosing_statement(call)
