@@ -39,15 +39,20 @@ _COMPLEX_DTYPE_NAMES = sorted({name.split(".")[-1] for name in _COMPLEX_DTYPES})
 
 def _unsupported(index: AstIndex) -> bool:
     """The file may train complex parameters or sparse gradients: it names a complex dtype (`torch.cfloat`,
-    `from torch import complex64`), converts with `.cfloat()` and the like, or passes `sparse=True`.
+    `from torch import complex64`), converts with `.cfloat()` and the like, passes `sparse=` a value that may be
+    true, or builds a `SparseAdam`.
     (Complex values inside `forward`, as `torch.view_as_complex` in rotary embeddings, are not parameters.)"""
     if any(target in _COMPLEX_DTYPES for target in index.imports.values()):
         return True
     if any(isinstance(info.node.func, ast.Attribute) for name in _COMPLEX_METHODS
            for info in index.calls_by_name.get(name, ())):
         return True
-    if any(keyword.arg == "sparse" and is_literal(keyword.value, True) for info in index.calls
+    # `sparse=` anything but False (`sparse=sample_softmax > 0` may be True), or a SparseAdam, which takes
+    # sparse gradients only: the program has some, and which optimizer holds them the file may not show
+    if any(keyword.arg == "sparse" and not is_literal(keyword.value, False) for info in index.calls
            for keyword in info.node.keywords):
+        return True
+    if index.calls_to("torch.optim.SparseAdam"):
         return True
     # (an attribute's qualified name ends with its own name: only attributes named like a complex dtype)
     return any(index.qualified_name(node) in _COMPLEX_DTYPES
@@ -95,8 +100,8 @@ class OptimizerNotFused(Rule):
 
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
-    either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
-    reject both), in tests, in files without a training loop (optimizer factories in library code), in
+    either), where the file has complex parameters or sparse gradients (`sparse=` anything but `False`, or a
+    `SparseAdam` beside the optimizer: the fused kernels reject both), in tests, in files without a training loop (optimizer factories in library code), in
     files with no sign of CUDA, and in CPU programs: a script (a `__main__` guard or a module-level training
     loop) in which nothing can reach a CUDA device, so that its `.to(device)` only looks like a GPU move by
     the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose).
