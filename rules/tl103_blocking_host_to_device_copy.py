@@ -37,7 +37,8 @@ class BlockingHostToDeviceCopy(Rule):
     iterator of another library that is no DataLoader: every binding of it is torchtext's legacy
     `Iterator(...)`, `BucketIterator(...)` or `BPTTIterator(...)` or unpacks their `.splits(...)`, or it is a
     parameter of a function of the file every call of which passes one (such an iterator builds its
-    batches' tensors itself, with no pinned memory for `non_blocking` to use). Silent for copies to a provable CPU device
+    batches' tensors itself, with no pinned memory for `non_blocking` to use), or no statement of the file binds
+    the name at all (a loop over it would raise NameError: dead code). Silent for copies to a provable CPU device
     (`"cpu"`, `torch.device("cpu")`, a name bound to one), for device-to-host copies (`.cpu()`), for
     `.to(x)` where `x` may be a dtype or a tensor, for calls that already pass `non_blocking=` (either
     way) or `**kwargs`, and in tests (pytest files, `tests/` folders). Silent for copies that run once, not
@@ -253,9 +254,21 @@ def _named_like_a_loader(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
             continue  # a torchtext `BucketIterator`: no DataLoader, whatever its name
         kind = type(expr)
         written = expr.attr if kind is ast.Attribute else expr.id if kind is ast.Name else None  # type: ignore[attr-defined]
-        if written is not None and LOADER_NAME.search(written):
+        if written is not None and LOADER_NAME.search(written) and not (kind is ast.Name and _bound_nowhere(index, written)):
             return True
     return False
+
+
+def _bound_nowhere(index: AstIndex, name: str) -> bool:
+    """No statement of the file binds ``name`` (no assignment, loop or ``with`` target, parameter or import,
+    and no star import that might): a loop over it would raise NameError, dead code that says nothing."""
+    if name in index.imports or any(any(alias.name == "*" for alias in statement.names)
+                                    for statement in index.import_statements if type(statement) is ast.ImportFrom):
+        return False
+    if any(type(node.ctx) is not ast.Load for node, _ in index.names_named(name)):
+        return False
+    return not any(arg.arg == name for function in index.functions for arg in ast.walk(function.args)
+                   if type(arg) is ast.arg)
 
 
 def _moves_whole_batch(loop: AstLoopInfo, call: ast.Call) -> bool:
