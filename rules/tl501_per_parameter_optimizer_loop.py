@@ -13,7 +13,6 @@ from torchlint.fix.analysis import FileAnalysis, keyword_arg
 from torchlint.facts.index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
 from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import never_uses_cuda
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.modules import class_attributes, self_attribute
 from torchlint.facts.steps import runs_once_per_run, runs_only_for_evaluation, step_facts, step_place
@@ -100,8 +99,6 @@ class PerParameterOptimizerLoop(Rule):
     itself; a loop written per parameter there is deliberate, to start each gradient's communication
     early), and on the deliberate per-parameter path of code that also has a foreach or fused one (a
     `_single_tensor_*` function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
-    It is silent in a CPU program (a script in which nothing can reach a CUDA device, as TL101 judges it): on
-    the CPU a `_foreach_*` op applies the same op to one tensor after another, so there are no launches to save.
 
     ## Why is this slow?
     Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
@@ -241,8 +238,6 @@ class PerParameterOptimizerLoop(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        if never_uses_cuda(index):
-            return  # on the CPU a `_foreach_*` op runs the same per-tensor loop: no launches to save
         for loop in index.loops:
             if type(loop.node) is ast.For:  # not `async for`
                 self._check_loop(ctx, loop)
