@@ -164,9 +164,10 @@ def test_tl103_follows_a_progress_bar_name():
 @pytest.mark.parametrize(
     "source, found",
     [
-        ("for x in train_loader:\n    x = x.to(device)\n", 1),
-        ("for x in train_loader:\n    x = x.to(device, non_blocking=True)\n", 0),
-        ("for x in samples:\n    x = x.to(device)\n", 0),  # neither built here nor named like a loader
+        ("train_loader = make_loader()\nfor x in train_loader:\n    x = x.to(device)\n", 1),
+        ("train_loader = make_loader()\nfor x in train_loader:\n    x = x.to(device, non_blocking=True)\n", 0),
+        ("samples = make_loader()\nfor x in samples:\n    x = x.to(device)\n", 0),  # neither built here nor named like a loader
+        ("for x in train_loader:\n    x = x.to(device)\n", 0),  # bound nowhere: NameError, dead code
     ],
 )
 def test_tl103_needs_a_loader_loop_and_a_blocking_move(source, found):
