@@ -70,7 +70,7 @@ class NoMixedPrecision(Rule):
     `GradScaler`, no `.half()` / `.bfloat16()` model, no `dtype=torch.bfloat16`). It reports once per file,
     on the first training loop.
 
-    Silent where precision is decided elsewhere or on purpose: a framework that manages it is imported
+    Silent where precision is decided elsewhere or on purpose: a framework that manages it is imported and used
     (Lightning, accelerate, DeepSpeed, apex, composer) or any `precision=` argument is passed; the file
     mentions AMP, fp16, bf16 or mixed precision at all (a flag such as `args.amp`, a config key such as
     `cfg.SOLVER.AMP`, or a comment about it); the code trains in float64 (`.double()`, `torch.float64`,

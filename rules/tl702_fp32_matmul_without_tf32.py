@@ -48,7 +48,7 @@ class Fp32MatmulWithoutTf32(Rule):
     function of the file that runs a training loop, in its body or through the file's other functions: the
     `train()` at the end of a notebook) that puts its work on a CUDA device,
     trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=`, or a
-    framework that manages precision) and never sets how fp32 matmuls may run: no
+    framework that manages precision, imported and used) and never sets how fp32 matmuls may run: no
     `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
     `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
     value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,

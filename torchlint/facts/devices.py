@@ -163,8 +163,8 @@ def is_reduced_dtype(index: AstIndex, expr: ast.expr) -> bool:
 def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
     """Any sign that the file already trains in reduced precision or leaves precision to a framework:
     autocast or a GradScaler, a `.half()` / `.bfloat16()` model, a reduced `dtype=`, `.to(torch.float16)`,
-    a `precision=` argument, autocast passed as a value (`partial(torch.autocast, ...)`), or an import of a
-    framework that manages precision (accelerate, Lightning, DeepSpeed, apex): the module for an import.
+    a `precision=` argument, autocast passed as a value (`partial(torch.autocast, ...)`), or a framework that
+    manages precision (accelerate, Lightning, DeepSpeed, apex) imported and used: the module for an import.
     None where there is no sign at all."""
     memo = index.shared.get("mixed_precision_evidence", False)
     if memo is not False:
@@ -174,7 +174,11 @@ def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
 
 
 def _mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
-    if any(qualified.split(".")[0] in PRECISION_FRAMEWORKS for qualified in index.imports.values()):
+    # a framework counts where the file uses what it imports from it (`try: from apex import amp` with `amp`
+    # never read is a leftover, and the script trains in fp32)
+    if any(qualified.split(".")[0] in PRECISION_FRAMEWORKS and any(
+            type(name.ctx) is ast.Load for name, _ in index.names_named(local))
+           for local, qualified in index.imports.items()):
         return index.tree
     for info in index.calls:
         call = info.node
