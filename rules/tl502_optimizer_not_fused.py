@@ -39,24 +39,41 @@ _COMPLEX_DTYPE_NAMES = sorted({name.split(".")[-1] for name in _COMPLEX_DTYPES})
 
 def _unsupported(index: AstIndex) -> bool:
     """The file may train complex parameters or sparse gradients: it names a complex dtype (`torch.cfloat`,
-    `from torch import complex64`), converts with `.cfloat()` and the like, passes `sparse=` a value that may be
-    true, or builds a `SparseAdam`.
+    `from torch import complex64`), converts with `.cfloat()` and the like, or passes `sparse=True`.
     (Complex values inside `forward`, as `torch.view_as_complex` in rotary embeddings, are not parameters.)"""
     if any(target in _COMPLEX_DTYPES for target in index.imports.values()):
         return True
     if any(isinstance(info.node.func, ast.Attribute) for name in _COMPLEX_METHODS
            for info in index.calls_by_name.get(name, ())):
         return True
-    # `sparse=` anything but False (`sparse=sample_softmax > 0` may be True), or a SparseAdam, which takes
-    # sparse gradients only: the program has some, and which optimizer holds them the file may not show
-    if any(keyword.arg == "sparse" and not is_literal(keyword.value, False) for info in index.calls
+    if any(keyword.arg == "sparse" and is_literal(keyword.value, True) for info in index.calls
            for keyword in info.node.keywords):
-        return True
-    if index.calls_to("torch.optim.SparseAdam"):
         return True
     # (an attribute's qualified name ends with its own name: only attributes named like a complex dtype)
     return any(index.qualified_name(node) in _COMPLEX_DTYPES
                for name in _COMPLEX_DTYPE_NAMES for node in index.attributes_named(name))
+
+
+def _may_train_sparse(index: AstIndex) -> Optional[str]:
+    """How the file may train sparse gradients though it never passes a literal `sparse=True`: `sparse=` a value
+    that may be true (`sparse=sample_softmax > 0`), or a `SparseAdam`, which takes sparse gradients only. Which
+    optimizer holds them the file may not show (a list it fills itself): the finding is then reported
+    without a fix."""
+    memo = index.shared.get("tl502_sparse", False)
+    if memo is False:
+        memo = None
+        for info in index.calls:
+            for keyword in info.node.keywords:
+                if keyword.arg == "sparse" and not is_literal(keyword.value, False):
+                    statement = next(a for a in index.ancestors(info.node) if isinstance(a, ast.stmt))
+                    memo = f"`sparse={index.code_for_node(keyword.value, statement)}`"
+                    break
+            if memo is not None:
+                break
+        if memo is None and index.calls_to("torch.optim.SparseAdam"):
+            memo = "a `SparseAdam`"
+        index.shared["tl502_sparse"] = memo
+    return memo  # type: ignore[return-value]
 
 
 # Devices whose fused support the rule does not track: no fix where the file may run on them. (MPS is
@@ -100,8 +117,9 @@ class OptimizerNotFused(Rule):
 
     Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
-    either), where the file has complex parameters or sparse gradients (`sparse=` anything but `False`, or a
-    `SparseAdam` beside the optimizer: the fused kernels reject both), in tests, in files without a training loop (optimizer factories in library code), in
+    either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
+    reject both; where sparse gradients are only possible, `sparse=<a flag>` or a `SparseAdam` beside the
+    optimizer, it reports without a fix), in tests, in files without a training loop (optimizer factories in library code), in
     files with no sign of CUDA, and in CPU programs: a script (a `__main__` guard or a module-level training
     loop) in which nothing can reach a CUDA device, so that its `.to(device)` only looks like a GPU move by
     the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose).
@@ -248,6 +266,13 @@ class OptimizerNotFused(Rule):
             ctx.report(call.func, message=(
                 f"{message} (not fixed automatically: before PyTorch 2.5 fused `SGD` raises on Apple GPUs (MPS), "
                 "which a script may fall back to)"
+            ))
+            return
+        sparse = _may_train_sparse(ctx.index)
+        if sparse is not None:
+            ctx.report(call.func, message=(
+                f"{message} (not fixed automatically: the file may train sparse gradients ({sparse}), which the "
+                "fused kernels reject: pass it where this optimizer's parameters are dense)"
             ))
             return
         if other_device is not None:
