@@ -50,13 +50,18 @@ def test_cuda_evidence_finds_the_first_move_and_ignores_cpu_only_files():
         "import torch\nmodel = model.half()\n",
         "import torch as t\nmodel.to(t.bfloat16)\n",
         "import torch\nx = torch.zeros(3, dtype=torch.float16)\n",
-        "from accelerate import Accelerator\n",
+        "from accelerate import Accelerator\naccelerator = Accelerator()\n",
         "import lightning as L\ntrainer = L.Trainer(precision='bf16-mixed')\n",
         "import torch\nfrom functools import partial\namp_autocast = partial(torch.autocast, device_type='cuda')\n",
     ],
 )
 def test_mixed_precision_evidence(source):
     assert mixed_precision_evidence(index(source)) is not None
+
+
+def test_a_precision_framework_imported_and_never_used_is_no_evidence():
+    source = "import torch\ntry:\n    from apex import amp\nexcept ImportError:\n    pass\nmodel = model.cuda()\n"
+    assert mixed_precision_evidence(index(source)) is None
 
 
 def test_no_mixed_precision_in_a_plain_fp32_script():
