@@ -24,8 +24,10 @@ DEVICE_CASES = [
      [], (None, (1, 8), (1, 8))),
     ("trainer = Trainer(precision=16)\n",
      [], (None, (1, 10), None)),
-    ("import lightning.pytorch as pl\n",
+    ("import lightning.pytorch as pl\ntrainer = pl.Trainer()\n",
      [], (None, 'module', None)),
+    ("import lightning.pytorch as pl\n",  # imported and never used: a leftover, no sign of anything
+     [], (None, None, None)),
     ("from accelerate import *\n",  # a star import is not in the import table
      [], (None, None, None)),
     ("from .accelerate import helper\n",  # a relative import is the project's own module

@@ -69,7 +69,7 @@ def test_tl601_silent_where_the_conv_model_lives_in_another_file():
 
 @pytest.mark.parametrize(
     "marker",
-    ["from accelerate import Accelerator", "use_amp = args.amp", "# TODO: try bf16", "model = model.double()",
+    ["from accelerate import Accelerator\naccelerator = Accelerator()", "use_amp = args.amp", "# TODO: try bf16", "model = model.double()",
      "import gym", "from torch.distributed.fsdp import FullyShardedDataParallel as FSDP"],
 )
 def test_tl701_silent_where_precision_is_decided(marker):

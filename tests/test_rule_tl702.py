@@ -59,7 +59,7 @@ def test_silent_in_test_files_and_where_any_precision_setting_is_mentioned():
 
 def test_mixed_precision_or_a_precision_framework_keeps_it_silent():
     assert _found("import torch\nmodel = model.half()\n" + LOOP) == []
-    assert _found("import torch\nfrom accelerate import Accelerator\n" + LOOP) == []
+    assert _found("import torch\nfrom accelerate import Accelerator\naccelerator = Accelerator()\n" + LOOP) == []
 
 
 def test_inference_only_scripts_are_not_training():
