@@ -425,6 +425,9 @@ class ProjectModel:
 _made: Dict[Tuple[str, Path, int, int, int], dict] = {}
 _reexports: Dict[Tuple[Path, Path], Tuple[dict, List[Path]]] = {}
 _digests: Dict[Tuple[Path, Path, str], Tuple[dict, str]] = {}
+# The names of the classes of each file an importer may build (``_builds_a_class_of``), by the same key as
+# ``_made``: every checked file asks of each file it imports (14,495 reads of 1,157 files' corpus otherwise).
+_class_names: Dict[Tuple[Path, int, int, int], List[bytes]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
@@ -483,10 +486,17 @@ def _builds_a_class_of(file: Path, data: bytes, max_size: int) -> bool:
     from torchlint.run.fileio import SourceError, read_regular
 
     try:
-        text, _ = read_regular(file, min(max_size, _SOURCE_LIMIT))
+        status = os.stat(file)
+        memo = (file, status.st_size, status.st_mtime_ns, status.st_ino)
+        names = _class_names.get(memo)
+        if names is None:
+            text, _ = read_regular(file, min(max_size, _SOURCE_LIMIT))
+            if len(_class_names) > 8192:
+                _class_names.clear()
+            names = _class_names[memo] = [name + b"(" for name in _CLASS_NAMES.findall(text)] if b"class" in text else []
     except (SourceError, OSError):
         return False
-    return b"class" in text and any(name + b"(" in data for name in _CLASS_NAMES.findall(text))
+    return any(called in data for called in names)
 
 
 def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = "summary") -> dict:
@@ -521,6 +531,7 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = 
         _made.clear()
         _reexports.clear()
         _digests.clear()
+        _class_names.clear()
     _made[memo] = summary
     return summary
 
