@@ -305,3 +305,31 @@ def test_a_kept_index_keeps_only_what_its_walk_built(monkeypatch):
     guard.forget_answers(index)
     assert index.__dict__.keys() == built.keys() and index.shared == {}
     assert index.function_of(call) is index.functions[0]  # answered again
+
+
+def test_a_files_class_names_are_read_once_for_all_its_importers(tmp_path, monkeypatch):
+    """Every checked file asks whether it builds a class of each file it imports (``_builds_a_class_of``): the
+    imported file is read once for all of them while it is unchanged, and read again once it changes."""
+    from torchlint.facts import project
+    from torchlint.run import fileio
+
+    envs = tmp_path / "envs.py"
+    envs.write_text("class Env:\n    pass\n")
+    monkeypatch.setattr(project, "_class_names", {}, raising=False)  # (a fresh memo)
+    reads: List[Path] = []
+    real_read = fileio.read_regular
+
+    def read_regular(path, *args, **kwargs):
+        reads.append(Path(path))
+        return real_read(path, *args, **kwargs)
+
+    monkeypatch.setattr(fileio, "read_regular", read_regular)
+    limit = 1 << 20
+    assert project._builds_a_class_of(envs, b"env = Env()\n", limit)
+    assert project._builds_a_class_of(envs, b"env = envs.Env(seed=1)\n", limit)
+    assert not project._builds_a_class_of(envs, b"import envs\n", limit)
+    assert reads == [envs]
+    envs.write_text("class Wrapper:\n    pass\n")  # another size: read again
+    assert not project._builds_a_class_of(envs, b"env = Env()\n", limit)
+    assert project._builds_a_class_of(envs, b"env = Wrapper()\n", limit)
+    assert reads == [envs, envs]
