@@ -48,6 +48,9 @@ _GATED_STEP_RULES = frozenset({"TL105"})
 # of a class whose bases lead to no ``nn.Module`` for a forward pass (``facts.modules.class_summary``), wherever
 # the class is defined in the project.
 CLASS_RULES = frozenset({"TL202"})
+# ...and TL301, which asks whether a project class only wraps a conv (``facts.modules.conv_wrapper``): built
+# right before a BatchNorm, its bias is cancelled (``ConvNorm`` of ``layers.py`` in ``nn.Sequential(...)``)
+WRAPPER_RULES = frozenset({"TL301"})
 # TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
 # without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
 # loops as it does without one.
@@ -207,7 +210,8 @@ class ProjectModel:
     def reads_classes(cls, data: bytes, codes: "set[str]") -> bool:
         """Whether a file of these bytes, checked with the rules ``codes``, may build an instance of another
         project file's class that a rule asks about (``CLASS_RULES``: TL202, on a file its text gate lets in)."""
-        return not CLASS_RULES.isdisjoint(codes) and b"import" in data and b"torch" in data
+        return (not CLASS_RULES.isdisjoint(codes) or not WRAPPER_RULES.isdisjoint(codes)) and b"import" in data \
+            and b"torch" in data
 
     @classmethod
     def empty(cls, path: Path) -> "ProjectModel":
@@ -354,6 +358,26 @@ class ProjectModel:
         if file is None:
             return plain_outside((module, level, name)) if not self._is_project_module(module, level) else None
         return self._plain_in(file, name, 0)
+
+    def conv_wrapper(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The ``wraps`` entry of the project class ``name`` of ``module`` (as the checked file imports it;
+        re-exports followed) where its forward returns a conv's output (``facts.modules.conv_wrapper``), with
+        ``path``; None for any other class, and for one the model does not hold."""
+        file = self.imports.get((module, level))
+        for _ in range(MAX_HOPS + 1):
+            held = self.class_files.get(file) if file is not None else None
+            if held is None:
+                return None
+            classes, exports = held
+            entry = classes.get("classes", {}).get(name)
+            if entry is not None:
+                return dict(entry["wraps"], path=self._shown(file)) if "wraps" in entry else None  # type: ignore[arg-type]
+            origin = exports.get("reexports", {}).get(name)
+            if origin is None:
+                return None
+            module, level, name = origin
+            file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
+        return None
 
     def _is_project_module(self, module: str, level: int) -> bool:
         return bool(level) or resolve(module, level, self.importer, self.root) is not None
