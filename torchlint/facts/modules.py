@@ -625,6 +625,50 @@ def _never_rebound(function: ast.FunctionDef, name: str) -> bool:
 
 
 
+def star_summary(tree: ast.Module) -> dict:
+    """What ``from <this module> import *`` binds, as Python decides it, as plain data from the file's tree:
+    the names of a literal ``__all__`` where the module has one, else its public module-level names (defs,
+    classes, assignments and the names it imports: ``torch``, ``nn``), each with where it comes from
+    (``[module, level, name taken or None]`` for an import, None for a name the module binds itself). A name
+    bound twice at module level (``try: import x`` / ``except: x = None``), one only another statement binds,
+    and a module whose ``__all__`` is not one literal are left out (unknown, as every star import was)."""
+    bound: Dict[str, list] = {}
+    declared: Optional[List[str]] = None
+    for statement in _module_level(tree.body):
+        kind = type(statement)
+        if kind is ast.Import:
+            for alias in statement.names:  # type: ignore[attr-defined]
+                if alias.asname:
+                    bound.setdefault(alias.asname, []).append([alias.name, 0, None])
+                else:
+                    root = alias.name.split(".")[0]
+                    bound.setdefault(root, []).append([root, 0, None])
+        elif kind is ast.ImportFrom:
+            for alias in statement.names:  # type: ignore[attr-defined]
+                if alias.name == "*":
+                    return {}  # what it brings in turn is not known here
+                bound.setdefault(alias.asname or alias.name, []).append(
+                    [statement.module or "", statement.level, alias.name])  # type: ignore[attr-defined]
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound.setdefault(statement.name, []).append(None)  # type: ignore[attr-defined]
+        elif kind in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+            targets = statement.targets if kind is ast.Assign else [statement.target]  # type: ignore[attr-defined]
+            for target in targets:
+                for node in ast.walk(target):
+                    if type(node) is ast.Name:
+                        bound.setdefault(node.id, []).append(None)
+            if any(type(t) is ast.Name and t.id == "__all__" for t in targets):
+                value = statement.value  # type: ignore[attr-defined]
+                names = [e.value for e in value.elts] if kind is ast.Assign and type(value) in (ast.List, ast.Tuple) \
+                    and all(type(e) is ast.Constant and type(e.value) is str for e in value.elts) else None
+                if names is None or declared is not None:
+                    return {}  # an `__all__` the file computes, or extends: which names is unknown
+                declared = names
+    chosen = declared if declared is not None else [name for name in bound if not name.startswith("_")]
+    names = {name: bound[name][0] for name in chosen if len(bound.get(name, ())) == 1}
+    return {"names": names} if names else {}
+
+
 def in_file_classes(index: AstIndex) -> Dict[str, dict]:
     """``class_summary``'s classes of the index's file, made once per file."""
     memo = index.shared.get("modules.class_summary")
