@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Set, Tuple, Union
 import libcst as cst
 
 from torchlint.facts.index import (
-    AstIndex, StatementLine, arguments, call_name, dotted_name, is_literal, keyword_value, parameter_default,
-    source_order,
+    AstIndex, StatementLine, arguments, call_name, called_origin, dotted_name, import_origins, is_literal,
+    keyword_value, parameter_default, source_order,
 )
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.modules import (
-    Before, ClassAttributes, applied_next, applied_to_output_of, class_attributes, module_before, names_spelled,
+    LAYERS as _LAYERS, Before, Layer, in_file_classes, ClassAttributes, applied_next, applied_to_output_of, class_attributes, module_before, names_spelled,
     self_attribute,
 )
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
@@ -24,31 +24,6 @@ if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
 
 
-@dataclass(frozen=True)
-class _Layer:
-    kind: str  # "conv" | "linear" | "bn"
-    dim: Optional[int]  # 1/2/3; None for SyncBatchNorm (any)
-    count_index: Optional[int]  # positional index of out_channels/out_features/num_features
-    count_keyword: Optional[str]
-    bias_index: Optional[int] = None  # positional index of `bias` (producers only)
-
-
-def _layer_table() -> Dict[str, _Layer]:
-    table: Dict[str, _Layer] = {}
-    for d in (1, 2, 3):
-        table[f"Conv{d}d"] = _Layer("conv", d, 1, "out_channels", 7)
-        table[f"ConvTranspose{d}d"] = _Layer("conv", d, 1, "out_channels", 7)
-        table[f"LazyConv{d}d"] = _Layer("conv", d, 0, "out_channels", 6)
-        table[f"LazyConvTranspose{d}d"] = _Layer("conv", d, 0, "out_channels", 6)
-        table[f"BatchNorm{d}d"] = _Layer("bn", d, 0, "num_features")
-        table[f"LazyBatchNorm{d}d"] = _Layer("bn", d, None, None)
-    table["Linear"] = _Layer("linear", 1, 1, "out_features", 2)
-    table["LazyLinear"] = _Layer("linear", 1, 0, "out_features", 1)
-    table["SyncBatchNorm"] = _Layer("bn", None, 0, "num_features")
-    return {f"torch.nn.{name}": layer for name, layer in table.items()}
-
-
-_LAYERS = _layer_table()
 _NORMS = tuple(name for name, layer in _LAYERS.items() if layer.kind == "bn")
 
 
@@ -68,6 +43,11 @@ class _Finding:
     guard: Optional[ast.If] = None
     # `bias=bias` of a parameter of this def that defaults to True (`def __init__(self, ..., bias=True)`)
     default_of: Optional[str] = None
+    # a project class whose forward returns its conv's output (`ConvNorm(...)`): the conv's name, the class's
+    # place, and the keyword its `bias` parameter takes (None: no fix is exact)
+    inner: Optional[str] = None
+    inner_at: str = ""
+    keyword: Optional[str] = None
 
 
 class BiasBeforeBatchNorm(Rule):
@@ -93,6 +73,18 @@ class BiasBeforeBatchNorm(Rule):
     the BatchNorm cancels, whatever other callers pass (`bias=False` at some calls makes those layers right,
     not the default). The message names the def and the parameter. It is silent for a parameter with no
     default or another default, and for any other name (`bias=use_bias`).
+
+    A project class right before the BatchNorm (of the file, or of another project file it imports, absolutely
+    or relatively, also through a package's re-export) whose `forward(self, x)` only returns the output of a
+    conv it builds once in `__init__` (`return self.conv(x)`, or through one local name) is reported at the
+    class's construction when that conv's bias is on: always (no `bias` argument, `bias=True`), or by a `bias`
+    parameter of `__init__` passed on unchanged whose default is `True` and that the construction does not
+    set to something else (`ConvNorm(80, n)`, `ConvNorm(80, n, bias=True)`). The message names the class, the
+    conv and where it is built. The fix passes `bias=False` at the construction (unsafe, as below) only where
+    the parameter reaches the conv unchanged and the class reads no `.bias` and uses the conv nowhere else
+    (an init of its `.weight` aside); otherwise it is reported without a fix, saying why. It is silent for a
+    class that does anything after the conv (an activation, a scale), one whose bias is off or computed
+    (`bias=not plain`), a conv of another rank than the BatchNorm's, and a class from outside the project.
 
     It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
     (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
@@ -189,13 +181,14 @@ class BiasBeforeBatchNorm(Rule):
             elif not finding.fixable and known.fixable:
                 known.fixable, known.why_not = False, finding.why_not
 
+        wrapper = functools.partial(_wrapper_of, index, ctx.project)
         for info in index.calls_to(*_NORMS):
             before = module_before(index, info.node)
-            found = _finding_for(index, before, info.node) if before is not None else None
+            found = _finding_for(index, before, info.node, wrapper) if before is not None else None
             if found is not None:
                 found.guard = before.guard  # type: ignore[union-attr]
                 record(found)
-            for found in _forward_findings(index, info.node):
+            for found in _forward_findings(index, info.node, wrapper):
                 record(found)
 
         hazards: Optional[List[_BiasUse]] = None
@@ -204,7 +197,7 @@ class BiasBeforeBatchNorm(Rule):
             if finding.fixable:
                 if hazards is None:
                     hazards = _unguarded_bias_uses(index)
-                use = next((h for h in hazards if h.may_touch(finding.producer_name)), None)
+                use = next((h for h in hazards if h.may_touch(finding.inner or finding.producer_name)), None)
                 if use is not None:
                     finding.fixable = False
                     finding.why_not = (
@@ -226,6 +219,14 @@ class BiasBeforeBatchNorm(Rule):
                     f"`{finding.default_of}`: every caller that keeps the default gets a bias the BatchNorm cancels; "
                     f"default `{name}` to `False` or pass `{name}=False` at the calls"
                 )
+            if finding.inner is not None:
+                message = (
+                    f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, and its forward returns the "
+                    f"output of its `{finding.inner}` ({finding.inner_at}), whose bias is on: the BatchNorm cancels "
+                    f"it; pass `bias=False`" if finding.keyword is not None else
+                    f"`{finding.producer_name}` feeds straight into `{finding.norm_name}`, and its forward returns the "
+                    f"output of its `{finding.inner}` ({finding.inner_at}), whose bias is on: the BatchNorm cancels it"
+                )
             if not finding.fixable:
                 ctx.report(producer, message=f"{message} ({finding.why_not})")
                 continue
@@ -243,14 +244,15 @@ class BiasBeforeBatchNorm(Rule):
                 ctx.report(producer, message=message)
                 continue
             position = next((at for at, arg in enumerate(arguments(producer)) if arg.value is finding.bias), None)
-            ctx.report(producer, message=message, rewrite=Rewrite(functools.partial(_with_bias, position, value),
+            ctx.report(producer, message=message, rewrite=Rewrite(functools.partial(_with_bias, position, value,
+                                                                                    finding.keyword or "bias"),
                                                                   message + " ({reason})", producer, reads=producer))
 
 
 # --- a biased Conv/Linear and the BatchNorm after it ----------------------------------------------------
 
 
-def _layer_of(index: AstIndex, call: ast.Call) -> Optional[Tuple[str, _Layer]]:
+def _layer_of(index: AstIndex, call: ast.Call) -> Optional[Tuple[str, Layer]]:
     qualified = index.qualified_name(call.func)
     layer = _LAYERS.get(qualified) if qualified is not None else None
     return (qualified, layer) if layer is not None else None  # type: ignore[return-value]
@@ -309,9 +311,12 @@ def _int_literal(node: Optional[ast.expr]) -> Optional[int]:
     return node.value if type(node) is ast.Constant and type(node.value) is int else None  # type: ignore[union-attr]
 
 
-def _match(index: AstIndex, producer: ast.Call, norm: ast.Call) -> Optional[_Finding]:
-    """A finding when ``producer`` is a biased Conv/Linear whose output features ``norm`` normalises."""
+def _match(index: AstIndex, producer: ast.Call, norm: ast.Call, wrapper=None) -> Optional[_Finding]:
+    """A finding when ``producer`` is a biased Conv/Linear whose output features ``norm`` normalises, or a
+    project class that returns such a conv's output (``wrapper``: ``_wrapper_of``)."""
     found, norm_found = _layer_of(index, producer), _layer_of(index, norm)
+    if found is None and norm_found is not None and wrapper is not None:
+        return _wrapper_match(index, producer, norm_found[1], _short(norm_found[0]), wrapper(producer))
     if found is None or norm_found is None:
         return None
     (pq, pl), (nq, nl) = found, norm_found
@@ -341,6 +346,58 @@ def _match(index: AstIndex, producer: ast.Call, norm: ast.Call) -> Optional[_Fin
         finding.default_of = default_of
         finding.fixable = False
         finding.why_not = "not fixed automatically: a new default changes the layer for every caller that keeps it"
+    return finding
+
+
+def _wrapper_of(index: AstIndex, project, call: ast.Call) -> Optional[dict]:
+    """The ``wraps`` entry (``facts.modules.conv_wrapper``) of the class ``call`` builds: a module-level class of
+    the file, or one of another project file through ``project``; None for anything else."""
+    written = dotted_name(call.func)
+    if written is None:
+        return None
+    origins = import_origins(index)
+    if "." not in written and written not in origins:
+        entry = in_file_classes(index).get(written)
+        if entry is None or "wraps" not in entry:
+            return None
+        return dict(entry["wraps"], path="")
+    origin = called_origin(origins, written)
+    return project.conv_wrapper(*origin) if origin is not None and project is not None else None
+
+
+def _wrapper_match(index: AstIndex, producer: ast.Call, norm: Layer, norm_name: str, wraps: Optional[dict]
+                   ) -> Optional[_Finding]:
+    """``producer`` builds a class whose forward returns the output of its conv (``wraps``) with the bias on
+    (always, by its ``bias`` parameter's default, or as passed) right before a BatchNorm of the conv's rank."""
+    if wraps is None:
+        return None
+    layer = _LAYERS.get(wraps["layer"])
+    if layer is None or (norm.dim is not None and norm.dim != layer.dim):
+        return None
+    bias, keyword, passed = wraps["bias"], None, None
+    if bias is not True:
+        keyword, position, default = bias
+        if any(type(arg) is ast.Starred for arg in producer.args) or any(k.arg is None for k in producer.keywords):
+            return None  # `*args` / `**kwargs` may pass it
+        passed = keyword_value(producer, keyword)
+        positional = producer.args
+        if passed is None and position is not None and position < len(positional):
+            passed = positional[position]
+        if passed is None and default is not True:
+            return None  # off by default, or a default the rule cannot read
+        if passed is not None and not is_literal(passed, True):
+            return None  # `bias=False`, or a value the rule cannot read
+    at = f"{wraps['path']}:{wraps['line']}" if wraps["path"] else f"line {wraps['line']}"
+    finding = _Finding(producer, dotted_name(producer.func) or "?", norm_name, passed)
+    finding.inner, finding.inner_at = _short(wraps["layer"]), at
+    if keyword is None:
+        finding.fixable = False
+        finding.why_not = "no automatic fix: the class takes no `bias` parameter that reaches the conv"
+    elif not wraps["exact"]:
+        finding.fixable = False
+        finding.why_not = "not fixed automatically: the class also uses the conv, or a `.bias`, elsewhere"
+    else:
+        finding.keyword = keyword
     return finding
 
 
@@ -376,18 +433,18 @@ def _same_count(index: AstIndex, out: Optional[ast.expr], producer: ast.Call, fe
     return "".join(written[0].split()) == "".join(written[1].split())
 
 
-def _finding_for(index: AstIndex, before: Before, norm: ast.Call) -> Optional[_Finding]:
+def _finding_for(index: AstIndex, before: Before, norm: ast.Call, wrapper=None) -> Optional[_Finding]:
     """``before.module`` is the module right before ``norm``: a constructor call, or a name bound to one."""
     expr = before.module
     if type(expr) is ast.Call:
-        return _match(index, expr, norm)
+        return _match(index, expr, norm, wrapper)
     if type(expr) is not ast.Name:
         return None
     holder = index.scope_of(before.holder)
     value = index.single_value(expr.id, holder)  # type: ignore[attr-defined]
     if type(value) is not ast.Call:
         return None
-    finding = _match(index, value, norm)  # type: ignore[arg-type]
+    finding = _match(index, value, norm, wrapper)  # type: ignore[arg-type]
     if finding is None:
         return None
     name = expr.id  # type: ignore[attr-defined]
@@ -401,7 +458,7 @@ def _finding_for(index: AstIndex, before: Before, norm: ast.Call) -> Optional[_F
 # --- self.bn(self.conv(x)) and x = self.conv(x); x = self.bn(x) ---------------------------------------
 
 
-def _forward_findings(index: AstIndex, norm: ast.Call) -> List[_Finding]:
+def _forward_findings(index: AstIndex, norm: ast.Call, wrapper=None) -> List[_Finding]:
     assign = index.parent(norm)
     if type(assign) not in (ast.Assign, ast.AnnAssign) or assign.value is not norm:  # type: ignore[union-attr]
         return []
@@ -424,7 +481,7 @@ def _forward_findings(index: AstIndex, norm: ast.Call) -> List[_Finding]:
             producer = facts.assigned[producer_attr][0]
             if type(producer) is not ast.Call:
                 continue
-            finding = _match(index, producer, norm)  # type: ignore[arg-type]
+            finding = _match(index, producer, norm, wrapper)  # type: ignore[arg-type]
             if finding is None:
                 continue
             if not all(any(_is_bn_attr(index, self_attribute(after.func), facts) for after in applied_next(index, use))
@@ -610,14 +667,16 @@ def _is_pure(test: ast.expr) -> bool:
     return not any(type(node) in (ast.Call, ast.NamedExpr, ast.Await, ast.Subscript) for node in ast.walk(test))
 
 
-def _with_bias(position: Optional[int], value: str, call: cst.Call, analysis: "FileAnalysis") -> Union[Fix, str]:
-    """``bias=<value>`` on the LibCST twin of the layer's call; ``position``: where ``bias=True`` is passed."""
+def _with_bias(position: Optional[int], value: str, keyword: str, call: cst.Call, analysis: "FileAnalysis"
+               ) -> Union[Fix, str]:
+    """``<keyword>=<value>`` on the LibCST twin of the layer's call; ``position``: where ``bias=True`` is
+    passed."""
     new = cst.parse_expression(value)
     if position is not None:  # bias=True / positional True -> the new value
         fixed = call.with_changes(args=[arg.with_changes(value=new) if at == position else arg
                                         for at, arg in enumerate(call.args)])
     else:
-        fixed = append_keyword(call, "bias", new)
+        fixed = append_keyword(call, keyword, new)
     if loses_comment({call: fixed}):
         return DROPS_COMMENT
     return Fix.replace(call, fixed, Applicability.UNSAFE)

@@ -17,7 +17,8 @@ class DataloaderSingleProcess(Rule):
     a parameter, or batches drawn with `next()` from `iter(loader)` or from a generator of the file that
     yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
     function of the file (`def build_loader(...): return DataLoader(...)`), reported at its `DataLoader(...)`,
-    or by a factory of another file of the checked project (`from data import build_loader`): that finding
+    or by a factory of another file of the checked project (`from data import build_loader`, also one a star
+    import of a project module binds: `from utils import *`, by its `__all__` or its public names): that finding
     is reported at the factory's call in the training file, names where the loader is built, and has no fix.
 
     Silent where the rule cannot see the value or the use:

@@ -27,7 +27,8 @@ class DataloaderUnpinned(Rule):
     through `enumerate`/`tqdm`, an alias, a function of the file that takes the loader as a parameter, or
     `next()` on `iter(loader)` or on a generator of the file that yields from it (then the batch is what
     `next()` returns, also moved at once: `next(batches).to(device)`). A loader built by a factory of another file of the checked project (`from data
-    import build_loader`) is reported at the factory's call, naming where it is built, without a fix (the
+    import build_loader`, or a star import of a project module that binds it: `from utils import *`) is
+    reported at the factory's call, naming where it is built, without a fix (the
     fix belongs in that file). This rule also speaks for TL103 there: `non_blocking=True` gains nothing
     on a loader that is not pinned, so TL103 stays silent on its batches, and this finding's fix comes
     first.

@@ -165,6 +165,25 @@ def _run_rules(
     with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
     fixing: bool = False, statements: bool = True, project: Optional[ProjectModel] = None,
 ) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
+    """``_run_rules_on``, with the names the file's star imports of project modules bind in the index's import
+    table while it runs (``ProjectModel.star_origins``)."""
+    origins = project.star_origins() if project is not None and project.stars else None
+    if origins:
+        if index is None:
+            index = _index_of(source)
+        if index is not None:
+            with index.with_star_names(origins):
+                return _run_rules_on(module, source, path, rules, settings, with_edits, selected, index, fixing,
+                                     statements, project)
+    return _run_rules_on(module, source, path, rules, settings, with_edits, selected, index, fixing, statements,
+                         project)
+
+
+def _run_rules_on(
+    module: Optional[cst.Module], source: str, path: str, rules: Sequence[Rule], settings: Settings,
+    with_edits: bool = False, selected: FrozenSet[str] = frozenset(), index: Optional[AstIndex] = None,
+    fixing: bool = False, statements: bool = True, project: Optional[ProjectModel] = None,
+) -> Tuple[Optional[Union[FileAnalysis, StatementTree]], List[Report], List[Diagnostic]]:
     """Reports that survive suppression, paired index-for-index with their diagnostics. ``selected``: the
     codes of every rule selected for the file (``rules`` are those the pre-filter left). The rules detect
     on the index (``index``, where the caller holds it already); ``module``: LibCST's tree of the file where

@@ -16,6 +16,7 @@ import io
 import keyword
 import re
 import tokenize
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -178,7 +179,9 @@ def alias_of(imports: Dict[str, str], module: str) -> Optional[str]:
 def import_origins(index: "AstIndex") -> Dict[str, Tuple[str, int, Optional[str]]]:
     """Local name -> (module, level, the name taken from it, or None where the name is the module itself),
     for every import of the file, relative ones included (``from .data import build_loader``)."""
-    return origins_of(index.import_statements)
+    found = origins_of(index.import_statements)
+    star = index.__dict__.get("star_origins")
+    return {**star, **found} if star else found
 
 
 def origins_of(statements) -> Dict[str, Tuple[str, int, Optional[str]]]:
@@ -456,6 +459,36 @@ class AstIndex:
             self.calls_by_name.setdefault(name, []).append(info)
 
     # --- questions, with the meaning FileAnalysis gives them ---------------------------------------
+    @contextmanager
+    def with_star_names(self, origins: Dict[str, Tuple[str, int, Optional[str]]]) -> Iterator[None]:
+        """The names ``from <project module> import *`` binds (``origins``: local name -> module, level, name
+        taken, or None for the module itself; ``facts.project.ProjectModel.star_origins``) in the import table
+        while a check runs, where the file binds no such name at module level itself; the file's own table
+        after (a kept index is the file's alone: ``run.guard``)."""
+        own = self.imports
+        taken = {name: origin for name, origin in origins.items()
+                 if name not in own and not self.values_of(name, self.tree)}
+        if not taken:
+            yield
+            return
+        table = dict(own)
+        for name, (module, level, imported) in taken.items():
+            if not level:
+                table.setdefault(name, module if imported is None else f"{module}.{imported}")
+        self.imports, self.__dict__["star_origins"], self.__dict__["_own_imports"] = {**table, **own}, taken, own
+        self.__dict__.pop("_calls_by_qualified", None)
+        try:
+            yield
+        finally:
+            self.imports = own
+            self.__dict__.pop("star_origins", None)
+            self.__dict__.pop("_own_imports", None)
+            self.__dict__.pop("_calls_by_qualified", None)
+
+    def own_imports(self) -> Dict[str, str]:
+        """The import table of the file's own import statements (without ``with_star_names``'s)."""
+        return self.__dict__.get("_own_imports", self.imports)  # type: ignore[return-value]
+
     def qualified_name(self, node: ast.AST) -> Optional[str]:
         return qualify(self.imports, dotted_name(node))
 

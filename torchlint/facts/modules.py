@@ -18,12 +18,42 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from torchlint.facts.index import (Argument, AstIndex, AstScope, arguments, call_name, called_origin, dotted_name,
+                                   parameter_default,
                                    origins_of, walk)
 
 SEQUENTIAL = "torch.nn.Sequential"
 _ORDERED_DICT = ("collections.OrderedDict", "typing.OrderedDict")
 _APPENDERS = ("append", "extend")
 _SIMPLE_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A torch layer TL301 knows: a producer (Conv, Linear) or a BatchNorm, and where its arguments are."""
+
+    kind: str  # "conv" | "linear" | "bn"
+    dim: Optional[int]  # 1/2/3; None for SyncBatchNorm (any)
+    count_index: Optional[int]  # positional index of out_channels/out_features/num_features
+    count_keyword: Optional[str]
+    bias_index: Optional[int] = None  # positional index of `bias` (producers only)
+
+
+def _layer_table() -> Dict[str, Layer]:
+    table: Dict[str, Layer] = {}
+    for d in (1, 2, 3):
+        table[f"Conv{d}d"] = Layer("conv", d, 1, "out_channels", 7)
+        table[f"ConvTranspose{d}d"] = Layer("conv", d, 1, "out_channels", 7)
+        table[f"LazyConv{d}d"] = Layer("conv", d, 0, "out_channels", 6)
+        table[f"LazyConvTranspose{d}d"] = Layer("conv", d, 0, "out_channels", 6)
+        table[f"BatchNorm{d}d"] = Layer("bn", d, 0, "num_features")
+        table[f"LazyBatchNorm{d}d"] = Layer("bn", d, None, None)
+    table["Linear"] = Layer("linear", 1, 1, "out_features", 2)
+    table["LazyLinear"] = Layer("linear", 1, 0, "out_features", 1)
+    table["SyncBatchNorm"] = Layer("bn", None, 0, "num_features")
+    return {f"torch.nn.{name}": layer for name, layer in table.items()}
+
+
+LAYERS = _layer_table()
 
 
 def argument_of(index: AstIndex, node: ast.expr) -> Optional[Tuple[ast.Call, int, Argument]]:
@@ -491,7 +521,152 @@ def class_summary(tree: ast.Module) -> dict:
             "bases": bases, "methods": list(dict.fromkeys(d.name for d in defs)),
             "modal": sorted({d.name for d in defs if d.name in _MODE_METHODS  # type: ignore[attr-defined]
                              and any(type(node) is ast.Call for node in ast.walk(d))})}
+        wraps = conv_wrapper(klass, origins) if names.count(klass.name) == 1 and klass.name not in bound else None
+        if wraps is not None:
+            classes[klass.name]["wraps"] = wraps
     return {"classes": classes} if classes else {}
+
+
+def conv_wrapper(klass: ast.ClassDef, origins: Dict[str, Tuple[str, int, Optional[str]]]) -> Optional[dict]:
+    """Where the class's ``forward(self, x)`` returns the output of a torch conv it builds in ``__init__``
+    (``self.conv = nn.Conv1d(...)``, assigned once there and nowhere else; ``return self.conv(x)``, also through
+    one local name), what its bias is, as plain data: ``layer`` (its qualified name), ``line``, ``bias``
+    (``True``: always on; or ``[parameter, position, default]``: ``bias=<parameter>`` of ``__init__`` passed on
+    unchanged, its position after ``self`` (None: keyword-only) and its default, ``True``/``False`` or ``"?"``
+    for another or none) and ``exact``: nothing else in the class names the conv or a ``.bias``, so that passing
+    ``bias=False`` to the class changes that conv's bias only (an init of its ``.weight`` aside). None for any other class (an activation after the
+    conv, a bias the class computes, ``*args`` or ``**kwargs`` at the conv)."""
+    defs = {d.name: d for d in klass.body if type(d) is ast.FunctionDef}
+    init, forward = defs.get("__init__"), defs.get("forward")
+    if init is None or forward is None or len(defs) != sum(type(d) is ast.FunctionDef for d in klass.body):
+        return None  # (a def given twice: which one runs is the last; left out)
+    attribute = _returned_attribute(forward)
+    if attribute is None:
+        return None
+    built = [s for s in init.body if type(s) is ast.Assign and len(s.targets) == 1
+             and _self_attribute_named(s.targets[0]) == attribute]
+    if len(built) != 1 or type(built[0].value) is not ast.Call:
+        return None
+    call: ast.Call = built[0].value  # type: ignore[assignment]
+    written = dotted_name(call.func)
+    origin = called_origin(origins, written) if written is not None else None
+    qualified = f"{origin[0]}.{origin[2]}" if origin is not None and not origin[1] else None
+    layer = LAYERS.get(qualified) if qualified is not None else None
+    if layer is None or layer.kind != "conv" or any(type(a) is ast.Starred for a in call.args) \
+            or any(k.arg is None for k in call.keywords):
+        return None
+    given = next((k.value for k in call.keywords if k.arg == "bias"), None)
+    if given is None and layer.bias_index is not None and layer.bias_index < len(call.args):
+        given = call.args[layer.bias_index]
+    bias: object
+    if given is None or (type(given) is ast.Constant and given.value is True):
+        bias = True
+    elif type(given) is ast.Name and _never_rebound(init, given.id):
+        parameters = [a.arg for a in (*init.args.posonlyargs, *init.args.args)][1:]
+        if given.id in parameters:
+            position: Optional[int] = parameters.index(given.id)
+        elif given.id in [a.arg for a in init.args.kwonlyargs]:
+            position = None
+        else:
+            return None  # a name of another scope
+        default = parameter_default(init, given.id)
+        bias = [given.id, position, default.value if type(default) is ast.Constant and type(default.value) is bool
+                else "?"]
+    else:
+        return None  # `bias=False`, or a value the class computes
+    # the conv is named twice in the class (built, applied) besides reads of its `.weight` (an init), and no
+    # `.bias` is read: the bias is the parameter's alone
+    weights = {id(node.value) for node in ast.walk(klass) if type(node) is ast.Attribute and node.attr == "weight"}
+    named = sum(1 for node in ast.walk(klass) if _self_attribute_named(node) == attribute and id(node) not in weights)
+    reads_bias = any(type(node) is ast.Attribute and node.attr == "bias" for node in ast.walk(klass))
+    return {"layer": qualified, "line": call.lineno, "bias": bias, "exact": named == 2 and not reads_bias}
+
+
+def _self_attribute_named(node: ast.AST) -> Optional[str]:
+    if type(node) is ast.Attribute and type(node.value) is ast.Name and node.value.id == "self":  # type: ignore[attr-defined]
+        return node.attr  # type: ignore[attr-defined]
+    return None
+
+
+def _returned_attribute(forward: ast.FunctionDef) -> Optional[str]:
+    """``self.<attribute>`` where ``forward(self, x)`` only returns ``self.<attribute>(x)`` (directly, or bound
+    to one name first): its output is that module's."""
+    parameters = [*forward.args.posonlyargs, *forward.args.args]
+    if len(parameters) != 2 or forward.args.vararg or forward.args.kwonlyargs or forward.args.kwarg \
+            or forward.decorator_list:
+        return None
+    given = parameters[1].arg
+    body = list(forward.body)
+    if body and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]  # its docstring
+    if len(body) == 2 and type(body[0]) is ast.Assign and len(body[0].targets) == 1 \
+            and type(body[0].targets[0]) is ast.Name and type(body[1]) is ast.Return \
+            and type(body[1].value) is ast.Name and body[1].value.id == body[0].targets[0].id:
+        value: Optional[ast.expr] = body[0].value
+    elif len(body) == 1 and type(body[0]) is ast.Return:
+        value = body[0].value
+    else:
+        return None
+    if type(value) is not ast.Call or value.keywords or len(value.args) != 1 \
+            or type(value.args[0]) is not ast.Name or value.args[0].id != given:
+        return None
+    return _self_attribute_named(value.func)
+
+
+def _never_rebound(function: ast.FunctionDef, name: str) -> bool:
+    """No statement of ``function`` binds ``name`` (its parameter keeps the value the caller passed)."""
+    for node in ast.walk(function):
+        if type(node) is ast.Name and node.id == name and type(node.ctx) is not ast.Load:  # type: ignore[attr-defined]
+            return False
+        if type(node) in (ast.Global, ast.Nonlocal) and name in node.names:  # type: ignore[attr-defined]
+            return False
+    return True
+
+
+
+def star_summary(tree: ast.Module) -> dict:
+    """What ``from <this module> import *`` binds, as Python decides it, as plain data from the file's tree:
+    the names of a literal ``__all__`` where the module has one, else its public module-level names (defs,
+    classes, assignments and the names it imports: ``torch``, ``nn``), each with where it comes from
+    (``[module, level, name taken or None]`` for an import, None for a name the module binds itself). A name
+    bound twice at module level (``try: import x`` / ``except: x = None``), one only another statement binds,
+    and a module whose ``__all__`` is not one literal are left out (unknown, as every star import was)."""
+    bound: Dict[str, list] = {}
+    declared: Optional[List[str]] = None
+    for statement in _module_level(tree.body):
+        kind = type(statement)
+        if kind is ast.Import:
+            for alias in statement.names:  # type: ignore[attr-defined]
+                if alias.asname:
+                    bound.setdefault(alias.asname, []).append([alias.name, 0, None])
+                else:
+                    root = alias.name.split(".")[0]
+                    bound.setdefault(root, []).append([root, 0, None])
+        elif kind is ast.ImportFrom:
+            for alias in statement.names:  # type: ignore[attr-defined]
+                if alias.name == "*":
+                    return {}  # what it brings in turn is not known here
+                bound.setdefault(alias.asname or alias.name, []).append(
+                    [statement.module or "", statement.level, alias.name])  # type: ignore[attr-defined]
+        elif kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef):
+            bound.setdefault(statement.name, []).append(None)  # type: ignore[attr-defined]
+        elif kind in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+            targets = statement.targets if kind is ast.Assign else [statement.target]  # type: ignore[attr-defined]
+            for target in targets:
+                for node in ast.walk(target):
+                    if type(node) is ast.Name:
+                        bound.setdefault(node.id, []).append(None)
+            if any(type(t) is ast.Name and t.id == "__all__" for t in targets):
+                value = statement.value  # type: ignore[attr-defined]
+                names = [e.value for e in value.elts] if kind is ast.Assign and type(value) in (ast.List, ast.Tuple) \
+                    and all(type(e) is ast.Constant and type(e.value) is str for e in value.elts) else None
+                if names is None or declared is not None:
+                    return {}  # an `__all__` the file computes, or extends: which names is unknown
+                declared = names
+    chosen = declared if declared is not None else [name for name in bound if not name.startswith("_")]
+    names = {name: bound[name][0] for name in chosen if len(bound.get(name, ())) == 1}
+    return {"names": names} if names else {}
 
 
 def in_file_classes(index: AstIndex) -> Dict[str, dict]:

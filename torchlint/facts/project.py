@@ -48,6 +48,9 @@ _GATED_STEP_RULES = frozenset({"TL105"})
 # of a class whose bases lead to no ``nn.Module`` for a forward pass (``facts.modules.class_summary``), wherever
 # the class is defined in the project.
 CLASS_RULES = frozenset({"TL202"})
+# ...and TL301, which asks whether a project class only wraps a conv (``facts.modules.conv_wrapper``): built
+# right before a BatchNorm, its bias is cancelled (``ConvNorm`` of ``layers.py`` in ``nn.Sequential(...)``)
+WRAPPER_RULES = frozenset({"TL301"})
 # TL401-TL403 follow only loops that train in the checked file (`backward()`, an optimizer's `step()`): a file
 # without these words gets no project model (the torch tree's modules, helpers), and TL103 there judges its
 # loops as it does without one.
@@ -86,6 +89,17 @@ def imported_modules(data: bytes) -> List[Module]:
             if words and words[0] != b"*":
                 name = words[0].decode("ascii", "replace")
                 found[(f"{module_name}.{name}" if module_name else name, level)] = None
+    return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
+            and (module[0] or module[1])]
+
+
+def star_modules(data: bytes) -> List[Module]:
+    """The modules the text may star-import (``from utils import *``, ``from .model import *``), in order."""
+    found: Dict[Module, None] = {}
+    for match in _import_matches(data):
+        dots, module, names, plain = match.groups()
+        if plain is None and names.strip().strip(b"()").strip() == b"*":
+            found[(module.decode("ascii", "replace"), len(dots))] = None
     return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
             and (module[0] or module[1])]
 
@@ -155,8 +169,13 @@ class ProjectModel:
     def __init__(self, importer: Path, root: Path, summaries: Dict[Path, dict], imports: Dict[Module, Path],
                  steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
                  loaders: bool = True, builds: Optional[List[Build]] = None,
-                 classes: Optional[Dict[Path, Tuple[dict, dict]]] = None) -> None:
+                 classes: Optional[Dict[Path, Tuple[dict, dict]]] = None,
+                 stars: Optional[List[Tuple[str, int, Optional[Path], dict]]] = None) -> None:
         self.importer, self.root = importer, root
+        # the project modules the file star-imports, in order, each with its star summary
+        # (``facts.modules.star_summary``): the names ``from utils import *`` binds there (``star_origins``);
+        # a module from outside the project after one of them, with no file
+        self.stars = stars or []
         self.summaries = summaries  # file -> its summary
         self.imports = imports  # what the checked file imports -> the project file it loads
         # (``loaders``: the loader rules follow the factories; without, the summaries serve re-exports only)
@@ -178,7 +197,7 @@ class ProjectModel:
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
         return not self.summaries and not self.steps and not self._callers and not self._builds \
-            and not self.class_files
+            and not self.class_files and not self.stars
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -207,7 +226,8 @@ class ProjectModel:
     def reads_classes(cls, data: bytes, codes: "set[str]") -> bool:
         """Whether a file of these bytes, checked with the rules ``codes``, may build an instance of another
         project file's class that a rule asks about (``CLASS_RULES``: TL202, on a file its text gate lets in)."""
-        return not CLASS_RULES.isdisjoint(codes) and b"import" in data and b"torch" in data
+        return (not CLASS_RULES.isdisjoint(codes) or not WRAPPER_RULES.isdisjoint(codes)) and b"import" in data \
+            and b"torch" in data
 
     @classmethod
     def empty(cls, path: Path) -> "ProjectModel":
@@ -233,6 +253,7 @@ class ProjectModel:
             found = resolve(*module, importer, root)
             if found is not None and found != importer:
                 imports[module] = found
+        stars = _stars_of(data, importer, root, imports, cache, max_size)
         pending = list(dict.fromkeys(imports.values()))
         for _ in range(MAX_HOPS + 1):  # each file's summary, then the files it re-exports from
             following = []
@@ -246,16 +267,16 @@ class ProjectModel:
         if not imported:  # the classes of the files it imports, and what other files' loops run of it
             callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
             return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
-                       classes=class_files)
+                       classes=class_files, stars=stars)
         if not steps:
-            return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files)
+            return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files, stars=stars)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
         callers, builds = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files, stars)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -355,6 +376,45 @@ class ProjectModel:
             return plain_outside((module, level, name)) if not self._is_project_module(module, level) else None
         return self._plain_in(file, name, 0)
 
+    def star_origins(self) -> Dict[str, Tuple[str, int, Optional[str]]]:
+        """The names the file's star imports of project modules bind, as ``facts.index.import_origins`` gives
+        them (local name -> module, level, name taken, or None for the module itself): a name the star-imported
+        module defines is taken from it (``from utils import *``: ``get_loader`` -> ``("utils", 0, "get_loader")``),
+        a name it imports absolutely is that import's (``torch`` -> ``("torch", 0, None)``); a later star import
+        rebinds a name, as Python does. A name it imports relatively is left out (unknown)."""
+        found: Dict[str, Tuple[str, int, Optional[str]]] = {}
+        for module, level, file, summary in self.stars:
+            if file is None:  # a star import from outside the project after them: any name may be rebound
+                found.clear()
+            for name, origin in summary.get("names", {}).items():
+                if origin is None:
+                    found[name] = (module, level, name)
+                elif not origin[1]:
+                    found[name] = (origin[0], 0, origin[2])
+                else:
+                    found.pop(name, None)
+        return found
+
+    def conv_wrapper(self, module: str, level: int, name: str) -> Optional[dict]:
+        """The ``wraps`` entry of the project class ``name`` of ``module`` (as the checked file imports it;
+        re-exports followed) where its forward returns a conv's output (``facts.modules.conv_wrapper``), with
+        ``path``; None for any other class, and for one the model does not hold."""
+        file = self.imports.get((module, level))
+        for _ in range(MAX_HOPS + 1):
+            held = self.class_files.get(file) if file is not None else None
+            if held is None:
+                return None
+            classes, exports = held
+            entry = classes.get("classes", {}).get(name)
+            if entry is not None:
+                return dict(entry["wraps"], path=self._shown(file)) if "wraps" in entry else None  # type: ignore[arg-type]
+            origin = exports.get("reexports", {}).get(name)
+            if origin is None:
+                return None
+            module, level, name = origin
+            file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
+        return None
+
     def _is_project_module(self, module: str, level: int) -> bool:
         return bool(level) or resolve(module, level, self.importer, self.root) is not None
 
@@ -407,6 +467,9 @@ class ProjectModel:
         for part in sorted(self._summary_digest(file, held[1]) for file, held in self.class_files.items()
                            if file not in self.summaries):
             digest.update(part.encode())
+        for module, level, file, summary in self.stars:  # (in order: a later star import rebinds a name)
+            held = self._summary_digest(file, summary, "star") if file is not None else ""
+            digest.update(f"{module}:{level}:{held}".encode())
         digest.update(json.dumps(self._callers, sort_keys=True).encode())
         if self._builds:
             digest.update(json.dumps(self._builds, sort_keys=True).encode())
@@ -439,6 +502,28 @@ _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
 Caller = Tuple[str, int, bool, List[tuple]]
 # (file, class, [[position, line]], [[keyword, line]]): a call there that builds the class with CUDA modules
 Build = Tuple[str, str, list, list]
+
+
+def _stars_of(data: bytes, importer: Path, root: Path, imports: Dict[Module, Path], cache: Optional["Cache"],
+              max_size: int) -> List[Tuple[str, int, Optional[Path], dict]]:
+    """The project modules ``data`` star-imports, each with its star summary; the project modules those import
+    names from absolutely (``from data import get_loader`` in ``utils.py``) join ``imports``, as if the checked
+    file imported them (their loader summaries are then read)."""
+    stars = []
+    for module, level in star_modules(data):
+        found = resolve(module, level, importer, root)
+        if found is None or found == importer:
+            if stars:  # a module from outside the project may rebind any name the ones before bound
+                stars.append((module, level, None, {}))
+            continue
+        summary = summary_of(found, cache, max_size, "star")
+        stars.append((module, level, found, summary))
+        for origin in summary.get("names", {}).values():
+            if origin is not None and not origin[1] and (origin[0], 0) not in imports:
+                home = resolve(origin[0], 0, found, root)
+                if home is not None and home != importer:
+                    imports[(origin[0], 0)] = home
+    return stars
 
 
 def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
@@ -513,7 +598,8 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = 
     """The summary of the project file ``path``: from this process's memory, from the cache (by the file's
     bytes), or made by parsing it. An unreadable or invalid file has an empty summary. ``kind``: "summary"
     (its loaders and re-exports), "steps" (``facts.steps.step_summary``), "uses"
-    (``facts.steps.uses_summary``) or "classes" (``facts.modules.class_summary``)."""
+    (``facts.steps.uses_summary``), "classes" (``facts.modules.class_summary``) or "star"
+    (``facts.modules.star_summary``)."""
     from torchlint.run.fileio import SourceError, decode_source, read_regular
 
     try:
@@ -524,7 +610,7 @@ def summary_of(path: Path, cache: Optional["Cache"], max_size: int, kind: str = 
         data, _ = read_regular(path, min(max_size, _SOURCE_LIMIT))
     except (SourceError, OSError):
         return {}
-    if kind != "summary" and not _may_hold(data, kind):
+    if kind not in ("summary", "star") and not _may_hold(data, kind):
         _made[memo] = {}
         return {}
     key = cache.data_key(data, kind) if cache is not None else None
@@ -600,12 +686,14 @@ def _may_call_parameter(data: bytes) -> bool:
 def summarize_steps(text: str, kind: str) -> dict:
     """``step_summary``, ``uses_summary`` or ``class_summary`` of a source text (empty where CPython cannot
     parse it)."""
-    if kind == "classes":
-        from torchlint.facts.modules import class_summary
+    if kind in ("classes", "star"):
+        from torchlint.facts.modules import class_summary, star_summary
         from torchlint.run.guard import stdlib_tree
 
         tree = stdlib_tree(text)  # (no index: shared with the file's own check while kept, as the tree is)
-        return class_summary(tree) if tree is not None else {}
+        if tree is None:
+            return {}
+        return class_summary(tree) if kind == "classes" else star_summary(tree)
     from torchlint.facts.steps import step_summary, uses_summary
     from torchlint.run.guard import borrowed_index
 

@@ -158,7 +158,7 @@ def _statement_tree(reports: Sequence[Report], index: AstIndex, exact: bool, nar
         twins.update(_block_twins(defs, loops, analysis))
     # the whole file's import table (``tests/test_ast_index.py`` holds the index's equal to LibCST's): an
     # import inside a function or a `try:` elsewhere names modules here too
-    analysis.imports = dict(index.imports)
+    analysis.imports = dict(index.own_imports())  # (a fix adds `import torch` rather than lean on a star import)
     tree_line = {line: at for at, line in enumerate(lines, 1)}
     _make(reports, twins, analysis, index, set(), tree_line.get)
     return StatementTree(analysis, text, [line - 1 for line in lines])
