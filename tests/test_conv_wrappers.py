@@ -10,11 +10,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from torchlint.config import Settings
 from torchlint.facts.modules import class_summary
 from torchlint.run import runner
+from project_tree import write_tree
 
 LAYERS = """\
 import torch
@@ -46,13 +47,6 @@ class Postnet(nn.Module):
 """
 
 
-def _tree(root: Path, files: Dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def _check(root: Path, name: str, cache: bool = False) -> List[str]:
     job = runner.Job(Settings(select=("TL301",), root=root, project_root=root),
                      cache_dir=root / ".cache" if cache else None)
@@ -61,7 +55,7 @@ def _check(root: Path, name: str, cache: bool = False) -> List[str]:
 
 
 def test_a_wrapper_of_another_file_before_a_batchnorm_is_reported(tmp_path):
-    _tree(tmp_path, {"layers.py": LAYERS.format(default=True),
+    write_tree(tmp_path, {"layers.py": LAYERS.format(default=True),
                      "model.py": MODEL.format(imports="from layers import ConvNorm", built="ConvNorm")})
     assert _check(tmp_path, "model.py") == [
         "model.py:8 `ConvNorm` feeds straight into `BatchNorm1d`, and its forward returns the output of its "
@@ -69,7 +63,7 @@ def test_a_wrapper_of_another_file_before_a_batchnorm_is_reported(tmp_path):
 
 
 def test_imports_spelled_other_ways_and_a_package_that_re_exports_it(tmp_path):
-    _tree(tmp_path, {"nets/layers.py": LAYERS.format(default=True), "nets/__init__.py": "from .layers import ConvNorm\n",
+    write_tree(tmp_path, {"nets/layers.py": LAYERS.format(default=True), "nets/__init__.py": "from .layers import ConvNorm\n",
                      "nets/model.py": MODEL.format(imports="from .layers import ConvNorm", built="ConvNorm"),
                      "a.py": MODEL.format(imports="import nets.layers", built="nets.layers.ConvNorm"),
                      "b.py": MODEL.format(imports="from nets import ConvNorm", built="ConvNorm")})
@@ -79,7 +73,7 @@ def test_imports_spelled_other_ways_and_a_package_that_re_exports_it(tmp_path):
 
 
 def test_the_fix_passes_bias_false_at_the_construction(tmp_path):
-    _tree(tmp_path, {"layers.py": LAYERS.format(default=True),
+    write_tree(tmp_path, {"layers.py": LAYERS.format(default=True),
                      "model.py": MODEL.format(imports="from layers import ConvNorm", built="ConvNorm")})
     shown = subprocess.run([sys.executable, "-m", "torchlint", "fix", "--unsafe-fixes", "--select", "TL301",
                             "--no-cache", "model.py"], cwd=tmp_path, check=False, capture_output=True, text=True)
@@ -89,7 +83,7 @@ def test_the_fix_passes_bias_false_at_the_construction(tmp_path):
 
 
 def test_silent_for_a_wrapper_off_by_default_and_a_class_outside_the_project(tmp_path):
-    _tree(tmp_path, {"layers.py": LAYERS.format(default=False), "on.py": LAYERS.format(default=True),
+    write_tree(tmp_path, {"layers.py": LAYERS.format(default=False), "on.py": LAYERS.format(default=True),
                      "model.py": MODEL.format(imports="from layers import ConvNorm", built="ConvNorm"),
                      "other.py": MODEL.format(imports="from speechkit import ConvNorm", built="ConvNorm"),
                      "both.py": MODEL.format(imports="from on import ConvNorm", built="ConvNorm")})
@@ -99,7 +93,7 @@ def test_silent_for_a_wrapper_off_by_default_and_a_class_outside_the_project(tmp
 
 
 def test_a_change_of_the_wrapper_rechecks_the_cached_model(tmp_path):
-    _tree(tmp_path, {"layers.py": LAYERS.format(default=True),
+    write_tree(tmp_path, {"layers.py": LAYERS.format(default=True),
                      "model.py": MODEL.format(imports="from layers import ConvNorm", built="ConvNorm")})
     assert len(_check(tmp_path, "model.py", cache=True)) == 1
     (tmp_path / "layers.py").write_text(LAYERS.format(default=False))

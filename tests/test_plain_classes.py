@@ -11,12 +11,13 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from torchlint.config import Settings
 from torchlint.facts.modules import class_summary
 from torchlint.facts.project import ProjectModel
 from torchlint.run import runner
+from project_tree import write_tree
 
 PLAIN_ENV = """\
 import torch
@@ -105,13 +106,6 @@ class Runner:
 """
 
 
-def _tree(root: Path, files: Dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def _check(root: Path, name: str, cache: bool = False, select=("TL202",)) -> List[str]:
     job = runner.Job(Settings(select=select, root=root, project_root=root),
                      cache_dir=root / ".cache" if cache else None)
@@ -120,14 +114,14 @@ def _check(root: Path, name: str, cache: bool = False, select=("TL202",)) -> Lis
 
 
 def test_an_environment_of_another_file_is_no_model(tmp_path):
-    _tree(tmp_path, {"arena.py": PLAIN_ENV.format(bases=""),
+    write_tree(tmp_path, {"arena.py": PLAIN_ENV.format(bases=""),
                      "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
     assert _check(tmp_path, "evaluate.py") == []
     assert _check(tmp_path, "evaluate.py", select=("ALL",)) == []
 
 
 def test_imports_spelled_other_ways_and_a_package_that_re_exports_the_class(tmp_path):
-    _tree(tmp_path, {"envs/arena.py": PLAIN_ENV.format(bases="(object)"), "envs/__init__.py": "from .arena import Arena\n",
+    write_tree(tmp_path, {"envs/arena.py": PLAIN_ENV.format(bases="(object)"), "envs/__init__.py": "from .arena import Arena\n",
                      "a.py": EVALUATION.format(imports="import envs.arena", built="envs.arena.Arena"),
                      "b.py": EVALUATION.format(imports="from envs import Arena", built="Arena"),
                      "c.py": EVALUATION.format(imports="from envs import arena as worlds", built="worlds.Arena")})
@@ -136,19 +130,19 @@ def test_imports_spelled_other_ways_and_a_package_that_re_exports_the_class(tmp_
 
 
 def test_bases_followed_through_other_project_files(tmp_path):
-    _tree(tmp_path, {"base.py": "import abc\n\n\nclass Recorder(abc.ABC):\n    def record(self, x):\n        return x\n",
+    write_tree(tmp_path, {"base.py": "import abc\n\n\nclass Recorder(abc.ABC):\n    def record(self, x):\n        return x\n",
                      "arena.py": "from base import Recorder\n" + PLAIN_ENV.format(bases="(Recorder)"),
                      "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
     assert _check(tmp_path, "evaluate.py") == []
 
 
 def test_a_helper_whose_method_is_named_like_a_model_is_no_model(tmp_path):
-    _tree(tmp_path, {"models/__init__.py": "", "models/shadow.py": SHADOW, "runners/sampler.py": SAMPLER})
+    write_tree(tmp_path, {"models/__init__.py": "", "models/shadow.py": SHADOW, "runners/sampler.py": SAMPLER})
     assert _check(tmp_path, "runners/sampler.py") == []
 
 
 def test_a_class_that_derives_from_a_module_through_another_project_file_stays_flagged(tmp_path):
-    _tree(tmp_path, {"base.py": "import torch.nn as nn\n\n\nclass Body(nn.Module):\n    pass\n",
+    write_tree(tmp_path, {"base.py": "import torch.nn as nn\n\n\nclass Body(nn.Module):\n    pass\n",
                      "arena.py": "from base import Body\n" + PLAIN_ENV.format(bases="(Body)"),
                      "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
     assert _check(tmp_path, "evaluate.py") == [
@@ -157,14 +151,14 @@ def test_a_class_that_derives_from_a_module_through_another_project_file_stays_f
 
 def test_a_base_from_another_package_or_out_of_sight_may_be_a_module(tmp_path):
     for base_file in ("from simkit import Wrapper\n", "from .missing import Wrapper\n", "Wrapper = object\n"):
-        _tree(tmp_path, {"arena.py": base_file + PLAIN_ENV.format(bases="(Wrapper)"),
+        write_tree(tmp_path, {"arena.py": base_file + PLAIN_ENV.format(bases="(Wrapper)"),
                          "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
         assert len(_check(tmp_path, "evaluate.py")) == 1, base_file
 
 
 def test_an_agent_whose_eval_switches_its_network_stays_flagged(tmp_path):
     agent = PLAIN_ENV.format(bases="").replace("self.training = False", "self.net.eval()")
-    _tree(tmp_path, {"arena.py": agent,
+    write_tree(tmp_path, {"arena.py": agent,
                      "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
     assert len(_check(tmp_path, "evaluate.py")) == 1
 
@@ -172,7 +166,7 @@ def test_an_agent_whose_eval_switches_its_network_stays_flagged(tmp_path):
 def test_a_change_of_a_base_in_a_third_file_rechecks_the_cached_evaluation(tmp_path):
     plain = "class Body:\n    pass\n"
     module = "import torch.nn as nn\n\n\nclass Body(nn.Module):\n    pass\n"
-    _tree(tmp_path, {"base.py": plain, "arena.py": "from base import Body\n" + PLAIN_ENV.format(bases="(Body)"),
+    write_tree(tmp_path, {"base.py": plain, "arena.py": "from base import Body\n" + PLAIN_ENV.format(bases="(Body)"),
                      "evaluate.py": EVALUATION.format(imports="from arena import Arena", built="Arena")})
     assert _check(tmp_path, "evaluate.py", cache=True) == []
     (tmp_path / "base.py").write_text(module)

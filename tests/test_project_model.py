@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from torchlint.run import runner
 from torchlint.config import Settings
 from torchlint.facts.project import ProjectModel, imported_modules, resolve
+from project_tree import write_tree
 
 FACTORY = """\
 from torch.utils.data import DataLoader
@@ -35,13 +36,6 @@ def main(model, optimizer, dataset):
 """
 
 
-def _tree(root: Path, files: Dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def _settings(root: Path) -> Settings:
     return Settings(select=("TL401", "TL402", "TL403"), root=root, project_root=root)
 
@@ -54,7 +48,7 @@ def _check(root: Path, *names: str, cache: bool = False) -> List[str]:
 
 
 def test_a_factory_in_another_file_is_followed_and_reported_once_at_its_call(tmp_path):
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=""),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
     expected = ["train.py:5 TL401 the DataLoader is built in data.py:5)",
                 "train.py:5 TL402 the DataLoader is built in data.py:5)"]
@@ -63,7 +57,7 @@ def test_a_factory_in_another_file_is_followed_and_reported_once_at_its_call(tmp
 
 
 def test_settings_the_factory_passes_silence_the_findings(tmp_path):
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=8, pin_memory=True, persistent_workers=True"),
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=8, pin_memory=True, persistent_workers=True"),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
     assert [line for line in _check(tmp_path, "train.py") if " TL4" in line] == []
 
@@ -85,7 +79,7 @@ def test_imports_spelled_every_way(tmp_path):
     }
     for layout, files in layouts.items():
         root = tmp_path / layout
-        _tree(root, files)
+        write_tree(root, files)
         trainer = next(name for name in files if name.endswith("train.py"))
         found = _check(root, trainer)
         assert [line.split(" ")[1] for line in found] == ["TL401", "TL402"], (layout, found)
@@ -93,14 +87,14 @@ def test_imports_spelled_every_way(tmp_path):
 
 def test_only_files_of_the_project_are_read(tmp_path):
     project = tmp_path / "project"
-    _tree(tmp_path, {"data.py": FACTORY.format(extra="")})  # beside the project, not in it
-    _tree(project, {"train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra="")})  # beside the project, not in it
+    write_tree(project, {"train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
     assert resolve("data", 0, project / "train.py", project) is None
     assert _check(project, "train.py") == []
 
 
 def test_a_change_in_the_factory_file_rechecks_the_cached_training_file(tmp_path):
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=""),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
     assert len(_check(tmp_path, "train.py", cache=True)) == 2
     (tmp_path / "data.py").write_text(FACTORY.format(extra=", num_workers=4, pin_memory=True"))
@@ -121,7 +115,7 @@ def test_a_change_in_the_factory_file_rechecks_the_cached_training_file(tmp_path
 
 
 def test_the_summary_is_plain_data(tmp_path):
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=0"), "train.py": "import data\n"})
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=", num_workers=0"), "train.py": "import data\n"})
     model = ProjectModel.for_file(tmp_path / "train.py", b"import data\n", tmp_path)
     assert model.summaries == {(tmp_path / "data.py"): {"factories": {"build_loader": {"tuple": False, "sites": [{
         "line": 5, "num_workers": 0, "pin_memory": "absent", "persistent_workers": "absent", "in_memory": False,
@@ -135,7 +129,7 @@ def test_imports_read_off_the_bytes():
 
 
 def test_a_file_that_trains_nowhere_reads_no_other_file(tmp_path):
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=""), "use.py": "from data import build_loader\n"})
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=""), "use.py": "from data import build_loader\n"})
     job = runner.Job(_settings(tmp_path))
     assert runner.project_of(tmp_path / "use.py", b"from data import build_loader\n", job, None).summaries == {}
     trains = b"from data import build_loader\nloss.backward()\n"
@@ -170,7 +164,7 @@ def test_a_factory_that_passes_its_parameter_on_is_read_at_its_call(tmp_path):
         train += ("\nparser = argparse.ArgumentParser()\nparser.add_argument('--workers', type=int, default=3)\n"
                   "main(None, None, None, parser.parse_args())\n")
         train = train.replace("def main(model, optimizer, dataset):", "def main(model, optimizer, dataset, args):")
-        _tree(root, {"data.py": PASSING_FACTORY, "train.py": train})
+        write_tree(root, {"data.py": PASSING_FACTORY, "train.py": train})
         found = [line for line in _check_messages(root, "train.py") if "TL403" in line]
         assert found == [f"TL403 this DataLoader starts its worker processes again for every epoch ({why}); "
                          "pass `persistent_workers=workers > 0` to keep them (the DataLoader is built in data.py:5)"
@@ -182,7 +176,7 @@ def test_a_factory_parameter_bound_to_zero_or_to_what_the_file_cannot_read_is_si
                                "build_loader(dataset, 32, *rest)"]):
         root = tmp_path / str(at)
         train = TRAIN.format(imports="from data import build_loader", call="build_loader")
-        _tree(root, {"data.py": PASSING_FACTORY, "train.py": train.replace("build_loader(dataset, 32)", call)})
+        write_tree(root, {"data.py": PASSING_FACTORY, "train.py": train.replace("build_loader(dataset, 32)", call)})
         assert [line for line in _check_messages(root, "train.py") if "TL403" in line] == [], call
 
 
@@ -202,7 +196,7 @@ def test_a_factory_whose_dataset_makes_samples_on_the_gpu_silences_tl401_and_tl4
            "def build_loader(data, batch_size):\n    return DataLoader(Windows(data), batch_size=batch_size)\n")
     for move, expected in (("", ["TL401", "TL402"]), (".cuda()", [])):
         root = tmp_path / (move.strip(".()") or "cpu")
-        _tree(root, {"data.py": gpu.format(move=move),
+        write_tree(root, {"data.py": gpu.format(move=move),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
         assert [line.split(" ")[1] for line in _check(root, "train.py")] == expected, move
 
@@ -214,7 +208,7 @@ def test_a_file_is_parsed_once_for_its_summary_and_its_check(tmp_path, monkeypat
 
     from torchlint.run import guard
 
-    _tree(tmp_path, {"data.py": FACTORY.format(extra=""),
+    write_tree(tmp_path, {"data.py": FACTORY.format(extra=""),
                      "train.py": TRAIN.format(imports="from data import build_loader", call="build_loader")})
     monkeypatch.setattr(guard, "_parsed", {})
     monkeypatch.setattr(guard, "_parsed_held", [0])

@@ -10,11 +10,12 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from torchlint.config import Settings
 from torchlint.facts.modules import star_summary
 from torchlint.run import runner
+from project_tree import write_tree
 
 UTILS = """\
 import torch
@@ -56,13 +57,6 @@ class Net(nn.Module):
 """
 
 
-def _tree(root: Path, files: Dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def _check(root: Path, name: str, select=("TL401", "TL402", "TL502"), cache: bool = False) -> List[str]:
     job = runner.Job(Settings(select=select, root=root, project_root=root),
                      cache_dir=root / ".cache" if cache else None)
@@ -70,7 +64,7 @@ def _check(root: Path, name: str, select=("TL401", "TL402", "TL502"), cache: boo
 
 
 def test_a_loader_factory_and_torch_through_star_imports(tmp_path):
-    _tree(tmp_path, {"utils.py": UTILS.format(extra=""), "pkg/__init__.py": "", "pkg/model.py": MODEL,
+    write_tree(tmp_path, {"utils.py": UTILS.format(extra=""), "pkg/__init__.py": "", "pkg/model.py": MODEL,
                      "train.py": TRAIN.format(imports="from utils import *\nfrom pkg.model import *"),
                      "other.py": TRAIN.format(imports="from somelib import *\nfrom utils import *")})
     assert _check(tmp_path, "train.py") == ["TL401 8", "TL402 8", "TL502 7"]
@@ -81,7 +75,7 @@ def test_a_loader_factory_and_torch_through_star_imports(tmp_path):
 
 
 def test_a_relative_star_import_in_a_package(tmp_path):
-    _tree(tmp_path, {"app/__init__.py": "", "app/utils.py": UTILS.format(extra=""), "app/model.py": MODEL})
+    write_tree(tmp_path, {"app/__init__.py": "", "app/utils.py": UTILS.format(extra=""), "app/model.py": MODEL})
     # (with Windows line ends, as some projects keep them)
     (tmp_path / "app/train.py").write_bytes(
         TRAIN.format(imports="from .utils import *\nfrom .model import *").replace("\n", "\r\n").encode())
@@ -89,7 +83,7 @@ def test_a_relative_star_import_in_a_package(tmp_path):
 
 
 def test_all_decides_what_a_star_import_binds(tmp_path):
-    _tree(tmp_path, {"utils.py": UTILS.format(extra='__all__ = ["torch"]\n'), "model.py": MODEL,
+    write_tree(tmp_path, {"utils.py": UTILS.format(extra='__all__ = ["torch"]\n'), "model.py": MODEL,
                      "train.py": TRAIN.format(imports="from utils import *\nfrom model import Net")})
     assert _check(tmp_path, "train.py") == ["TL502 7"]  # `get_loader` is not in `__all__`: unknown
 
@@ -97,7 +91,7 @@ def test_all_decides_what_a_star_import_binds(tmp_path):
 
 
 def test_a_change_of_the_star_imported_module_rechecks_the_cached_file(tmp_path):
-    _tree(tmp_path, {"utils.py": UTILS.format(extra=""), "model.py": MODEL,
+    write_tree(tmp_path, {"utils.py": UTILS.format(extra=""), "model.py": MODEL,
                      "train.py": TRAIN.format(imports="from utils import *\nfrom model import Net")})
     assert _check(tmp_path, "train.py", cache=True) == ["TL401 8", "TL402 8", "TL502 7"]
     (tmp_path / "utils.py").write_text(UTILS.format(extra='__all__ = ["get_loader"]\n'))

@@ -7,7 +7,7 @@ backward pass, the optimizer and the per-parameter syncs are in ``agent.py``. Ea
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 from torchlint.config import Settings
 from torchlint.facts.index import AstIndex
@@ -15,6 +15,7 @@ from torchlint.facts.steps import step_summary, uses_summary
 from torchlint.run import runner
 
 import ast
+from project_tree import write_tree
 
 AGENT = """\
 import torch
@@ -71,13 +72,6 @@ EVERY_STEP = """\
         learner.update(batch)"""
 
 
-def _tree(root: Path, files: Dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-
 def _check(root: Path, *names: str, select=("TL101", "TL502", "TL702"), cache: bool = False) -> List[str]:
     job = runner.Job(Settings(select=select, root=root, project_root=root),
                      cache_dir=root / ".cache" if cache else None)
@@ -94,7 +88,7 @@ CUDA_WHEN_AVAILABLE = '"cuda" if torch.cuda.is_available() else "cpu"'
 
 
 def test_a_step_method_of_another_file_called_every_iteration(tmp_path):
-    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
+    write_tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
     # the optimizer of the class (on CUDA when available), the per-parameter read the step reaches, the script
     assert _check(tmp_path, "agent.py", "run.py") == ["agent.py:10 TL502", "agent.py:23 TL101", "run.py:12 TL702"]
     # checked alone, each file still finds the other (pre-commit passes only the changed files)
@@ -109,14 +103,14 @@ def test_a_step_method_of_another_file_called_every_iteration(tmp_path):
 
 def test_a_method_called_once_at_set_up_is_no_step(tmp_path):
     once = "    learner.update(torch.randn(4, 8))\n    for step in range(1000):\n        print(step)"
-    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=once)})
+    write_tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=once)})
     assert _check(tmp_path, "agent.py", "run.py") == []
 
 
 def test_an_evaluation_method_called_every_iteration_is_no_step(tmp_path):
     evaluating = ("    for step in range(1000):\n        batch = torch.randn(4, 8)\n"
                   "        scores.append(learner.evaluate(batch))\n        learner.report(batch)")
-    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE),
+    write_tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE),
                      "run.py": RUN.format(body="    scores = []\n" + evaluating)})
     assert _check(tmp_path, "agent.py", "run.py") == []
 
@@ -125,14 +119,14 @@ def test_a_logging_guard_or_a_few_iterations_do_not_make_a_step_per_iteration(tm
     guarded = ("    for step in range(1000):\n        batch = torch.randn(4, 8)\n"
                "        if step % 100 == 0:\n            learner.update(batch)\n"
                "        if step < 3:\n            learner.update(batch)")
-    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=guarded)})
+    write_tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=guarded)})
     # the script still trains (TL702, as for a loop that calls `backward()` under such a guard), but no
     # method of the class runs every step: neither its optimizer nor its reads are reported
     assert _check(tmp_path, "agent.py", "run.py") == ["run.py:15 TL702"]
 
 
 def test_a_cpu_program_is_silent(tmp_path):
-    _tree(tmp_path, {"agent.py": AGENT.format(device='"cpu"'), "run.py": RUN.format(body=EVERY_STEP)})
+    write_tree(tmp_path, {"agent.py": AGENT.format(device='"cpu"'), "run.py": RUN.format(body=EVERY_STEP)})
     # the step still reaches the read (TL101 judges a file that only defines training code as before: it
     # cannot tell the device), but no optimizer is on CUDA and the script does not train on CUDA
     assert _check(tmp_path, "agent.py", "run.py") == ["agent.py:23 TL101"]
@@ -140,7 +134,7 @@ def test_a_cpu_program_is_silent(tmp_path):
 
 def test_a_device_known_only_by_its_name_is_not_cuda_for_a_class_trained_elsewhere(tmp_path):
     agent = AGENT.format(device=CUDA_WHEN_AVAILABLE).replace("device = torch.device(", "device = pick(")
-    _tree(tmp_path, {"agent.py": agent, "run.py": RUN.format(body=EVERY_STEP)})
+    write_tree(tmp_path, {"agent.py": agent, "run.py": RUN.format(body=EVERY_STEP)})
     assert "agent.py:10 TL502" not in _check(tmp_path, "agent.py", "run.py")
 
 
@@ -160,7 +154,7 @@ def test_a_trainer_held_by_another_class_and_reached_through_its_methods(tmp_pat
         "        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-4)\n        self.step = 0\n\n"
         "    def run(self):\n        while True:\n            self.run_step(next(self.data))\n            self.step += 1\n\n"
         "    def run_step(self, batch):\n        self.trainer.optimize(self.opt)\n")
-    _tree(tmp_path, {"pkg/__init__.py": "", "pkg/trainer.py": trainer, "pkg/loop.py": loop})
+    write_tree(tmp_path, {"pkg/__init__.py": "", "pkg/trainer.py": trainer, "pkg/loop.py": loop})
     assert _check(tmp_path, "pkg/trainer.py", select=("TL101",)) == ["trainer.py:19 TL101"]
     [sync] = _messages(tmp_path, "pkg/trainer.py", "TL101")
     assert sync.endswith("(`_norms()` runs every step: the training loop at pkg/loop.py:13 reaches it)")
@@ -195,16 +189,16 @@ def train(model, loader):
 
 
 def test_a_device_from_a_function_of_another_file(tmp_path):
-    _tree(tmp_path, {"dist.py": DIST, "train.py": TRAIN.format(function="dev")})
+    write_tree(tmp_path, {"dist.py": DIST, "train.py": TRAIN.format(function="dev")})
     assert _check(tmp_path, "train.py", select=("TL502",)) == ["train.py:6 TL502"]
-    _tree(tmp_path, {"train.py": TRAIN.format(function="host")})
+    write_tree(tmp_path, {"train.py": TRAIN.format(function="host")})
     assert _check(tmp_path, "train.py", select=("TL502",)) == []
 
 
 def test_a_changed_loop_re_checks_the_class_it_trains(tmp_path):
-    _tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
+    write_tree(tmp_path, {"agent.py": AGENT.format(device=CUDA_WHEN_AVAILABLE), "run.py": RUN.format(body=EVERY_STEP)})
     assert _check(tmp_path, "agent.py", cache=True) == ["agent.py:10 TL502", "agent.py:23 TL101"]
-    _tree(tmp_path, {"run.py": RUN.format(body="    learner.update(torch.randn(4, 8))")})
+    write_tree(tmp_path, {"run.py": RUN.format(body="    learner.update(torch.randn(4, 8))")})
     assert _check(tmp_path, "agent.py", cache=True) == []
 
 
@@ -273,14 +267,14 @@ if __name__ == "__main__":
 def test_an_epoch_loop_that_calls_another_files_training_loop(tmp_path):
     # (a file that says neither `backward` nor `step` reads no other file's steps: `sched.step()` here)
     body = "    for epoch in range(10):\n        run_epoch(net, batches, opt, device)"
-    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
+    write_tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
     # the optimizer built here is stepped there, and the script trains on CUDA
     assert _check(tmp_path, "main.py") == ["main.py:16 TL702", "main.py:8 TL502"]
 
 
 def test_a_step_function_of_another_file_called_every_iteration(tmp_path):
     body = "    for x, y in batches * 100:\n        fit_batch(net, x.to(device), y.to(device), opt)"
-    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
+    write_tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=body)})
     assert _check(tmp_path, "main.py") == ["main.py:16 TL702", "main.py:8 TL502"]
 
 
@@ -288,13 +282,13 @@ def test_another_files_function_that_does_not_train_or_runs_outside_a_loop(tmp_p
     # an evaluation function every epoch; a training function called once, outside any loop of this file
     # (silent: the model follows calls in loops), and a file whose own functions train in reduced precision
     evaluating = "    for epoch in range(10):\n        print(score(net, batches, device))"
-    _tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=evaluating)})
+    write_tree(tmp_path, {"epochs.py": EPOCHS, "main.py": MAIN.format(body=evaluating)})
     assert _check(tmp_path, "main.py") == []
-    _tree(tmp_path, {"main.py": MAIN.format(body="    run_epoch(net, batches, opt, device)")})
+    write_tree(tmp_path, {"main.py": MAIN.format(body="    run_epoch(net, batches, opt, device)")})
     assert _check(tmp_path, "main.py") == []
     reduced = EPOCHS.replace("        loss = torch", "        with torch.autocast('cuda'):\n            loss = torch")
     body = "    for epoch in range(10):\n        run_epoch(net, batches, opt, device)"
-    _tree(tmp_path, {"epochs.py": reduced, "main.py": MAIN.format(body=body)})
+    write_tree(tmp_path, {"epochs.py": reduced, "main.py": MAIN.format(body=body)})
     assert _check(tmp_path, "main.py", select=("TL702",)) == []
 
 
@@ -349,13 +343,13 @@ if __name__ == "__main__":
 def test_a_method_of_another_file_that_loops_over_its_own_epochs(tmp_path):
     # `learn()` runs its own loop of steps (every 200 moves): the script trains, on CUDA when available
     # (the device is bound twice in agent.py, once to CUDA under `torch.cuda.is_available()`)
-    _tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cuda:0"'), "play.py": PLAY})
+    write_tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cuda:0"'), "play.py": PLAY})
     assert _check(tmp_path, "play.py") == ["play.py:14 TL702"]
     [script] = _messages(tmp_path, "play.py", "TL702")
     assert "(`self.net = nn.Linear(4, 2).to(device)` in `agent.py:11`)" in script
     assert _check(tmp_path, "agent.py") == ["agent.py:12 TL502"]
     # bound twice, both times to the CPU: no CUDA
-    _tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cpu"')})
+    write_tree(tmp_path, {"agent.py": AGENT_EPOCHS.format(device='"cpu"')})
     assert _check(tmp_path, "play.py") == []
 
 
@@ -405,7 +399,7 @@ def fit(net, batches, opt, meter):
 def test_a_helper_of_another_file_whose_value_the_step_only_records(tmp_path):
     body = ("        acc = hits(out, y.cuda())\n        meter.update(acc, len(y))\n"
             "        meter.update(spread(out))")
-    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    write_tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
     assert _check(tmp_path, "metrics.py", select=("TL101",)) == ["metrics.py:11 TL101", "metrics.py:6 TL101"]
     messages = _messages(tmp_path, "metrics.py", "TL101")
     assert all(m.endswith("runs every step: the training loop at fit.py:7 reaches it)") for m in messages)
@@ -416,7 +410,7 @@ def test_a_helper_of_another_file_whose_value_the_step_needs_or_sums(tmp_path):
     body = ("        if hits(out, y.cuda()) > 0.99:\n            break\n"
             "        total = 0.0\n        total += spread(out)\n"
             "        if step % 100 == 0:\n            meter.update(hits(out, y.cuda()))")
-    _tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
+    write_tree(tmp_path, {"metrics.py": METRICS, "fit.py": FIT.format(body=body)})
     assert _check(tmp_path, "metrics.py", select=("TL101",)) == []
 
 
@@ -478,7 +472,7 @@ FLAG = 'torch.device("cuda" if args.gpu else "cpu")'
 
 
 def test_a_flag_chosen_device_on_the_instance_and_unpacked_logged_values(tmp_path):
-    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+    write_tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
                      "learn.py": LEARN.format(body=LOGGED)})
     # both optimizers (the module's and the tensor list's), the returned reads, the script
     assert _check(tmp_path, "critic.py", "learn.py") == [
@@ -492,25 +486,25 @@ def test_a_flag_chosen_device_on_the_instance_and_unpacked_logged_values(tmp_pat
 
 def test_a_device_the_instance_does_not_show_to_be_cuda(tmp_path):
     for device in ('torch.device("cpu")', "pick_device(args)", "args.device"):
-        _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=device, where=", device=self.device"),
+        write_tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=device, where=", device=self.device"),
                          "learn.py": LEARN.format(body=LOGGED)})
         assert _check(tmp_path, "critic.py", "learn.py", select=("TL502", "TL702")) == [], device
     # bound twice, once to a device the code does not show
     agent = FLAGGED_AGENT.format(device=FLAG, where=", device=self.device").replace(
         "    def learn(", "    def move(self, device):\n        self.device = device\n\n    def learn(")
-    _tree(tmp_path, {"critic.py": agent, "learn.py": LEARN.format(body=LOGGED)})
+    write_tree(tmp_path, {"critic.py": agent, "learn.py": LEARN.format(body=LOGGED)})
     assert _check(tmp_path, "critic.py", "learn.py", select=("TL502", "TL702")) == []
 
 
 def test_a_tensor_list_made_without_a_device_is_not_on_cuda(tmp_path):
-    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=""), "learn.py": LEARN.format(body=LOGGED)})
+    write_tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=""), "learn.py": LEARN.format(body=LOGGED)})
     assert _check(tmp_path, "critic.py", select=("TL502",)) == ["critic.py:9 TL502"]
 
 
 def test_returned_values_the_callers_need_or_do_not_unpack(tmp_path):
     # the loop tests the second value: only the first is a read the step waits for in vain
     body = "    value_loss, spread = critic.learn(torch.randn(32, 6))\n    print(value_loss)\n    if spread > 3:\n        break"
-    _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+    write_tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
                      "learn.py": LEARN.format(body=body)})
     [read] = _messages(tmp_path, "critic.py", "TL101")
     assert read.startswith("`loss.item()` waits for the GPU every training step")
@@ -518,7 +512,7 @@ def test_returned_values_the_callers_need_or_do_not_unpack(tmp_path):
             "    losses = critic.learn(torch.randn(32, 6))\n    history.append(losses)",
             "    value_loss, spread = critic.learn(torch.randn(32, 6))\n    history.append(value_loss + spread)",
             "    value_loss, *rest = critic.learn(torch.randn(32, 6))\n    print(value_loss)"):
-        _tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
+        write_tree(tmp_path, {"critic.py": FLAGGED_AGENT.format(device=FLAG, where=", device=self.device"),
                          "learn.py": LEARN.format(body=body)})
         assert _check(tmp_path, "critic.py", select=("TL101",)) == [], body
 
@@ -565,7 +559,7 @@ if __name__ == "__main__":
 
 
 def test_a_method_of_a_class_re_exported_by_a_package_and_its_values_only_formatted(tmp_path):
-    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .actor import ActorLearner\n",
+    write_tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .actor import ActorLearner\n",
                      "rl/algos/actor.py": ACTOR, "main.py": DRIVER.format(package="rl", more="")})
     assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == ["actor.py:17 TL101"]
     [read] = _messages(tmp_path, "rl/algos/actor.py", "TL101")
@@ -574,13 +568,13 @@ def test_a_method_of_a_class_re_exported_by_a_package_and_its_values_only_format
 
 def test_a_re_exported_name_of_another_file_or_a_formatted_value_the_loop_also_tests(tmp_path):
     # the package's ActorLearner is another file's class: the loop never runs this one
-    _tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .other import ActorLearner\n",
+    write_tree(tmp_path, {"rl/__init__.py": "", "rl/algos/__init__.py": "from .other import ActorLearner\n",
                      "rl/algos/other.py": ACTOR, "rl/algos/actor.py": ACTOR,
                      "main.py": DRIVER.format(package="rl", more="")})
     assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
     assert _check(tmp_path, "rl/algos/other.py", select=("TL101",)) == ["other.py:17 TL101"]
     # formatted, and also tested: the step needs that number
-    _tree(tmp_path, {"rl/algos/__init__.py": "from .actor import ActorLearner\n",
+    write_tree(tmp_path, {"rl/algos/__init__.py": "from .actor import ActorLearner\n",
                      "main.py": DRIVER.format(package="rl", more="        if value_loss < 1e-4:\n            break\n")})
     assert _check(tmp_path, "rl/algos/actor.py", select=("TL101",)) == []
 
@@ -626,12 +620,12 @@ if __name__ == "__main__":
 
 
 def test_an_optimizer_over_a_module_the_caller_moved_to_cuda(tmp_path):
-    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
+    write_tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
     [message] = _messages(tmp_path, "learner.py", "TL502")
     assert message.endswith("(`policy` is a module moved to CUDA at owner.py:9 before `Learner(...)` gets it)")
     # by keyword, and through `self.policy`
-    _tree(tmp_path, {"learner.py": LEARNER.replace("Adam(policy.", "Adam(self.policy."),
+    write_tree(tmp_path, {"learner.py": LEARNER.replace("Adam(policy.", "Adam(self.policy."),
                      "owner.py": OWNER.format(build="    learner = Learner(epochs=4, policy=policy)")})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == ["learner.py:8 TL502"]
 
@@ -639,14 +633,14 @@ def test_an_optimizer_over_a_module_the_caller_moved_to_cuda(tmp_path):
 def test_an_optimizer_over_a_module_some_caller_leaves_on_the_cpu(tmp_path):
     # a second build hands it a module never moved
     both = "    learner = Learner(policy, 4)\n    reference = Learner(nn.Linear(4, 2), 1)"
-    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build=both)})
+    write_tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build=both)})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == []
     # moved to a device the code does not show to be CUDA
-    _tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)").replace(
+    write_tree(tmp_path, {"learner.py": LEARNER, "owner.py": OWNER.format(build="    learner = Learner(policy, 4)").replace(
         'torch.device("cuda:0" if cuda else "cpu")', "torch.device(args.device)")})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == []
     # the class replaces the module it was given
-    _tree(tmp_path, {"learner.py": LEARNER.replace("        self.policy = policy\n",
+    write_tree(tmp_path, {"learner.py": LEARNER.replace("        self.policy = policy\n",
                                                    "        policy = policy.cpu()\n        self.policy = policy\n"),
                      "owner.py": OWNER.format(build="    learner = Learner(policy, 4)")})
     assert _check(tmp_path, "learner.py", select=("TL502",)) == []
@@ -710,7 +704,7 @@ if __name__ == "__main__":
 
 
 def test_a_step_closure_handed_to_another_files_wrapper_that_calls_it(tmp_path):
-    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+    write_tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
                      "pretrain.py": PRETRAIN.format(wrapper="gpu_timed")})
     assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == ["timing.py:22 TL101"]
     [read] = _messages(tmp_path, "utils/timing.py", "TL101")
@@ -718,7 +712,7 @@ def test_a_step_closure_handed_to_another_files_wrapper_that_calls_it(tmp_path):
 
 
 def test_a_step_closure_handed_to_a_wrapper_that_keeps_it(tmp_path):
-    _tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
+    write_tree(tmp_path, {"utils/__init__.py": "", "utils/timing.py": TIMING,
                      "pretrain.py": PRETRAIN.format(wrapper="keep").replace("(loss, stats), _ = ", "")})
     assert _check(tmp_path, "utils/timing.py", select=("TL101",)) == []
 
