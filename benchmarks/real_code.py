@@ -43,7 +43,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_checkpoints"}
 SUFFIXES = (".py", ".ipynb")
@@ -225,17 +225,22 @@ def place(finding: dict) -> str:
 _INSTANCE = re.compile(r"^(?P<file>.+?):(?P<line>\d+)\s+(?P<code>TL\d{3})\b")
 
 
-def read_recall(path: Path) -> List[Tuple[str, int, str]]:
-    """A reader's instances: ``<path>:<line> <CODE> [# note]`` a line; ``#`` lines and blank lines skipped."""
-    instances = []
+def _matched_lines(path: Path, pattern: "re.Pattern[str]", form: str) -> Iterator["re.Match[str]"]:
+    """Each line of ``path`` matched by ``pattern``; ``#`` lines and blank lines skipped, any other line an error
+    that names its line and the ``form`` expected."""
     for number, raw in enumerate(path.read_text().splitlines(), 1):
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
-        match = _INSTANCE.match(raw.strip())
+        match = pattern.match(raw.strip())
         if match is None:
-            raise SystemExit(f"{path}:{number}: not an instance (<path>:<line> <CODE>): {raw!r}")
-        instances.append((match["file"], int(match["line"]), match["code"]))
-    return instances
+            raise SystemExit(f"{path}:{number}: not {form}: {raw!r}")
+        yield match
+
+
+def read_recall(path: Path) -> List[Tuple[str, int, str]]:
+    """A reader's instances: ``<path>:<line> <CODE> [# note]`` a line."""
+    return [(m["file"], int(m["line"]), m["code"])
+            for m in _matched_lines(path, _INSTANCE, "an instance (<path>:<line> <CODE>)")]
 
 
 def score_recall(instances: Sequence[Tuple[str, int, str]], findings: Sequence[dict]) -> List[str]:
@@ -262,15 +267,8 @@ def score_recall(instances: Sequence[Tuple[str, int, str]], findings: Sequence[d
 
 
 def read_labels(path: Path) -> Dict[Tuple[str, int, str], str]:
-    labels = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        match = _LABEL.match(raw.strip())
-        if match is None:
-            raise SystemExit(f"{path}:{number}: not a verdict (<path>:<line> <CODE> right|arguable|wrong): {raw!r}")
-        labels[(match["file"], int(match["line"]), match["code"])] = match["verdict"]
-    return labels
+    return {(m["file"], int(m["line"]), m["code"]): m["verdict"]
+            for m in _matched_lines(path, _LABEL, "a verdict (<path>:<line> <CODE> right|arguable|wrong)")}
 
 
 def main(argv: Sequence[str] = ()) -> int:
