@@ -93,10 +93,16 @@ class TensorCreatedThenMoved(Rule):
       called once at the end of the script, a helper called only from a constructor), its name used for
       nothing else (not handed on as a value, not called on an object the file cannot follow), and a
       class's `__init__`, where every build of the class (or of a subclass) in the file runs once, or the
-      file builds it nowhere (another file's set-up builds the model, agent or runner). It stays reported
-      where the class is built in a loop, the def is also called in one or reached by a training step,
-      and in `forward` and other dunders (`nn.Module.__call__`, the `DataLoader` run them for you). A
-      constructor another file runs every step is therefore missed.
+      file builds it nowhere (another file's set-up builds the model, agent or runner). The calls other
+      files of the project make count too (each file is still checked alone; what the files that import it
+      run of its functions and methods comes from their summaries): a timing helper of `benchmark.py` that
+      `train.py` calls once before its epochs, or `runner.sample()` called once from `main()`, runs once,
+      and so does one called there from a module-level def that file never names (an entry point that yet
+      another file hands to a launcher). It stays reported where the class is built in a loop, the def is
+      also called in one (of its own file or another's) or reached by a training step, is handed on as a
+      value, and in `forward` and other dunders (`nn.Module.__call__`, the `DataLoader` run them for you).
+      A constructor another file runs every step is therefore missed, and so is a def that an entry point
+      of another file calls once where a third file runs that entry point every step.
     - `.expand(...)` or arithmetic between the factory and the move: the moved tensor is a fresh,
       writable copy, while an expanded view made on the GPU is not writable.
     - a random factory in a function (or script) that forks, saves or restores the RNG state itself

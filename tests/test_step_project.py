@@ -213,7 +213,11 @@ def test_the_summaries():
     assert step_summary(_index(DIST)) == {"devices": ["dev"]}
     uses = uses_summary(_index(RUN.format(body=EVERY_STEP + "\n        if step % 10 == 0:\n            learner.report(batch)")))
     # (each method entry ends with where its value goes there: `result_uses`, `[]` for a dropped value)
-    assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update", []]]]]}
+    assert uses == {"loops": [[7, False, [["agent", 0, "Learner", "update", []]]]],
+                    # (each run of an imported name, and whether every one is once per run: the class is built
+                    # once in `main()`, its methods run in the loop)
+                    "once": [["agent", 0, "Learner", "", True], ["agent", 0, "Learner", "update", False],
+                             ["agent", 0, "Learner", "report", False]]}
 
 
 # --- a training loop in a function of another file (issue 24, recall): `main.py`'s epoch loop calls
@@ -420,7 +424,9 @@ def test_the_uses_summary_of_helper_calls():
     # (`loss.backward()` is kept as the class-method entries are: `loss` is a call of an imported name)
     assert uses == {"loops": [[7, True, [["torch.nn.functional", 0, "cross_entropy", "backward", []],
                                          ["metrics", 0, "hits", "", [["arg", "meter.update"]]],
-                                         ["metrics", 0, "spread", "", [["arg", "print"]]]]]]}
+                                         ["metrics", 0, "spread", "", [["arg", "print"]]]]]],
+                    # (`loss.backward()` is no run of a project name: `torch` is none)
+                    "once": [["metrics", 0, "hits", "", False], ["metrics", 0, "spread", "", False]]}
 
 
 # --- a device chosen by a flag and held on the instance, a tensor list trained, returned host values unpacked

@@ -44,6 +44,9 @@ STEP_RULES = frozenset({"TL101", "TL105", "TL501", "TL502", "TL702"})
 # ...of which TL105 reads only the clocks of imported classes: what it reports is always spelled in the file
 # itself (`synchronize`), so another file never opens its text gate
 _GATED_STEP_RULES = frozenset({"TL105"})
+# The rules that ask how often another project file runs a def of the checked one (``StepFacts.runs_once``):
+# TL102 is silent on a set-up def that file calls once per run (a timing helper called before the epochs).
+ONCE_RULES = frozenset({"TL102"})
 # The rules that ask whether an instance of a project class may be a model: TL202 takes no call on an instance
 # of a class whose bases lead to no ``nn.Module`` for a forward pass (``facts.modules.class_summary``), wherever
 # the class is defined in the project.
@@ -170,7 +173,8 @@ class ProjectModel:
                  steps: Optional[Dict[Path, dict]] = None, callers: Optional[List[Caller]] = None,
                  loaders: bool = True, builds: Optional[List[Build]] = None,
                  classes: Optional[Dict[Path, Tuple[dict, dict]]] = None,
-                 stars: Optional[List[Tuple[str, int, Optional[Path], dict]]] = None) -> None:
+                 stars: Optional[List[Tuple[str, int, Optional[Path], dict]]] = None,
+                 once: Optional[List[Once]] = None) -> None:
         self.importer, self.root = importer, root
         # the project modules the file star-imports, in order, each with its star summary
         # (``facts.modules.star_summary``): the names ``from utils import *`` binds there (``star_origins``);
@@ -186,6 +190,9 @@ class ProjectModel:
         self._callers: List[Caller] = callers or []
         # the calls of the files that import this one which build its classes with a module they move to CUDA
         self._builds: List[Build] = builds or []
+        # the calls of the files that import this one of its functions and methods, each with whether it runs
+        # once per run there (``called_once``)
+        self._once: List[Once] = once or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
@@ -197,7 +204,7 @@ class ProjectModel:
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
         return not self.summaries and not self.steps and not self._callers and not self._builds \
-            and not self.class_files and not self.stars
+            and not self.class_files and not self.stars and not self._once
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -209,6 +216,12 @@ class ProjectModel:
             if b"import" in data and any(word in data for word in _TRAINING_WORDS):
                 return True
         return not STEP_RULES.isdisjoint(codes) and may_be_reached(data)
+
+    @classmethod
+    def counts_calls(cls, data: bytes, codes: "set[str]") -> bool:
+        """Whether a file of these bytes, checked with the rules ``codes``, may ask how often other files call
+        its defs (``ONCE_RULES``: a def that may move a tensor to a device)."""
+        return not ONCE_RULES.isdisjoint(codes) and b"def " in data and (b".cuda(" in data or b".to(" in data)
 
     @classmethod
     def trains(cls, data: bytes) -> bool:
@@ -236,17 +249,18 @@ class ProjectModel:
     @classmethod
     def for_file(cls, path: Path, data: bytes, root: Path, cache: Optional["Cache"] = None,
                  max_size: int = _SOURCE_LIMIT, steps: bool = False, loaders: bool = True,
-                 imported: bool = True, classes: bool = False) -> "ProjectModel":
+                 imported: bool = True, classes: bool = False, once: bool = False) -> "ProjectModel":
         """The model of ``path`` (its bytes: ``data``) in the project at ``root``; ``steps``: with the step
         summaries of the files it imports and the loops of the files that import it (``STEP_RULES``);
         ``loaders``: with their loader factories (``follows_loaders``); ``imported``: with anything of the files
         it imports (``trains``), else only the loops of those that import it; ``classes``: with the class
-        summaries of the files it imports and of those their bases come from (``reads_classes``)."""
+        summaries of the files it imports and of those their bases come from (``reads_classes``); ``once``: with
+        the calls of the files that import it of its defs (``counts_calls``)."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         if not imported and not classes:  # only what other files' loops run of it
-            callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
-            return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds)
+            callers, builds, called = _callers_of(importer, data, root, cache, max_size, steps, once)
+            return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds, once=called)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
         for module in imported_modules(data):
@@ -265,18 +279,21 @@ class ProjectModel:
             pending = following
         class_files = _class_files(summaries, data, root, cache, max_size) if classes else {}
         if not imported:  # the classes of the files it imports, and what other files' loops run of it
-            callers, builds = _callers_of(importer, data, root, cache, max_size) if steps else ([], [])
+            callers, builds, called = _callers_of(importer, data, root, cache, max_size, steps, once)
             return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
-                       classes=class_files, stars=stars)
+                       classes=class_files, stars=stars, once=called)
         if not steps:
-            return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files, stars=stars)
+            called = _callers_of(importer, data, root, cache, max_size, False, once)[2]
+            return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files, stars=stars,
+                       once=called)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
-        callers, builds = _callers_of(importer, data, root, cache, max_size)
-        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files, stars)
+        callers, builds, called = _callers_of(importer, data, root, cache, max_size, True, once)
+        return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files, stars,
+                   called)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -449,6 +466,14 @@ class ProjectModel:
         there, [(class, method)] and [(function, "", where its value goes: ``facts.steps.result_uses``)])."""
         return self._callers
 
+    def called_once(self) -> Dict[Tuple[str, str], List[bool]]:
+        """(function, "") or (class, method) of the checked file -> for each file that imports it and runs it,
+        whether every run of it there is once per run (``facts.steps.uses_summary``'s ``once``)."""
+        found: Dict[Tuple[str, str], List[bool]] = {}
+        for _file, name, method, once in self._once:
+            found.setdefault((name, method), []).append(once)
+        return found
+
     def cuda_builds(self, class_name: str) -> List["Build"]:
         """The calls of the files that import the checked one which build its class ``class_name`` (by any
         name a package re-exports it under) and pass it modules moved to CUDA there: (file relative to the root,
@@ -473,6 +498,8 @@ class ProjectModel:
         digest.update(json.dumps(self._callers, sort_keys=True).encode())
         if self._builds:
             digest.update(json.dumps(self._builds, sort_keys=True).encode())
+        if self._once:
+            digest.update(json.dumps(["once", self._once], sort_keys=True).encode())
         return digest.hexdigest()
 
     def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
@@ -502,6 +529,8 @@ _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
 Caller = Tuple[str, int, bool, List[tuple]]
 # (file, class, [[position, line]], [[keyword, line]]): a call there that builds the class with CUDA modules
 Build = Tuple[str, str, list, list]
+# (file, function or class, method or "", whether every run of it there is once per run)
+Once = Tuple[str, str, str, bool]
 
 
 def _stars_of(data: bytes, importer: Path, root: Path, imports: Dict[Module, Path], cache: Optional["Cache"],
@@ -730,25 +759,30 @@ def _calls_bare(data: bytes, called: bytes) -> bool:
 _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE)  # module-level defs
 
 
-def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int
-                ) -> Tuple[List[Caller], List[Build]]:
+def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int, loops: bool = True,
+                once: bool = False) -> Tuple[List[Caller], List[Build], List[Once]]:
     """The loops of the project files that import ``path`` (by any module name that resolves to it) which
     call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``; and
-    the calls there that build its classes with modules moved to CUDA (``ProjectModel.cuda_builds``)."""
+    the calls there that build its classes with modules moved to CUDA (``ProjectModel.cuda_builds``) (those two
+    only with ``loops``); with ``once``, the runs there of its functions and methods, each with whether it is
+    once per run (``ProjectModel.called_once``)."""
     from torchlint.run.fileio import SourceError, read_regular
 
     trains = b".backward(" in data or b".step(" in data
     # the importer must build one of its classes (`TD3.TD3(`, `Trainer(` in its text), where one can train, or
     # call one of its module-level functions (`calculate_accuracy(`), from a loop that trains there or that
     # calls one that trains
-    built = [name + b"(" for name in _CLASS_NAMES.findall(data)] if trains and b"class" in data else []
-    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if may_be_reached(data) else []
-    table = _import_table(str(root)) if built or called else None
+    built = [name + b"(" for name in _CLASS_NAMES.findall(data)] if loops and trains and b"class" in data else []
+    called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if loops and may_be_reached(data) else []
+    # ...or, for how often it runs them, name one of its functions or classes
+    named = list(dict.fromkeys(_FUNCTION_NAMES.findall(data) + _CLASS_NAMES.findall(data))) if once else []
+    table = _import_table(str(root)) if built or called or named else None
     if not table:
-        return [], []
+        return [], [], []
     target = os.path.realpath(path)
     found: List[Caller] = []
     builds: List[Build] = []
+    runs: List[Once] = []
     importers = _importers(table, path, target, root)
     # a package's `__init__.py` that re-exports names of the file (`from .a2c_acktr import A2C_ACKTR`): the
     # files that import them from the package (`from pkg import algo` then `algo.A2C_ACKTR(...)`) call them too
@@ -772,11 +806,19 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
         except (SourceError, OSError):
             continue
         spelled_built = built + [name.encode() + b"(" for name in names or ()] if built else built
-        if not any(spelled in text for spelled in spelled_built) and not (
-                (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called)):
+        looped = any(spelled in text for spelled in spelled_built) or (
+            (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called))
+        counted = bool(named) and any(name in text for name in named + [name.encode() for name in names or ()])
+        if not looped and not counted:
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         uses = summary_of(importer, cache, max_size, "uses")
+        if counted:
+            runs.extend((shown, (names or {}).get(name, name), method, runs_once)
+                        for module, level, name, method, runs_once in uses.get("once", ())
+                        if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
+        if not looped:
+            continue
         for line, steps, calls in uses.get("loops", ()):
             mine = []
             for entry in calls:
@@ -797,7 +839,7 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
             builds.extend((shown, (names or {}).get(name, name), positions, keywords)
                           for module, level, name, positions, keywords in uses.get("built", ())
                           if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
-    return found, builds
+    return found, builds, runs
 
 
 def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:

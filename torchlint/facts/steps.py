@@ -385,6 +385,9 @@ class StepFacts:
         # call, where its result goes there (``result_uses``; None where out of sight)
         self.foreign_results: Dict[ast.AST, List[Optional[list]]] = {}
         self._reach(index, project)
+        # (class or function, method or "") -> for each call of it in the files that import this one, whether
+        # it runs once per run there (``uses_summary``'s ``once``)
+        self._foreign_once: Dict[Tuple[str, str], List[bool]] = project.called_once() if project is not None else {}
 
     def _steps(self, loop: AstLoopInfo) -> bool:
         if ends_after_first_iteration(loop.node):
@@ -447,11 +450,13 @@ class StepFacts:
 
     # --- how often a def runs ---------------------------------------------------------------------
     def runs_once(self, index: AstIndex, function: ast.AST) -> bool:
-        """``function`` (a def of the file) runs once per run, as far as the file shows: no step reaches it,
-        and every call of it the file makes (at least one, each resolved to it by the call graph, its name
-        used for nothing else) is outside any loop, at module level or in a def that runs the training loop
-        itself (``runs_once_per_run``) or that runs once in turn (``init_memory(loader)`` in ``main()``
-        before the epoch loop, ``main()`` called once at the end of the script). A class's ``__init__`` runs
+        """``function`` (a def of the file) runs once per run, as far as the project shows: no step reaches
+        it, and every call of it the file makes (each resolved to it by the call graph, its name used for
+        nothing else) is outside any loop, at module level or in a def that runs the training loop itself
+        (``runs_once_per_run``) or that runs once in turn (``init_memory(loader)`` in ``main()`` before the
+        epoch loop, ``main()`` called once at the end of the script), and so is every run of it by the files
+        that import this one (``ProjectModel.called_once``, ``runs_once_here`` there); at least one call in
+        all. A class's ``__init__`` runs
         once per object: once per run where every build of the class the file shows (and of its subclasses
         there) runs once; a class the file never builds is built by another file, as set-up (a model, an
         agent, a runner), which is taken for once per run. A dunder, ``forward`` (``nn.Module.__call__`` runs
@@ -475,13 +480,14 @@ class StepFacts:
         if klass is not None and (name == "forward" or name.startswith("__") and name.endswith("__")):
             return name == "__init__" and function in klass.body and self._built_once(index, klass)
         calls = self.calls_of(function)
-        if not calls or any(call in self.handing for call in calls):
+        foreign = self._foreign_once.get(_importable_as(index, function), [])  # (calls from other files)
+        if (not calls and not foreign) or any(call in self.handing for call in calls):
             return False
         called = {id(call.func) for call in calls}
         uses = index.attributes_named(name) if klass is not None else [use for use, _ in index.names_named(name)]
         if any(id(use) not in called for use in uses):
             return False  # called on a receiver the graph cannot follow, or handed on as a value
-        return all(self._once_at(index, call) for call in calls)
+        return all(foreign) and all(self._once_at(index, call) for call in calls)
 
     def _built_once(self, index: AstIndex, klass: ast.ClassDef) -> bool:
         """Every build of ``klass`` this file shows runs once (``runs_once``), and so does every build of its
@@ -751,6 +757,17 @@ class StepFacts:
         return found
 
 
+def _importable_as(index: AstIndex, function: ast.AST) -> Optional[Tuple[str, str]]:
+    """How another file names ``function``: (its name, "") for a module-level def, (class, method) for a method
+    of a module-level class; None for a def no other file can call by name (nested)."""
+    klass = index.class_of.get(function)
+    if klass is None:
+        return (function.name, "") if index.function_of(function) is None else None  # type: ignore[attr-defined]
+    if function in klass.body and index.function_of(klass) is None:
+        return klass.name, function.name  # type: ignore[attr-defined]
+    return None
+
+
 def _qualified_decorator(index: AstIndex, decorator: ast.expr) -> Optional[str]:
     """What a decorator names, called or not (``@torch.no_grad()``, ``@staticmethod``), by the file's imports."""
     target = decorator.func if type(decorator) is ast.Call else decorator  # type: ignore[attr-defined]
@@ -950,8 +967,12 @@ def uses_summary(index: AstIndex) -> dict:
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
     built = _cuda_builds(index)
+    once = _once_calls(index, facts)
     if not facts._imported_of and not called and not facts.passed_out:
-        return {"built": built} if built else {}
+        summary = {"built": built} if built else {}
+        if once:
+            summary["once"] = once
+        return summary
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
     for info in index.calls:
@@ -981,10 +1002,81 @@ def uses_summary(index: AstIndex) -> dict:
     for call, (wrapper, passed) in facts.passed_out.items():
         _hand_out(index, facts, call, wrapper, passed, loops, called)
     summary: dict = {"built": built} if built else {}
+    if once:
+        summary["once"] = once
     if loops:
         summary["loops"] = [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
                             for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]
     return summary
+
+
+def _once_calls(index: AstIndex, facts: StepFacts) -> List[list]:
+    """The imported names of other project files this file runs, each once as ``[module, level, name, method,
+    whether every run of it here is once per run]`` (``method`` empty for a function): a call of an imported
+    function, a method called on an instance of an imported class (``runner.sample()`` with ``runner =
+    Diffusion(...)``), and an imported function named otherwise than called (handed on as a value: never once).
+    A call runs once per run where ``runs_once_here`` says so; ``StepFacts.runs_once`` of the other file reads
+    them."""
+    origins = import_origins(index) if index.import_statements else {}
+    if not origins:
+        return []
+    found: Dict[tuple, bool] = {}
+
+    def note(entry: tuple, once: bool) -> None:
+        found[entry] = found.get(entry, True) and once
+
+    def project_origin(written: Optional[str]) -> Optional[Tuple[str, int, str]]:
+        origin = called_origin(origins, written) if written is not None else None
+        return origin if origin is not None and _may_be_project(origin[0], origin[1]) else None
+
+    called: Set[int] = set()
+    for info in index.calls:
+        called.add(id(info.node.func))
+        imported = facts._imported_of.get(info.node)
+        if imported:
+            entries = [tuple(entry) for entry in imported if _may_be_project(entry[0], entry[1])]
+        elif info.node in facts._callees_of:
+            continue
+        else:
+            origin = project_origin(dotted_name(info.node.func))
+            if origin is None:
+                continue
+            entries = [(*origin, "")]
+        once = runs_once_here(index, facts, info.node)
+        for entry in entries:
+            note(entry, once)
+    for node in walk(index.tree):  # `fun=trainer.time_model`: run wherever it is handed
+        if type(node) is ast.Attribute and id(node) not in called and type(index.parent(node)) is not ast.Attribute:
+            origin = project_origin(dotted_name(node))
+            if origin is not None:
+                note((*origin, ""), False)
+    for local, (module, level, taken) in origins.items():
+        if taken is None or not _may_be_project(module, level):
+            continue
+        for use, parent in index.names_named(local):
+            if type(use.ctx) is ast.Load and id(use) not in called and type(parent) is not ast.Attribute:
+                note((module, level, taken, ""), False)
+    return [[*entry, once] for entry, once in found.items()]
+
+
+def runs_once_here(index: AstIndex, facts: StepFacts, call: ast.Call) -> bool:
+    """``call`` runs once per run of this file, as far as the file shows: in no loop, at module level, in a
+    def that runs the training loop itself or runs once (``StepFacts.runs_once``), or in a module-level def
+    the file never names (an entry point another file runs: ``time_model()`` handed to a launcher), with no
+    decorator but those ``runs_once`` allows, that no step reaches."""
+    if next(index.enclosing_loops(call), None) is not None:
+        return False
+    caller = index.function_of(call)
+    if caller is None:
+        return True
+    if type(caller) not in _DEFS:
+        return False
+    if runs_once_per_run(index, call, caller) or facts.runs_once(index, caller):
+        return True
+    return index.function_of(caller) is None and index.class_of.get(caller) is None \
+        and caller not in facts.stepping and caller not in facts.reached \
+        and not index.names_named(caller.name) and all(  # type: ignore[attr-defined]
+            _qualified_decorator(index, decorator) in _ONCE_DECORATORS for decorator in caller.decorator_list)  # type: ignore[attr-defined]
 
 
 def _hand_out(index: AstIndex, facts: StepFacts, call: ast.Call, wrapper: Tuple[str, int, str],
@@ -1084,6 +1176,11 @@ def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to
 
 # the top-level modules no project file is: a call of theirs is not recorded in a uses summary
 _NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
+
+
+def _may_be_project(module: str, level: int) -> bool:
+    """An import of ``module`` (``level`` dots) may load a project file: relative, or not a known package."""
+    return bool(level) or module.split(".")[0] not in _NOT_PROJECT
 
 
 def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call, Tuple[str, int, str]]:

@@ -172,12 +172,13 @@ def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> Pro
     codes = {rule.code for rule in rules_for(settings, path)}
     uses = ProjectModel.may_use(data, codes)
     classes = ProjectModel.reads_classes(data, codes)
-    if not uses and not classes:
+    once = ProjectModel.counts_calls(data, codes)
+    if not uses and not classes and not once:
         return ProjectModel.empty(path)
     return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
                                  steps=uses and not STEP_RULES.isdisjoint(codes),
                                  loaders=uses and ProjectModel.follows_loaders(data, codes),
-                                 imported=uses and ProjectModel.trains(data), classes=classes)
+                                 imported=uses and ProjectModel.trains(data), classes=classes, once=once)
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
