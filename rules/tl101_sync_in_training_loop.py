@@ -142,7 +142,8 @@ class SyncInTrainingLoop(Rule):
     Logging guards: a sync inside the body of an `if` whose test uses `%` (`if step % log_every == 0:`,
     `if (i + 1) % 100 == 0:`, `if divisible_by(step, every):`) or names logging (`if should_log:`,
     `if args.verbose:`), also through a variable set once to such a test (`is_metric_step = i % every == 0`
-    then `if is_metric_step:`), runs every N steps, not every step; it is deliberately not reported. The `else`
+    then `if is_metric_step:`), runs every N steps, not every step; it is deliberately not reported. So does a
+    sync after the inverted guard in its block, `if not should_log: return` (or `continue`). The `else`
     branch of such an `if` is checked as usual.
 
     Nor is a second read of a value that a load-bearing sync earlier in the same step already read, with
@@ -337,6 +338,8 @@ class _Detector:
         self._via: dict = {}
         self._synchronized: dict = {}  # a compound statement -> its statements right after a synchronize
         self._guarded_below: dict = {}  # (child, loop) -> whether an ancestor of child up to loop guards it
+        self._exit_guards: dict = {}  # (id of a block's owner, field) -> where its statements stand, and the first
+        # `if not <logging guard>: return` among them
         self._returned_memo: dict = {}  # (def, position, size) -> where its callers take a returned host value
         self._spellings: Optional[dict] = None  # name -> how often the file spells it (``_spelled``)
 
@@ -903,6 +906,8 @@ class _Detector:
         kind = type(ancestor)
         if kind is ast.Raise:
             return True
+        if isinstance(child, ast.stmt) and self._after_exit_guard(ancestor, child):
+            return True
         if kind is ast.If:
             in_body = any(s is child for s in ancestor.body)
             if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
@@ -911,6 +916,33 @@ class _Detector:
             return any(s is child for s in block) and self._leaves_loop(block, ancestor, loop)
         return kind in _WITH_ELSE and any(s is child for s in ancestor.orelse) \
             and self._leaves_loop(ancestor.orelse, ancestor, loop)
+
+    def _after_exit_guard(self, owner: ast.AST, child: ast.stmt) -> bool:
+        """``child`` follows, in its block, an early exit on the steps that do not log: ``if not should_log:
+        return`` (or ``continue``), the inverted form of ``if should_log:`` around it."""
+        for field in ("body", "orelse", "finalbody"):
+            block = getattr(owner, field, None)
+            if type(block) is not list:
+                continue
+            key = (id(owner), field)
+            known = self._exit_guards.get(key)
+            if known is None:
+                positions = {id(statement): at for at, statement in enumerate(block)}
+                first = next((at for at, statement in enumerate(block) if self._exits_unless_logging(statement)), None)
+                known = self._exit_guards[key] = (positions, first)
+            positions, first = known
+            at = positions.get(id(child))
+            if at is not None:
+                return first is not None and at > first
+        return False
+
+    def _exits_unless_logging(self, statement: ast.stmt) -> bool:
+        if type(statement) is not ast.If or statement.orelse or type(statement.test) is not ast.UnaryOp \
+                or type(statement.test.op) is not ast.Not:
+            return False
+        if type(statement.body[-1]) not in (ast.Return, ast.Continue):
+            return False
+        return is_logging_guard(statement.test.operand, self.index, self.index.scope_of(statement))
 
     def _leaves_loop(self, block: List[ast.stmt], owner: ast.AST, loop: AstLoopInfo) -> bool:
         """The block's last statement leaves the training loop: ``raise``, ``return``, ``sys.exit(...)`` /
