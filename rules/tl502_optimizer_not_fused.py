@@ -61,17 +61,14 @@ def _may_train_sparse(index: AstIndex) -> Optional[str]:
     without a fix."""
     memo = index.shared.get("tl502_sparse", False)
     if memo is False:
-        memo = None
-        for info in index.calls:
-            for keyword in info.node.keywords:
-                if keyword.arg == "sparse" and not is_literal(keyword.value, False):
-                    statement = next(a for a in index.ancestors(info.node) if isinstance(a, ast.stmt))
-                    memo = f"`sparse={index.code_for_node(keyword.value, statement)}`"
-                    break
-            if memo is not None:
-                break
-        if memo is None and index.calls_to("torch.optim.SparseAdam"):
-            memo = "a `SparseAdam`"
+        flagged = next(((info, keyword) for info in index.calls for keyword in info.node.keywords
+                        if keyword.arg == "sparse" and not is_literal(keyword.value, False)), None)
+        if flagged is not None:
+            info, keyword = flagged
+            statement = next(a for a in index.ancestors(info.node) if isinstance(a, ast.stmt))
+            memo = f"`sparse={index.code_for_node(keyword.value, statement)}`"
+        else:
+            memo = "a `SparseAdam`" if index.calls_to("torch.optim.SparseAdam") else None
         index.shared["tl502_sparse"] = memo
     return memo  # type: ignore[return-value]
 

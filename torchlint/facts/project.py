@@ -19,7 +19,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from torchlint.facts.clocks import CLOCK_TEXTS
 
@@ -92,8 +92,12 @@ def imported_modules(data: bytes) -> List[Module]:
             if words and words[0] != b"*":
                 name = words[0].decode("ascii", "replace")
                 found[(f"{module_name}.{name}" if module_name else name, level)] = None
-    return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
-            and (module[0] or module[1])]
+    return [module for module in found if _is_module(module)]
+
+
+def _is_module(module: Module) -> bool:
+    """A (name, level) an import statement can load: dotted identifiers, or a relative import of a package."""
+    return all(piece.isidentifier() for piece in module[0].split(".") if piece) and bool(module[0] or module[1])
 
 
 def star_modules(data: bytes) -> List[Module]:
@@ -103,8 +107,7 @@ def star_modules(data: bytes) -> List[Module]:
         dots, module, names, plain = match.groups()
         if plain is None and names.strip().strip(b"()").strip() == b"*":
             found[(module.decode("ascii", "replace"), len(dots))] = None
-    return [module for module in found if all(piece.isidentifier() for piece in module[0].split(".") if piece)
-            and (module[0] or module[1])]
+    return [module for module in found if _is_module(module)]
 
 
 def _import_matches(data: bytes):
@@ -308,39 +311,44 @@ class ProjectModel:
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
         """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
         each entry's ``path`` (relative to the root), or None."""
-        file = self.imports.get((module, level)) if self.loaders else None
-        for _ in range(MAX_HOPS + 1):
-            summary = self.summaries.get(file) if file is not None else None
+        if not self.loaders:
+            return None
+        for file, name in self._reexport_chain(module, level, name, self.summaries.get):
+            summary = self.summaries.get(file)
             if summary is None:
                 return None
             found = summary.get("factories", {}).get(name)
             if found is not None:
-                shown = self._shown(file)  # type: ignore[arg-type]
+                shown = self._shown(file)
                 return {"tuple": found["tuple"],
                         "sites": [dict(entry, path=shown) if entry else None for entry in found["sites"]]}
-            origin = summary.get("reexports", {}).get(name)
-            if origin is None:
-                return None
-            module, level, name = origin
-            file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
         return None
+
+    def _reexport_chain(self, module: str, level: int, name: str,
+                        exports_of: Callable[[Path], Optional[dict]]) -> Iterator[Tuple[Path, str]]:
+        """The files (and the name there) where ``name`` imported from ``module`` may be defined: the module's
+        file, then, while ``exports_of(file)`` (a summary with ``reexports``) says the file takes the name from
+        another, that file, up to ``MAX_HOPS`` re-exports."""
+        file = self.imports.get((module, level))
+        for _ in range(MAX_HOPS + 1):
+            if file is None:
+                return
+            yield file, name
+            exports = exports_of(file)
+            origin = exports.get("reexports", {}).get(name) if exports is not None else None
+            if origin is None:
+                return
+            module, level, name = origin
+            file = resolve(module, level, file, self.root)
 
     def _step_entry(self, module: str, level: int, name: str, kind: str) -> Optional[Tuple[Path, dict, object]]:
         """The file a name imported from ``module`` is defined in (following re-exports), its step summary
         and its entry there under ``kind`` ("classes" or "devices")."""
-        file = self.imports.get((module, level))
-        for _ in range(MAX_HOPS + 1):
-            if file is None:
-                return None
+        for file, name in self._reexport_chain(module, level, name, lambda file: self.summaries.get(file, {})):
             summary = self.steps.get(file, {})
             entries = summary.get(kind, [] if kind == "devices" else {})
             if name in entries:
                 return file, summary, True if kind == "devices" else entries[name]
-            origin = self.summaries.get(file, {}).get("reexports", {}).get(name)
-            if origin is None:
-                return None
-            module, level, name = origin
-            file = resolve(module, level, file, self.root)
         return None
 
     def class_steps(self, module: str, level: int, name: str) -> Optional[dict]:
@@ -416,20 +424,17 @@ class ProjectModel:
         """The ``wraps`` entry of the project class ``name`` of ``module`` (as the checked file imports it;
         re-exports followed) where its forward returns a conv's output (``facts.modules.conv_wrapper``), with
         ``path``; None for any other class, and for one the model does not hold."""
-        file = self.imports.get((module, level))
-        for _ in range(MAX_HOPS + 1):
-            held = self.class_files.get(file) if file is not None else None
+        def exports_of(file: Path) -> Optional[dict]:
+            held = self.class_files.get(file)
+            return held[1] if held is not None else None
+
+        for file, name in self._reexport_chain(module, level, name, exports_of):
+            held = self.class_files.get(file)
             if held is None:
                 return None
-            classes, exports = held
-            entry = classes.get("classes", {}).get(name)
+            entry = held[0].get("classes", {}).get(name)
             if entry is not None:
-                return dict(entry["wraps"], path=self._shown(file)) if "wraps" in entry else None  # type: ignore[arg-type]
-            origin = exports.get("reexports", {}).get(name)
-            if origin is None:
-                return None
-            module, level, name = origin
-            file = resolve(module, level, file, self.root)  # type: ignore[arg-type]
+                return dict(entry["wraps"], path=self._shown(file)) if "wraps" in entry else None
         return None
 
     def _is_project_module(self, module: str, level: int) -> bool:
