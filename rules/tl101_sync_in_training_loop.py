@@ -182,8 +182,10 @@ class SyncInTrainingLoop(Rule):
     function of the file that a training loop of another project file calls every iteration
     (`acc = calculate_accuracy(out, y)` in `training.py`'s batch loop, `from utils import calculate_accuracy`)
     is reached the same way; a value it returns counts as shown there only where that loop drops it or passes
-    it to a collecting or logging call (`meters.update(acc, n)`, `print(...)`): a sum there, whose use is out
-    of sight, keeps it silent. A method of the file's class that such a loop calls every iteration is judged
+    it to a collecting or logging call (`meters.update(acc, n)`, `print(...)`), or sums it into a running total
+    that loop reads nowhere else (`acc += get_accuracy(sr, gt)`, read after the loop: a tensor sum would do);
+    any other sum there, whose use is out of sight, keeps it silent. The function may also be taken by the
+    loop's file through its one star import of a project module (`from evaluation import *`). A method of the file's class that such a loop calls every iteration is judged
     the same way, element by element for a returned tuple unpacked into names there (`return loss_a.item(),
     loss_b.item()` with `a, b = agent.update(...)` in `main.py`, each name only logged: both reported; a name
     tested there, or the result kept whole, `out = agent.update(...)`, or unpacked with a `*rest`: that
@@ -1100,8 +1102,10 @@ class _Detector:
     @staticmethod
     def _shown_there(uses: Optional[list], position: Optional[int] = None, size: int = 0) -> bool:
         """A call's result in a loop of another project file (``facts.steps.result_uses``) is only shown or
-        stored there: dropped, or each use an argument of a collecting or logging call (``meter.update(acc,
-        n)``, ``print(acc)``); anything else, a sum included (what the sum feeds is out of sight), needs it.
+        stored there: dropped, summed into a running total that loop reads nowhere else (``acc +=
+        accuracy(sr, gt)``, read after the loop), or each use an argument of a collecting or logging call
+        (``meter.update(acc, n)``, ``print(acc)``); anything else, another sum included (what it feeds is out
+        of sight), needs it.
         For the element at ``position`` of a returned tuple of ``size``: the result is unpacked into as many
         names there (``loss_a, loss_b = agent.update(batch)``) and that element's name is only shown."""
         if uses is None:
@@ -1111,8 +1115,9 @@ class _Detector:
                 return False
             uses = uses[0][1][position]
         for kind, written in uses:
-            if kind == "text":
-                continue  # formatted into text: "loss {:.3f}".format(value)
+            if kind == "text" or (kind == "add" and written):
+                continue  # formatted into text ("loss {:.3f}".format(value)), or summed into a running total
+                # that the loop reads nowhere else (`acc += accuracy(sr, gt)`: a tensor sum would do)
             last = written.rsplit(".", 1)[-1]
             if kind != "arg" or not (("." in written and last in _SINK_METHODS) or written in _SINK_FUNCTIONS
                                      or ("." not in written and _DISPLAY_HELPER.search(last))):

@@ -59,8 +59,9 @@ class BlockingHostToDeviceCopy(Rule):
     `False`): a non-blocking copy from pageable memory is staged by the driver and gains next to nothing, so
     TL402 reports the loader instead (its fix, `pin_memory=True`, comes first; `fix --unsafe-fixes` then
     adds `non_blocking=True` in its next pass). A loader counts as iterated as in TL401: through aliases,
-    `next()` on `iter(loader)` or on a generator of the file, factories of the file, and factories of
-    other files of the checked project.
+    `next()` on `iter(loader)` or on a generator of the file, factories of the file, factories of
+    other files of the checked project, and loaders another project file hands to a class or function of
+    this file (`Solver(config, train_loader)`: a real `DataLoader`, so the fix is safe where it is pinned).
 
     ## Why is this slow?
     A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU

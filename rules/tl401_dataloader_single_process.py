@@ -20,6 +20,10 @@ class DataloaderSingleProcess(Rule):
     or by a factory of another file of the checked project (`from data import build_loader`, also one a star
     import of a project module binds: `from utils import *`, by its `__all__` or its public names): that finding
     is reported at the factory's call in the training file, names where the loader is built, and has no fix.
+    A loader that another project file builds (itself, or by a factory) and hands to a class or module-level
+    function of the training file (`Solver(config, train_loader)` in `main.py`, `self.train_loader =
+    train_loader` in `Solver.__init__`) is reported at the parameter that receives it, naming where it is
+    built and which call hands it over, without a fix; a parameter the receiver rebinds is not followed.
 
     Silent where the rule cannot see the value or the use:
     - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;

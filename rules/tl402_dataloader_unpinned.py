@@ -29,7 +29,8 @@ class DataloaderUnpinned(Rule):
     `next()` returns, also moved at once: `next(batches).to(device)`). A loader built by a factory of another file of the checked project (`from data
     import build_loader`, or a star import of a project module that binds it: `from utils import *`) is
     reported at the factory's call, naming where it is built, without a fix (the
-    fix belongs in that file). This rule also speaks for TL103 there: `non_blocking=True` gains nothing
+    fix belongs in that file); one another project file hands to a class or function of this file
+    (`Solver(config, train_loader)`) is reported at the parameter that receives it, as in TL401. This rule also speaks for TL103 there: `non_blocking=True` gains nothing
     on a loader that is not pinned, so TL103 stays silent on its batches, and this finding's fix comes
     first.
 

@@ -30,11 +30,13 @@ class DataloaderWorkersRestart(Rule):
     (`except StopIteration: it = iter(loader)`), or a generator of the file that loops over the loader
     (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory of the file, or of
     another file of the checked project (reported at the factory's call, naming where it is built, without
-    a fix: a loader built by a call inside the epoch loop is rebuilt every epoch and not flagged).
+    a fix: a loader built by a call inside the epoch loop is rebuilt every epoch and not flagged), or handed
+    to a class or function of this file by another project file (reported at the parameter that receives
+    it, as in TL401, where its worker count is an integer in that file).
 
     The worker count may also come from the command line: `num_workers=args.workers` where `args` is what
-    `parser.parse_args()` of an `argparse.ArgumentParser` of the file returns (also handed to the file's
-    functions as a parameter, or through `torch.multiprocessing.spawn(main_worker, args=(..., args))`) and
+    `parser.parse_args()` of an `argparse.ArgumentParser` of the file returns (also through a function of the
+    file that parses and returns it, `opt = parse_option()`; also handed to the file's functions as a parameter, or through `torch.multiprocessing.spawn(main_worker, args=(..., args))`) and
     `--workers` has a positive integer default; the file must assign no attribute of that name
     (`args.workers = ...`) and use no `set_defaults` or subparsers on that parser. A project file's factory
     that passes its own parameter on (`def get_loader(..., num_workers=2): return DataLoader(...,

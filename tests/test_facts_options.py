@@ -58,3 +58,17 @@ PARSER = "p = argparse.ArgumentParser()\np.add_argument('-j', '--workers', type=
 ])
 def test_option_default(code, expected):
     assert _default(code) == expected
+
+
+@pytest.mark.parametrize("code, expected", [
+    # a function of the file that parses and returns the namespace, directly or through a name
+    ("def parse_option():\n    p = argparse.ArgumentParser()\n    p.add_argument('--workers', type=int, default=16)\n"
+     "    opt = p.parse_args()\n    return opt\ndef main():\n    opt = parse_option()\n    use(opt.workers)\n", 16),
+    ("def parse_option():\n    p = argparse.ArgumentParser()\n    p.add_argument('--workers', type=int, default=16)\n"
+     "    return p.parse_args()\ndef build(opt):\n    use(opt.workers)\nbuild(parse_option())\n", 16),
+    # a function that may return something else too
+    ("def parse_option(raw):\n    p = argparse.ArgumentParser()\n    p.add_argument('--workers', type=int, default=16)\n"
+     "    if raw:\n        return raw\n    return p.parse_args()\nopt = parse_option(None)\nuse(opt.workers)\n", None),
+])
+def test_option_default_through_a_parsing_function(code, expected):
+    assert _default(code) == expected

@@ -327,3 +327,104 @@ def test_a_files_class_names_are_read_once_for_all_its_importers(tmp_path, monke
     assert not project._builds_a_class_of(envs, b"env = Env()\n", limit)
     assert project._builds_a_class_of(envs, b"env = Wrapper()\n", limit)
     assert reads == [envs, envs]
+
+
+# A loader one file builds (or has a factory of a third file build) and hands to a class or function of another,
+# which trains on it: the site is the parameter that receives it, where the trainer's file is checked.
+SOLVER = """\
+import torch
+
+
+class Solver:
+    def __init__(self, config, train_loader, valid_loader=None):
+        self.train_loader = train_loader
+        self.config = config
+
+    def train(self, model, optimizer):
+        for epoch in range(10):
+            for images, labels in self.train_loader:
+                loss = model(images.to("cuda"), labels.to("cuda"))
+                loss.backward()
+                optimizer.step()
+"""
+
+HANDING_MAIN = """\
+{imports}
+
+
+def main(config, dataset):
+    {build}
+    solver = Solver(config, {passed})
+    solver.train(None, None)
+"""
+
+
+def _handing(root: Path, build: str, imports: str = "from solver import Solver", passed: str = "loader",
+             solver: str = SOLVER, **more: str) -> None:
+    write_tree(root, {"solver.py": solver, "main.py": HANDING_MAIN.format(imports=imports, build=build,
+                                                                         passed=passed), **more})
+
+
+def _handed_check(root: Path, *names: str, select=("TL103", "TL401", "TL402", "TL403")) -> List[str]:
+    job = runner.Job(Settings(select=select, root=root, project_root=root))
+    return [f"{Path(d.path).name}:{d.line}:{d.column} {d.code} {d.message.rsplit(' (', 1)[-1]}"
+            for result in runner.run([root / name for name in names], job) for d in result.diagnostics]
+
+
+def test_a_loader_handed_to_a_class_of_another_file_is_reported_at_the_parameter_that_receives_it(tmp_path):
+    _handing(tmp_path, "loader = build_loader(dataset, 32)",
+             imports="from solver import Solver\nfrom data import build_loader", **{"data.py": FACTORY.format(extra="")})
+    found = _handed_check(tmp_path, "solver.py")
+    # TL103 stays silent: non_blocking gains nothing from an unpinned loader, which TL402 reports
+    assert found == ["solver.py:5:32 TL401 the DataLoader is built in data.py:5 and handed to `Solver` in main.py:7)",
+                     "solver.py:5:32 TL402 the DataLoader is built in data.py:5 and handed to `Solver` in main.py:7)"]
+    # checked together, the files agree: main.py itself reports nothing of the loader it only hands on
+    assert _handed_check(tmp_path, "main.py", "solver.py", "data.py") == found
+
+
+def test_a_loader_built_in_the_handing_file_and_passed_by_keyword(tmp_path):
+    _handing(tmp_path, "loader = DataLoader(dataset, batch_size=32, num_workers=4, pin_memory=True)",
+             imports="from torch.utils.data import DataLoader\nfrom solver import Solver",
+             passed="train_loader=loader")
+    found = _handed_check(tmp_path, "solver.py")
+    assert [line.split(" ")[1] for line in found] == ["TL403", "TL103", "TL103"]
+    assert found[0] == "solver.py:5:32 TL403 the DataLoader is built in main.py:6 and handed to `Solver` in main.py:7)"
+    # a real, pinned DataLoader: non_blocking=True is a safe fix (not "a loader only by its name")
+    job = runner.Job(Settings(select=("TL103",), root=tmp_path, project_root=tmp_path))
+    diagnostics = runner.run([tmp_path / "solver.py"], job)[0].diagnostics
+    assert diagnostics and all(d.fix is not None and d.fix.value == "safe" for d in diagnostics)
+
+
+def test_a_loader_from_a_factory_returning_a_tuple_is_handed_by_its_place(tmp_path):
+    data = "from torch.utils.data import DataLoader\n\n\ndef build_loaders(a, b):\n" \
+           "    return DataLoader(a, num_workers=2, pin_memory=True), DataLoader(b)\n"
+    _handing(tmp_path, "loader, valid = build_loaders(dataset, dataset)", passed="loader, valid",
+             imports="from solver import Solver\nfrom data import build_loaders", **{"data.py": data})
+    found = _handed_check(tmp_path, "solver.py", select=("TL401", "TL402", "TL403"))
+    assert found == ["solver.py:5:32 TL403 the DataLoader is built in data.py:5 and handed to `Solver` in main.py:7)"]
+
+
+def test_a_parameter_the_receiver_rebinds_or_a_loader_it_never_trains_on_is_silent(tmp_path):
+    rebinding = SOLVER.replace("        self.config = config\n",
+                               "        self.config = config\n        train_loader = None\n")
+    _handing(tmp_path, "loader = build_loader(dataset, 32)", solver=rebinding,
+             imports="from solver import Solver\nfrom data import build_loader", **{"data.py": FACTORY.format(extra="")})
+    assert [line for line in _handed_check(tmp_path, "solver.py") if " TL4" in line] == []
+    _handing(tmp_path, "loader = build_loader(dataset, 32)", passed="None, loader",
+             imports="from solver import Solver\nfrom data import build_loader", **{"data.py": FACTORY.format(extra="")})
+    # handed as `valid_loader`, which no loop trains on
+    assert [line for line in _handed_check(tmp_path, "solver.py") if " TL4" in line] == []
+
+
+def test_a_loader_handed_to_a_function_of_another_file_and_the_cache_follows_the_handing_file(tmp_path):
+    trainer = "import torch\n\n\ndef train(model, optimizer, loader):\n    for x, y in loader:\n" \
+              "        model(x.cuda(), y.cuda()).backward()\n        optimizer.step()\n"
+    main = "from torch.utils.data import DataLoader\nfrom trainer import train\n\n\n" \
+           "def main(model, optimizer, dataset):\n    train(model, optimizer, DataLoader(dataset{extra}))\n"
+    write_tree(tmp_path, {"trainer.py": trainer, "main.py": main.format(extra="")})
+    job = runner.Job(Settings(select=("TL401", "TL402", "TL403"), root=tmp_path, project_root=tmp_path),
+                     cache_dir=tmp_path / ".cache")
+    shown = lambda: [f"{d.line}:{d.column} {d.code}" for d in runner.run([tmp_path / "trainer.py"], job)[0].diagnostics]  # noqa: E731
+    assert shown() == ["4:29 TL401", "4:29 TL402"]
+    (tmp_path / "main.py").write_text(main.format(extra=", num_workers=4, pin_memory=True, persistent_workers=True"))
+    assert shown() == []  # the handing file changed: the trainer's cached result is not reused

@@ -728,3 +728,33 @@ def test_a_plain_float_call_makes_a_helper_file_reachable_a_float_method_does_no
 
     assert may_be_reached(b"import torch\n\ndef norm(p):\n    return float(torch.norm(p.grad))\n")
     assert not may_be_reached(b"import torch\n\ndef cast(x):\n    return x.float() + to_float(x)\n")
+
+
+RUNNING_TOTAL = FIT.replace("    net.cuda()\n", "    net.cuda()\n    total = 0.0\n") + "    return total / len(batches)\n"
+
+
+def test_a_helper_of_another_file_summed_into_a_running_total_the_loop_reads_nowhere_else(tmp_path):
+    write_tree(tmp_path, {"metrics.py": METRICS, "fit.py": RUNNING_TOTAL.format(body="        total += spread(out)")})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == ["metrics.py:11 TL101"]
+    # the loop also tests the running value: the sum is needed on the host there
+    body = "        total += spread(out)\n        if total > 10:\n            break"
+    write_tree(tmp_path, {"fit.py": RUNNING_TOTAL.format(body=body)})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == []
+
+
+def test_a_helper_taken_by_the_one_star_import_of_a_project_module(tmp_path):
+    star = FIT.replace("from metrics import hits, spread", "from metrics import *")
+    write_tree(tmp_path, {"metrics.py": METRICS, "fit.py": star.format(body="        meter.update(spread(out))")})
+    assert _check(tmp_path, "metrics.py", select=("TL101",)) == ["metrics.py:11 TL101"]
+    # two star imports: which module a name comes from is not in the file, so nothing is guessed
+    two = FIT.replace("from metrics import hits, spread", "from metrics import *\nfrom helpers import *")
+    assert _runs_spread(two) is False
+    # a name the file binds itself is its own, whatever the star import holds
+    own = star.replace("def fit(", "def spread(out):\n    return out\n\n\ndef fit(")
+    assert _runs_spread(own) is False
+    assert _runs_spread(star) is True
+
+
+def _runs_spread(fit: str) -> bool:
+    uses = uses_summary(_index(fit.format(body="        meter.update(spread(out))")))
+    return any(entry[2] == "spread" for _, _, calls in uses.get("loops", ()) for entry in calls)

@@ -15,6 +15,7 @@ import bisect
 import io
 import keyword
 import re
+import sys
 import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -200,6 +201,16 @@ def origins_of(statements) -> Dict[str, Tuple[str, int, Optional[str]]]:
                 if alias.name != "*":
                     found[alias.asname or alias.name] = (node.module or "", node.level, alias.name)  # type: ignore[union-attr]
     return found
+
+
+# The first parts of module names that are never a file of the checked project: the standard library and the
+# packages of the PyTorch stack
+_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
+
+
+def may_be_project(module: str, level: int) -> bool:
+    """An import of ``module`` (``level`` dots) may load a project file: relative, or not a known package."""
+    return bool(level) or module.split(".")[0] not in _NOT_PROJECT
 
 
 def called_origin(origins: Dict[str, Tuple[str, int, Optional[str]]], written: str

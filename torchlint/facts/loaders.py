@@ -10,7 +10,9 @@ yields from it: ``def cycle(dl): while True: yield from dl``).
 
 A factory of another file of the checked project (``from data import build_loader``) is followed through that
 file's summary (``loader_summary``, handed in by the runner as ``ctx.project``): its site is the call in this
-file, and it carries the summary's facts instead of a ``DataLoader(...)`` call to read. Loaders built in
+file, and it carries the summary's facts instead of a ``DataLoader(...)`` call to read. A loader another
+project file builds and hands to a class or module-level function of this one (``Solver(config, train_loader)``
+in ``main.py``: ``handed_summary`` of that file) is a site at the parameter that receives it. Loaders built in
 another module in any other way (a module-level loader imported by name, a method of a class) are not tied to
 the loop that trains on them: the rules stay silent there rather than guess.
 """
@@ -26,8 +28,8 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set,
 
 from torchlint.facts.index import (
     AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, argument_for, call_name, called_origin, dotted_name,
-    has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, paired_targets, source_order,
-    target_names, walk,
+    has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, may_be_project, paired_targets,
+    source_order, target_names, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, may_place_on_cuda, to_destination
 from torchlint.facts.options import option_default
@@ -99,6 +101,8 @@ def int_value(index: AstIndex, expr: ast.expr) -> Optional[int]:
 class LoaderSite:
     """One ``DataLoader(...)`` call and what the file does with it."""
 
+    # the ``DataLoader(...)`` call; for a loader of another project file, the call of its factory here, or the
+    # parameter (an ``ast.arg``) that receives it from the file that hands it over (``imported["handed"]``)
     call: ast.Call
     target: Optional[str] = None  # the name it is assigned to, as written: "train_loader", "self.train_loader"
     loops: List[AstLoopInfo] = field(default_factory=list)  # loops that iterate it
@@ -109,7 +113,8 @@ class LoaderSite:
     feeders: Dict[ast.AST, List[ast.AST]] = field(default_factory=dict)
     # a loader built by a factory of another project file: ``call`` is the factory's call here, and this is the
     # summary's entry for it ({"path", "line", "num_workers", "pin_memory", "persistent_workers", "in_memory",
-    # "on_cuda"}); None for a ``DataLoader(...)`` of this file
+    # "on_cuda"}, and "handed": [receiver, "file:line"] for one handed to this file); None for a ``DataLoader(...)``
+    # of this file
     imported: Optional[dict] = None
     position: Optional[int] = None  # which item of a factory's returned tuple (None: the value itself)
     built_by: List[ast.Call] = field(default_factory=list)  # calls of a factory of this file that build it
@@ -194,9 +199,11 @@ class LoaderFacts:
         self._imported = self._imported_factory_calls()
         for found in self._imported.values():
             sites.extend(site for site in found if site is not None)
+        handed = self._handed_sites()
+        sites.extend(handed)
         if not sites:
             return sites
-        self._bind_names(direct)
+        self._bind_names(direct, handed)
         self._bind_iterators()
         for loop in index.loops:
             for expr in self.iterated(loop):
@@ -250,14 +257,25 @@ class LoaderFacts:
         known.extend(new)
         return bool(new)
 
-    def _bind_names(self, direct: Dict[ast.AST, LoaderSite]) -> None:
+    def _bind_names(self, direct: Dict[ast.AST, LoaderSite], handed: Sequence[LoaderSite] = ()) -> None:
         """Names that hold loaders: ``loader = DataLoader(...)``, ``loader = build_loader(...)`` (a factory of
-        this file or of an imported project file), ``train_dl, val_dl = build_loaders(...)``, and aliases
-        (``active_dataloader = train_dataloader``), followed a few steps."""
+        this file or of an imported project file), ``train_dl, val_dl = build_loaders(...)``, a parameter that
+        another project file hands a loader to (and ``self.train_loader = train_loader`` in a class's
+        ``__init__``), and aliases (``active_dataloader = train_dataloader``), followed a few steps."""
         index, names = self.index, self._names
         for site in direct.values():
             if site.target is not None:
                 self._bind(names, site.target, index.scope_of(site.call), [site])
+        for site in handed:
+            function = index.function_of(site.call)
+            self._bind(names, site.target, function, [site])
+            klass = index.class_of.get(function)  # type: ignore[arg-type]
+            if klass is None:
+                continue
+            for (owner, attribute), values in index.self_attributes.items():
+                if owner is klass and any(type(value) is ast.Name and value.id == site.target  # type: ignore[attr-defined]
+                                          and index.contains(function, value) for value in values):
+                    self._bind(names, f"self.{attribute}", function, [site])
         for call, returned in self._factory_calls():
             for found in returned.values():
                 for site in found:
@@ -335,7 +353,7 @@ class LoaderFacts:
         ``setting`` reads; the default of an argparse option of the file (``args.workers``, ``facts.options``:
         the command line may pass another value); for a project file's factory whose loader takes
         ``num_workers`` from a parameter, what the call here passes (or the parameter's default), read the
-        same way. None where it cannot tell."""
+        same way (not for a loader another file hands to this one). None where it cannot tell."""
         workers = self.setting(site, "num_workers")
         if type(workers) is int:
             return WorkerCount(workers)
@@ -358,8 +376,8 @@ class LoaderFacts:
                 return None
             return WorkerCount(min(count.count for count in counts), None, parameter["name"])  # type: ignore[union-attr]
         parameter = site.imported.get("num_workers_parameter")
-        if not parameter:
-            return None
+        if not parameter or "handed" in site.imported:
+            return None  # (a handed loader's factory is called in the file that hands it: not read here)
         found = self._count_at_call(site.call, parameter)
         return WorkerCount(found.count, found.option, parameter["name"]) if found is not None else None
 
@@ -436,6 +454,44 @@ class LoaderFacts:
                 found[call] = [LoaderSite(call, dotted_name(target) if target is not None else None,
                                           imported=factory["sites"][0])]
         return found
+
+    def _handed_sites(self) -> List[LoaderSite]:
+        """The loaders other project files hand to this file's module-level functions and classes
+        (``ProjectModel.handed_loaders``): a site each at the parameter that receives it (a class's through
+        its ``__init__``), where that parameter is never rebound."""
+        project = self.project
+        if project is None or not project.handed_loaders():
+            return []
+        index = self.index
+        receivers: Dict[str, Tuple[AstFunction, int]] = {}  # name -> the def that receives, positions skipped
+        for node in index.tree.body:
+            if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                receivers[node.name] = (node, 0)  # type: ignore[assignment]
+            elif type(node) is ast.ClassDef:
+                init = next((item for item in node.body if type(item) is ast.FunctionDef
+                             and item.name == "__init__"), None)
+                if init is not None:
+                    receivers[node.name] = (init, 1)
+        sites: Dict[Tuple[int, str, int], LoaderSite] = {}
+        for file, name, line, positional, keywords in project.handed_loaders():
+            receiver = receivers.get(name)
+            if receiver is None:
+                continue
+            function, skip = receiver
+            arguments = function.args
+            parameters = [*arguments.posonlyargs, *arguments.args]
+            named = {parameter.arg: parameter for parameter in (*parameters, *arguments.kwonlyargs)}
+            given = [(parameters[at + skip] if at + skip < len(parameters) else None, entry)
+                     for at, entry in positional]
+            given += [(named.get(keyword), entry) for keyword, entry in keywords]
+            for parameter, entry in given:
+                if parameter is None or index.values_of(parameter.arg, function) != [None]:
+                    continue  # no such parameter (a `*args`), or rebound in the def: not followed
+                key = (id(parameter), entry.get("path", ""), entry.get("line", 0))
+                if key not in sites:
+                    sites[key] = LoaderSite(parameter, parameter.arg,  # type: ignore[arg-type]
+                                            imported={**entry, "handed": [name, f"{file}:{line}"]})
+        return list(sites.values())
 
     def _loader_sites(self, expr: ast.expr, depth: int = 0) -> List[LoaderSite]:
         """The loaders ``expr`` holds: a ``DataLoader(...)`` call, a factory's call, a name bound to one, or
@@ -998,10 +1054,15 @@ def loader_facts(index: AstIndex, project: Optional["ProjectModel"] = None) -> L
 
 
 def built_elsewhere(site: LoaderSite) -> str:
-    """A message's note on where a loader of another project file is built (empty for one of this file)."""
+    """A message's note on where a loader of another project file is built, and which call of another file
+    hands it to this one (empty for one of this file)."""
     if site.imported is None:
         return ""
-    return f" (the DataLoader is built in {site.imported.get('path', 'another file')}:{site.imported.get('line', 1)})"
+    built = f"{site.imported.get('path', 'another file')}:{site.imported.get('line', 1)}"
+    handed = site.imported.get("handed")
+    if handed:
+        return f" (the DataLoader is built in {built} and handed to `{handed[0]}` in {handed[1]})"
+    return f" (the DataLoader is built in {built})"
 
 
 def call_setting(index: AstIndex, call: ast.Call, name: str) -> Union[int, bool, str]:
@@ -1057,6 +1118,69 @@ def loader_summary(index: AstIndex) -> dict:
     if factories:
         summary["factories"] = factories
     return summary
+
+
+def handed_summary(index: AstIndex) -> List[list]:
+    """The loaders this file hands to a class or function of another project file, as plain data for that file
+    (``uses_summary``'s "handed"): per call of an imported name that passes loaders (``Solver(config,
+    train_loader)`` with ``from solver import Solver``), ``[module, level, name, line, [[position, loader]],
+    [[keyword, loader]]]``, a loader being ``{"entry": ...}`` for one this file builds (``loader_summary``'s
+    entry, without its path) or ``{"factory": [module, level, name], "position": at}`` for one a factory of
+    another file builds here (``train_loader = get_loader(...)``), which the receiving file looks up."""
+    origins = import_origins(index) if index.import_statements else {}
+    if not origins:
+        return []
+    facts: Optional[LoaderFacts] = None
+    handed: List[list] = []
+    for info in index.calls:
+        call = info.node
+        written = dotted_name(call.func)
+        origin = called_origin(origins, written) if written is not None else None
+        if origin is None or not may_be_project(origin[0], origin[1]) or has_star(call):
+            continue
+        if facts is None:
+            facts = LoaderFacts(index)  # this file alone: a summary never depends on another file
+        positional = [[at, loader] for at, loader in ((at, _handed_loader(facts, origins, arg))
+                                                      for at, arg in enumerate(call.args)) if loader]
+        keywords = [[keyword.arg, loader] for keyword, loader in ((k, _handed_loader(facts, origins, k.value))
+                                                                  for k in call.keywords) if loader]
+        if positional or keywords:
+            handed.append([*origin, call.lineno, positional, keywords])
+    return handed
+
+
+def _handed_loader(facts: LoaderFacts, origins: Dict[str, Tuple[str, int, Optional[str]]],
+                   expr: ast.expr) -> Optional[dict]:
+    """What ``handed_summary`` says of an argument that holds exactly one loader, or None."""
+    sites = facts._loader_sites(expr)
+    if len(sites) == 1:
+        return {"entry": facts._entry(sites[0])}
+    if sites or type(expr) is not ast.Name:
+        return None
+    index = facts.index
+    scope = index.scope_of(expr)
+    if not index.values_of(expr.id, scope):
+        scope = index.tree
+    # (`loader = None` before the branch that builds it: None holds no loader to follow)
+    values = [value for value in index.values_of(expr.id, scope) if not is_literal(value, None)]
+    if len(values) != 1:
+        return None
+    value, position = values[0], None
+    if value is None:  # `train_dl, val_dl = build_loaders(...)`: the call, and which item the name takes
+        for node in walk(scope):
+            if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Tuple \
+                    and index.scope_of(node) is scope:
+                names = [element.id if type(element) is ast.Name else None for element in node.targets[0].elts]
+                if expr.id in names:
+                    value, position = node.value, names.index(expr.id)
+                    break
+    if type(value) is not ast.Call:
+        return None
+    written = dotted_name(value.func)
+    origin = called_origin(origins, written) if written is not None else None
+    if origin is None or not may_be_project(origin[0], origin[1]):
+        return None
+    return {"factory": list(origin), "position": position}
 
 
 def reexport_summary(tree: ast.Module) -> dict:

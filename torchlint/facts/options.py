@@ -1,14 +1,15 @@
 """Command-line options: the default of the argparse option an expression reads (``args.workers``).
 
 An attribute of a namespace counts as an option only where the file shows where the namespace comes from:
-a name bound to ``parser.parse_args(...)`` of an ``argparse.ArgumentParser(...)`` of the file, directly or
-through the parameters of the file's functions that every call of them fills so (also through
-``torch.multiprocessing.spawn(main_worker, args=(..., args))``, which passes the process index first). The
-option is the one ``add_argument`` call on that parser (on a group of it, or on a parser its ``parents=``
-lists: a name, or a call of a function of the file that returns one) whose destination is the
-attribute (``dest=``, else the first long option with dashes made underscores, else the short one). It
-says nothing where the file may change the value: an assignment to an attribute of that name anywhere in the
-file, ``set_defaults``, subparsers, an ``action`` or ``nargs`` that makes it no plain value."""
+a name bound to ``parser.parse_args(...)`` of an ``argparse.ArgumentParser(...)`` of the file, or to a call of
+a function of the file that returns that (``opt = parse_option()``), directly or through the parameters of the
+file's functions that every call of them fills so (also through ``torch.multiprocessing.spawn(main_worker,
+args=(..., args))``, which passes the process index first). The option is the one ``add_argument`` call on
+that parser (on a group of it, or on a parser its ``parents=`` lists: a name, or a call of a function of the
+file that returns one) whose destination is the attribute (``dest=``, else the first long option with dashes
+made underscores, else the short one). It says nothing where the file may change the value: an assignment to
+an attribute of that name anywhere in the file, ``set_defaults``, subparsers, an ``action`` or ``nargs`` that
+makes it no plain value."""
 
 from __future__ import annotations
 
@@ -77,25 +78,52 @@ def _parsers_of(index: AstIndex, name: str, scope: AstScope, depth: int, seen: S
                 if type(argument) is ast.Name:
                     parsers = _parsers_of(index, argument.id, caller, depth + 1, seen)
                 else:
-                    parser = _parsed_by(index, argument, caller)
-                    parsers = [parser] if parser is not None else None
+                    parsers = _parsed_by(index, argument, caller, depth + 1, seen)
                 if parsers is None:
                     return None
                 found += parsers
             continue
-        parser = _parsed_by(index, value, where)
-        if parser is None:
+        parsers = _parsed_by(index, value, where, depth, seen)
+        if parsers is None:
             return None
-        found.append(parser)
+        found += parsers
     return found
 
 
-def _parsed_by(index: AstIndex, value: ast.AST, scope: AstScope) -> Optional[ast.Call]:
-    """The parser of ``parser.parse_args(...)``."""
-    if type(value) is not ast.Call or type(value.func) is not ast.Attribute \
-            or value.func.attr != "parse_args" or type(value.func.value) is not ast.Name:  # type: ignore[attr-defined]
+def _parsed_by(index: AstIndex, value: ast.AST, scope: AstScope, depth: int = 0,
+               seen: Set[Tuple[str, int]] = frozenset()) -> Optional[List[ast.Call]]:  # type: ignore[assignment]
+    """The parser of ``parser.parse_args(...)``, or the parsers whose ``parse_args()`` a call of a module-level
+    function of the file returns (``opt = parse_option()``, ``def parse_option(): ...; return
+    parser.parse_args()``, also through a name bound in it)."""
+    if type(value) is not ast.Call:
         return None
-    return _parser(index, value.func.value.id, scope)  # type: ignore[attr-defined]
+    func = value.func  # type: ignore[attr-defined]
+    if type(func) is ast.Name:
+        returned = _module_function_returns(index, func.id)
+        if returned is None or depth > 4:
+            return None
+        function, returns = returned
+        found: List[ast.Call] = []
+        for node in returns:
+            parsers = _parsers_of(index, node.value.id, function, depth + 1, seen) if type(node.value) is ast.Name \
+                else _parsed_by(index, node.value, function, depth + 1, seen)  # type: ignore[arg-type]
+            if parsers is None:
+                return None
+            found += parsers
+        return found or None
+    if type(func) is not ast.Attribute or func.attr != "parse_args" or type(func.value) is not ast.Name:
+        return None
+    parser = _parser(index, func.value.id, scope)
+    return [parser] if parser is not None else None
+
+
+def _module_function_returns(index: AstIndex, name: str) -> Optional[Tuple[ast.AST, List[ast.Return]]]:
+    """The module-level def ``name`` of the file and its own ``return`` statements, or None where it has none."""
+    function = next((f for f in index.functions if f.name == name and index.parent(f) is index.tree), None)
+    if function is None:
+        return None
+    returns = [node for node in walk(function) if type(node) is ast.Return and index.function_of(node) is function]
+    return (function, returns) if returns else None
 
 
 def _parser(index: AstIndex, name: str, scope: AstScope) -> Optional[ast.Call]:
@@ -206,11 +234,10 @@ def _parent_parser(index: AstIndex, expr: ast.expr, scope: AstScope) -> Optional
         return _owner(index, expr.id, scope, 0)
     if type(expr) is not ast.Call or type(expr.func) is not ast.Name:  # type: ignore[attr-defined]
         return None
-    name = expr.func.id  # type: ignore[attr-defined]
-    function = next((f for f in index.functions if f.name == name and index.parent(f) is index.tree), None)
-    if function is None:
+    returned = _module_function_returns(index, expr.func.id)  # type: ignore[attr-defined]
+    if returned is None:
         return None
-    returns = [node for node in walk(function) if type(node) is ast.Return and index.function_of(node) is function]
+    function, returns = returned
     found = {id(p): p for p in (_owner(index, r.value.id, function, 0) if type(r.value) is ast.Name else None
                                 for r in returns)}
     return next(iter(found.values())) if len(found) == 1 else None

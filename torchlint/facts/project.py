@@ -13,6 +13,7 @@ read the file's own import statements and ask the model only for the modules it 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -177,7 +178,7 @@ class ProjectModel:
                  loaders: bool = True, builds: Optional[List[Build]] = None,
                  classes: Optional[Dict[Path, Tuple[dict, dict]]] = None,
                  stars: Optional[List[Tuple[str, int, Optional[Path], dict]]] = None,
-                 once: Optional[List[Once]] = None) -> None:
+                 once: Optional[List[Once]] = None, handed: Optional[List[Handed]] = None) -> None:
         self.importer, self.root = importer, root
         # the project modules the file star-imports, in order, each with its star summary
         # (``facts.modules.star_summary``): the names ``from utils import *`` binds there (``star_origins``);
@@ -196,6 +197,8 @@ class ProjectModel:
         # the calls of the files that import this one of its functions and methods, each with whether it runs
         # once per run there (``called_once``)
         self._once: List[Once] = once or []
+        # the calls of the files that import this one which hand loaders to its classes and functions
+        self._handed: List[Handed] = handed or []
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
@@ -207,7 +210,7 @@ class ProjectModel:
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
         return not self.summaries and not self.steps and not self._callers and not self._builds \
-            and not self.class_files and not self.stars and not self._once
+            and not self.class_files and not self.stars and not self._once and not self._handed
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -262,7 +265,7 @@ class ProjectModel:
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
         if not imported and not classes:  # only what other files' loops run of it
-            callers, builds, called = _callers_of(importer, data, root, cache, max_size, steps, once)
+            callers, builds, called, _ = _callers_of(importer, data, root, cache, max_size, steps, once)
             return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds, once=called)
         imports: Dict[Module, Path] = {}
         summaries: Dict[Path, dict] = {}
@@ -282,21 +285,21 @@ class ProjectModel:
             pending = following
         class_files = _class_files(summaries, data, root, cache, max_size) if classes else {}
         if not imported:  # the classes of the files it imports, and what other files' loops run of it
-            callers, builds, called = _callers_of(importer, data, root, cache, max_size, steps, once)
+            callers, builds, called, _ = _callers_of(importer, data, root, cache, max_size, steps, once)
             return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
                        classes=class_files, stars=stars, once=called)
         if not steps:
-            called = _callers_of(importer, data, root, cache, max_size, False, once)[2]
+            _, _, called, handed = _callers_of(importer, data, root, cache, max_size, False, once, loaders)
             return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files, stars=stars,
-                       once=called)
+                       once=called, handed=handed)
         step_summaries = {}
         for file in summaries:
             summary = summary_of(file, cache, max_size, "steps")
             if summary:
                 step_summaries[file] = summary
-        callers, builds, called = _callers_of(importer, data, root, cache, max_size, True, once)
+        callers, builds, called, handed = _callers_of(importer, data, root, cache, max_size, True, once, loaders)
         return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files, stars,
-                   called)
+                   called, handed)
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
@@ -306,7 +309,7 @@ class ProjectModel:
         if code in STEP_RULES and code not in _GATED_STEP_RULES:
             return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
                 or bool(self._callers) or (code == "TL502" and bool(self._builds))
-        return self.has_factories and code in FOLLOWING_RULES
+        return (self.has_factories or bool(self._handed)) and code in FOLLOWING_RULES
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
         """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
@@ -326,20 +329,8 @@ class ProjectModel:
 
     def _reexport_chain(self, module: str, level: int, name: str,
                         exports_of: Callable[[Path], Optional[dict]]) -> Iterator[Tuple[Path, str]]:
-        """The files (and the name there) where ``name`` imported from ``module`` may be defined: the module's
-        file, then, while ``exports_of(file)`` (a summary with ``reexports``) says the file takes the name from
-        another, that file, up to ``MAX_HOPS`` re-exports."""
-        file = self.imports.get((module, level))
-        for _ in range(MAX_HOPS + 1):
-            if file is None:
-                return
-            yield file, name
-            exports = exports_of(file)
-            origin = exports.get("reexports", {}).get(name) if exports is not None else None
-            if origin is None:
-                return
-            module, level, name = origin
-            file = resolve(module, level, file, self.root)
+        """``reexport_chain`` from the file the checked one loads for ``module``."""
+        return reexport_chain(self.imports.get((module, level)), name, self.root, exports_of)
 
     def _step_entry(self, module: str, level: int, name: str, kind: str) -> Optional[Tuple[Path, dict, object]]:
         """The file a name imported from ``module`` is defined in (following re-exports), its step summary
@@ -485,6 +476,12 @@ class ProjectModel:
         class, [[position, line of the move]], [[keyword, line]]) (``facts.steps.uses_summary``'s ``built``)."""
         return [build for build in self._builds if build[1] == class_name]
 
+    def handed_loaders(self) -> List[Handed]:
+        """The calls of the project files that import the checked one which hand loaders to its classes and
+        module-level functions (``Solver(config, train_loader)``: ``facts.loaders.handed_summary``), each
+        loader as the summary entry of its ``DataLoader(...)`` with the file it is built in."""
+        return self._handed
+
     def digest(self) -> str:
         """What the file's result may depend on: each summary and the file it came from."""
         digest = hashlib.blake2b(digest_size=16)
@@ -505,6 +502,8 @@ class ProjectModel:
             digest.update(json.dumps(self._builds, sort_keys=True).encode())
         if self._once:
             digest.update(json.dumps(["once", self._once], sort_keys=True).encode())
+        if self._handed:
+            digest.update(json.dumps(["handed", self._handed], sort_keys=True).encode())
         return digest.hexdigest()
 
     def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
@@ -536,6 +535,9 @@ Caller = Tuple[str, int, bool, List[tuple]]
 Build = Tuple[str, str, list, list]
 # (file, function or class, method or "", whether every run of it there is once per run)
 Once = Tuple[str, str, str, bool]
+# (file, function or class, line of the call there, [[position, loader entry]], [[keyword, loader entry]]): a
+# call there that hands loaders to it, each loader as the summary entry of its DataLoader, with its path
+Handed = Tuple[str, str, int, list, list]
 
 
 def _stars_of(data: bytes, importer: Path, root: Path, imports: Dict[Module, Path], cache: Optional["Cache"],
@@ -765,12 +767,14 @@ _FUNCTION_NAMES = re.compile(rb"^(?:async[ \t]+)?def[ \t]+(\w+)", re.MULTILINE) 
 
 
 def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], max_size: int, loops: bool = True,
-                once: bool = False) -> Tuple[List[Caller], List[Build], List[Once]]:
+                once: bool = False, loaders: bool = False
+                ) -> Tuple[List[Caller], List[Build], List[Once], List[Handed]]:
     """The loops of the project files that import ``path`` (by any module name that resolves to it) which
     call methods of classes of ``path`` every iteration (``uses_summary``), as ``ProjectModel.callers``; and
     the calls there that build its classes with modules moved to CUDA (``ProjectModel.cuda_builds``) (those two
     only with ``loops``); with ``once``, the runs there of its functions and methods, each with whether it is
-    once per run (``ProjectModel.called_once``)."""
+    once per run (``ProjectModel.called_once``); with ``loaders``, the loaders those calls hand to its classes
+    and functions (``ProjectModel.handed_loaders``)."""
     from torchlint.run.fileio import SourceError, read_regular
 
     trains = b".backward(" in data or b".step(" in data
@@ -781,13 +785,17 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
     called = [name + b"(" for name in _FUNCTION_NAMES.findall(data)] if loops and may_be_reached(data) else []
     # ...or, for how often it runs them, name one of its functions or classes
     named = list(dict.fromkeys(_FUNCTION_NAMES.findall(data) + _CLASS_NAMES.findall(data))) if once else []
-    table = _import_table(str(root)) if built or called or named else None
+    # ...or, for the loaders it hands them, call one of its functions or classes, where one can train
+    receivers = [name + b"(" for name in _FUNCTION_NAMES.findall(data) + _CLASS_NAMES.findall(data)] \
+        if loaders and trains else []
+    table = _import_table(str(root)) if built or called or named or receivers else None
     if not table:
-        return [], [], []
+        return [], [], [], []
     target = os.path.realpath(path)
     found: List[Caller] = []
     builds: List[Build] = []
     runs: List[Once] = []
+    handed: List[Handed] = []
     importers = _importers(table, path, target, root)
     # a package's `__init__.py` that re-exports names of the file (`from .a2c_acktr import A2C_ACKTR`): the
     # files that import them from the package (`from pkg import algo` then `algo.A2C_ACKTR(...)`) call them too
@@ -814,7 +822,9 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
         looped = any(spelled in text for spelled in spelled_built) or (
             (trains or b".backward(" in text or b".step(" in text) and any(spelled in text for spelled in called))
         counted = bool(named) and any(name in text for name in named + [name.encode() for name in names or ()])
-        if not looped and not counted:
+        hands = bool(receivers) and any(spelled in text for spelled in
+                                        receivers + [name.encode() + b"(" for name in names or ()])
+        if not looped and not counted and not hands:
             continue
         shown = os.path.relpath(file, str(root)).replace(os.sep, "/")
         uses = summary_of(importer, cache, max_size, "uses")
@@ -822,6 +832,8 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
             runs.extend((shown, (names or {}).get(name, name), method, runs_once)
                         for module, level, name, method, runs_once in uses.get("once", ())
                         if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
+        if hands:
+            handed.extend(_handed_from(uses, importer, shown, resolved, names, root, cache, max_size))
         if not looped:
             continue
         for line, steps, calls in uses.get("loops", ()):
@@ -844,7 +856,64 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
             builds.extend((shown, (names or {}).get(name, name), positions, keywords)
                           for module, level, name, positions, keywords in uses.get("built", ())
                           if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))
-    return found, builds, runs
+    return found, builds, runs, handed
+
+
+def reexport_chain(file: Optional[Path], name: str, root: Path,
+                   exports_of: Callable[[Path], Optional[dict]]) -> Iterator[Tuple[Path, str]]:
+    """The files (and the name there) where ``name`` of ``file`` may be defined: that file, then, while
+    ``exports_of(file)`` (a summary with ``reexports``) says the file takes the name from another, that file,
+    up to ``MAX_HOPS`` re-exports."""
+    for _ in range(MAX_HOPS + 1):
+        if file is None:
+            return
+        yield file, name
+        exports = exports_of(file)
+        origin = exports.get("reexports", {}).get(name) if exports is not None else None
+        if origin is None:
+            return
+        module, level, name = origin
+        file = resolve(module, level, file, root)
+
+
+def _handed_from(uses: dict, importer: Path, shown: str, resolved: str, names: Optional[Dict[str, str]], root: Path,
+                 cache: Optional["Cache"], max_size: int) -> Iterator[Handed]:
+    """The loaders the calls of ``importer`` (its uses summary: ``uses``) hand to names of the file ``resolved``
+    (``names``: the names a package re-exports of it, as the importer spells them), each loader as the
+    summary entry of its ``DataLoader(...)`` with its ``path``."""
+    for module, level, name, line, positional, keywords in uses.get("handed", ()):
+        if (names is not None and name not in names) or not _resolves_to(module, level, importer, root, resolved):
+            continue
+        given = [[at, entry] for at, entry in ((at, _handed_entry(loader, importer, shown, root, cache, max_size))
+                                               for at, loader in positional) if entry is not None]
+        named = [[keyword, entry] for keyword, entry in ((k, _handed_entry(loader, importer, shown, root, cache,
+                                                                           max_size)) for k, loader in keywords)
+                 if entry is not None]
+        if given or named:
+            yield shown, (names or {}).get(name, name), line, given, named
+
+
+def _handed_entry(loader: dict, importer: Path, shown: str, root: Path, cache: Optional["Cache"],
+                  max_size: int) -> Optional[dict]:
+    """A loader of ``handed_summary`` as the summary entry of its ``DataLoader(...)``, with the file it is built
+    in: the importer's own, or the one a loader factory of another project file builds there (followed through
+    re-exports), or None where the factory is not one."""
+    if "entry" in loader:
+        return {**loader["entry"], "path": shown}
+    module, level, name = loader["factory"]
+    summary_at = functools.partial(summary_of, cache=cache, max_size=max_size)
+    for home, defined in reexport_chain(resolve(module, level, importer, root), name, root, summary_at):
+        factory = summary_at(home).get("factories", {}).get(defined)
+        if factory is not None:
+            break
+    else:
+        return None
+    position = loader.get("position")
+    if factory["tuple"] != (position is not None):
+        return None
+    sites = factory["sites"]
+    entry = sites[position or 0] if (position or 0) < len(sites) else None
+    return {**entry, "path": _shown_path(str(home), str(root))} if entry else None
 
 
 def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:

@@ -32,16 +32,17 @@ graph.
 from __future__ import annotations
 
 import ast
-import sys
+import builtins
 from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, names_spelled, source_order, target_names,
-    walk,
+    AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, may_be_project, names_spelled,
+    source_order, target_names, walk,
 )
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
+from torchlint.facts.loaders import handed_summary
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost
 # the decorators of a def that leave it a plain function called where it is called (``runs_once``)
@@ -599,7 +600,7 @@ class StepFacts:
         if not callees and origins:
             written = dotted_name(call.func)
             origin = called_origin(origins, written) if written is not None else None
-            if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            if origin is not None and may_be_project(origin[0], origin[1]):
                 if project is None:
                     self.passed_out[call] = (origin, passed)
                 else:
@@ -958,20 +959,51 @@ def _clock_methods(index: AstIndex) -> Dict[str, List[str]]:
     return found
 
 
+_BUILTINS = frozenset(dir(builtins))
+
+
 def uses_summary(index: AstIndex) -> dict:
+    """``_uses_summary``, with the names a file's one star import of a project module may bind
+    (``_star_guesses``) in its import table: which of them that module defines is that file's to say (the
+    receiving side matches them against its own defs and classes)."""
+    guesses = _star_guesses(index)
+    if not guesses:
+        return _uses_summary(index)
+    with index.with_star_names(guesses):
+        return _uses_summary(index)
+
+
+def _star_guesses(index: AstIndex) -> Dict[str, Tuple[str, int, Optional[str]]]:
+    """Where the file star-imports exactly one module that may be of the project (``from evaluation import
+    *``), every name it calls (``get_accuracy(sr, gt)``) that it binds nowhere and that is no builtin, as taken
+    from that module; else nothing."""
+    stars = [(statement.module or "", statement.level) for statement in index.import_statements
+             if type(statement) is ast.ImportFrom and any(alias.name == "*" for alias in statement.names)]
+    if len(stars) != 1 or not may_be_project(*stars[0]):
+        return {}
+    module, level = stars[0]
+    bound = {name for names in index.bindings.values() for name in names}
+    return {name: (module, level, name) for name in index.calls_by_name
+            if name not in bound and name not in _BUILTINS and any(
+                type(info.node.func) is ast.Name for info in index.calls_by_name[name])}
+
+
+def _uses_summary(index: AstIndex) -> dict:
     """What this file runs of other files' classes every iteration of its loops, as plain data: per loop (its
     line, whether it is a step loop of this file), the methods called on instances of imported names
     (``[module, level, name, method]`` as the file imports them: ``policy.train(...)`` with ``policy =
     TD3.TD3(...)``, ``self.trainer.optimize(...)`` with ``self.trainer = Trainer(...)``), in the loop or in a def
-    the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
+    the loop runs every iteration (not under a logging guard, not in a branch that runs a few times); and, under
+    "built", "once" and "handed", the classes it builds with CUDA modules (``_cuda_builds``), how often it runs
+    each imported name (``_once_calls``) and the loaders it hands to them (``facts.loaders.handed_summary``)."""
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
-    built = _cuda_builds(index)
-    once = _once_calls(index, facts)
+    summary: dict = {}
+    for key, found in (("built", _cuda_builds(index)), ("once", _once_calls(index, facts)),
+                       ("handed", handed_summary(index))):
+        if found:
+            summary[key] = found
     if not facts._imported_of and not called and not facts.passed_out:
-        summary = {"built": built} if built else {}
-        if once:
-            summary["once"] = once
         return summary
     iterated = facts._iterated(index)
     loops: Dict[ast.AST, Tuple[AstLoopInfo, List[list]]] = {}
@@ -1001,9 +1033,6 @@ def uses_summary(index: AstIndex) -> dict:
         calls.extend(entry for entry in ([*entry, uses] for entry in imported) if entry not in calls)
     for call, (wrapper, passed) in facts.passed_out.items():
         _hand_out(index, facts, call, wrapper, passed, loops, called)
-    summary: dict = {"built": built} if built else {}
-    if once:
-        summary["once"] = once
     if loops:
         summary["loops"] = [[loop.node.lineno, loop.node in facts.step_loops, calls]  # type: ignore[attr-defined]
                             for loop, calls in sorted(loops.values(), key=lambda item: source_order(item[0].node))]
@@ -1027,14 +1056,14 @@ def _once_calls(index: AstIndex, facts: StepFacts) -> List[list]:
 
     def project_origin(written: Optional[str]) -> Optional[Tuple[str, int, str]]:
         origin = called_origin(origins, written) if written is not None else None
-        return origin if origin is not None and _may_be_project(origin[0], origin[1]) else None
+        return origin if origin is not None and may_be_project(origin[0], origin[1]) else None
 
     called: Set[int] = set()
     for info in index.calls:
         called.add(id(info.node.func))
         imported = facts._imported_of.get(info.node)
         if imported:
-            entries = [tuple(entry) for entry in imported if _may_be_project(entry[0], entry[1])]
+            entries = [tuple(entry) for entry in imported if may_be_project(entry[0], entry[1])]
         elif info.node in facts._callees_of:
             continue
         else:
@@ -1051,7 +1080,7 @@ def _once_calls(index: AstIndex, facts: StepFacts) -> List[list]:
             if origin is not None:
                 note((*origin, ""), False)
     for local, (module, level, taken) in origins.items():
-        if taken is None or not _may_be_project(module, level):
+        if taken is None or not may_be_project(module, level):
             continue
         for use, parent in index.names_named(local):
             if type(use.ctx) is ast.Load and id(use) not in called and type(parent) is not ast.Attribute:
@@ -1115,7 +1144,7 @@ def _hand_out(index: AstIndex, facts: StepFacts, call: ast.Call, wrapper: Tuple[
             written = dotted_name(other.node.func)
             origin = called_origin(origins, written) if written is not None and origins \
                 and other.node not in facts._imported_of and other.node not in facts._callees_of else None
-            if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+            if origin is not None and may_be_project(origin[0], origin[1]):
                 entry = [*origin, "", None, via]
                 if entry not in calls:
                     calls.append(entry)
@@ -1140,7 +1169,7 @@ def _cuda_builds(index: AstIndex) -> List[list]:
     for info in index.calls:
         written = dotted_name(info.node.func)
         origin = called_origin(origins, written) if written is not None else None
-        if origin is None or not (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+        if origin is None or not may_be_project(origin[0], origin[1]):
             continue
         positions = [[at, line] for at, argument in enumerate(info.node.args)
                      for line in (_moved_to_cuda(index, argument, info.node, moves_to_cuda),) if line]
@@ -1175,14 +1204,6 @@ def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to
 
 
 # the top-level modules no project file is: a call of theirs is not recorded in a uses summary
-_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
-
-
-def _may_be_project(module: str, level: int) -> bool:
-    """An import of ``module`` (``level`` dots) may load a project file: relative, or not a known package."""
-    return bool(level) or module.split(".")[0] not in _NOT_PROJECT
-
-
 def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call, Tuple[str, int, str]]:
     """The calls of imported names that are no method of an instance (``calculate_accuracy(...)`` with ``from
     utils import calculate_accuracy``, ``utils.accuracy(...)``): (module, level, name) as the file imports them,
@@ -1196,7 +1217,7 @@ def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call
             continue
         written = dotted_name(info.node.func)
         origin = called_origin(origins, written) if written is not None else None
-        if origin is not None and (origin[1] or origin[0].split(".")[0] not in _NOT_PROJECT):
+        if origin is not None and may_be_project(origin[0], origin[1]):
             found[info.node] = origin
     return found
 
@@ -1204,8 +1225,9 @@ def _imported_function_calls(index: AstIndex, facts: StepFacts) -> Dict[ast.Call
 def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[list]:
     """Where the value ``call`` returns goes in ``loop``, as plain data: ``[]`` where it is dropped (an
     expression statement); ``[["arg", "meter.update"]]`` as an argument of that call; for a name bound once in the loop to it (``acc = accuracy(out, y)``), each
-    use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add", ""]]``
-    for ``total += accuracy(...)``; ``[["unpack", [uses of each element]]]`` where it is unpacked into names
+    use: ``["arg", "meter.update"]`` as an argument of that call, ``["other", ""]`` otherwise; ``[["add",
+    "total"]]`` for ``total += accuracy(...)`` where the loop reads ``total`` nowhere else (a running total, read
+    after the loop), ``[["add", ""]]`` for any other sum; ``[["unpack", [uses of each element]]]`` where it is unpacked into names
     (``loss_a, loss_b = agent.update(batch)``); None where it goes anywhere else (a tuple, an attribute, a
     test)."""
     parent = index.parent(call)
@@ -1213,7 +1235,7 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
     if kind is ast.Expr:
         return []
     if kind is ast.AugAssign and parent.value is call and type(parent.op) is ast.Add:  # type: ignore[attr-defined]
-        return [["add", ""]]
+        return [["add", _running_total(loop, parent.target)]]  # type: ignore[attr-defined]
     if kind is ast.Call and any(argument is call for argument in parent.args):  # type: ignore[attr-defined]
         return [["arg", dotted_name(parent.func) or ""]]  # type: ignore[attr-defined]
     if kind is not ast.Assign or parent.value is not call or len(parent.targets) != 1:  # type: ignore[attr-defined]
@@ -1226,6 +1248,16 @@ def result_uses(index: AstIndex, call: ast.Call, loop: AstLoopInfo) -> Optional[
         return None  # `a, *rest = ...`, `a, a = ...`, `x.a, b = ...`: where an element goes is out of sight
     elements = [_name_uses(loop, element) for element in target.elts]  # type: ignore[attr-defined]
     return None if any(uses is None for uses in elements) else [["unpack", elements]]
+
+
+def _running_total(loop: AstLoopInfo, target: ast.expr) -> str:
+    """The name of ``target`` (of ``total += ...``) where ``loop`` names it nowhere but there, else ""."""
+    if type(target) is not ast.Name:
+        return ""
+    name = target.id  # type: ignore[attr-defined]
+    others = any(spelling == name and use is not target and how not in ("attribute", "keyword")
+                 for spelling, use, how, _ in names_spelled(loop.node))
+    return "" if others else name
 
 
 def _name_uses(loop: AstLoopInfo, target: ast.Name) -> Optional[list]:
