@@ -19,7 +19,7 @@ from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
-from torchlint.facts.devices import never_uses_cuda, on_cpu
+from torchlint.facts.devices import on_cpu, runs_on_cpu
 from torchlint.facts.steps import StepFacts, runs_once_in, step_facts, step_place
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
@@ -216,7 +216,10 @@ class SyncInTrainingLoop(Rule):
     CUDA (a `device` parameter of a function the file never calls, or calls with such a device; a device
     from a config, a call's result). `device = "cuda" if torch.cuda.is_available() else "cpu"` is CUDA; an
     argparse option `--device` counts by its default, so `default="cpu"` with no CUDA anywhere is the CPU.
-    A file that only defines training functions for others to call is checked as before.
+    A file that only defines training functions for others to call is checked as before, unless it too
+    passes those tests and every project file that imports it is a program (a notebook, or a script with a
+    `__main__` guard) that, with every project module it imports, names no GPU (no `cuda`, `nccl` or GPU
+    framework in its text): a tutorial's `fc_model.py` that only CPU notebooks call runs on the CPU with them.
 
     Nor is a read right after `torch.cuda.synchronize()` (the statements between queue no GPU work, as in a
     timing section; the read may sit in an `if` or `with` whose header queues none either, and the
@@ -347,7 +350,7 @@ class _Detector:
 
     def run(self) -> None:
         index = self.index
-        if not self.steps.has_steps() or never_uses_cuda(index):
+        if not self.steps.has_steps() or runs_on_cpu(index, self.ctx.project):
             return  # no training step, or a CPU program: nothing waits for a GPU
         for name in SYNC_METHODS:
             for info in index.calls_by_name.get(name, ()):

@@ -15,7 +15,7 @@ from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.loaders import LOADER_NAME, LoaderFacts, built_by_other_iterator, loader_facts
 from torchlint.facts.steps import runs_once_in
-from torchlint.facts.devices import never_uses_cuda
+from torchlint.facts.devices import runs_on_cpu
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import may_move_to_device, may_name_a_loader
 
@@ -113,7 +113,8 @@ class BlockingHostToDeviceCopy(Rule):
     ## PyTorch versions
     `non_blocking=` is the keyword of `Tensor.to` and `Tensor.cuda` from PyTorch 0.4 on (it replaced
     `async=`, a reserved word since Python 3.7). Non-blocking copies only pay off on CUDA (and other
-    accelerators with streams); on a CPU-only machine `non_blocking=True` changes nothing.
+    accelerators with streams); on a CPU-only machine `non_blocking=True` changes nothing, so a CPU program
+    (as TL101 tells one, a helper module that only CPU files import included) gets no finding.
     """
 
     code = "TL103"
@@ -136,7 +137,7 @@ class BlockingHostToDeviceCopy(Rule):
         built_here = {loop.node for site in facts.sites for loop in site.loops}
         placed = _device_placed_loaders(index)
         seen: Set[ast.Call] = set()
-        if never_uses_cuda(index):
+        if runs_on_cpu(index, ctx.project):
             return  # a CPU program: no copy to a GPU to overlap
         for loop in index.loops:
             from_dataloader = loop.node in built_here

@@ -127,9 +127,9 @@ def test_a_logging_guard_or_a_few_iterations_do_not_make_a_step_per_iteration(tm
 
 def test_a_cpu_program_is_silent(tmp_path):
     write_tree(tmp_path, {"agent.py": AGENT.format(device='"cpu"'), "run.py": RUN.format(body=EVERY_STEP)})
-    # the step still reaches the read (TL101 judges a file that only defines training code as before: it
-    # cannot tell the device), but no optimizer is on CUDA and the script does not train on CUDA
-    assert _check(tmp_path, "agent.py", "run.py") == ["agent.py:23 TL101"]
+    # no optimizer is on CUDA, the script does not train on CUDA, and the read the step reaches is on the
+    # CPU: the only file that imports agent.py is a script that names no GPU
+    assert _check(tmp_path, "agent.py", "run.py") == []
 
 
 def test_a_device_known_only_by_its_name_is_not_cuda_for_a_class_trained_elsewhere(tmp_path):
@@ -758,3 +758,47 @@ def test_a_helper_taken_by_the_one_star_import_of_a_project_module(tmp_path):
 def _runs_spread(fit: str) -> bool:
     uses = uses_summary(_index(fit.format(body="        meter.update(spread(out))")))
     return any(entry[2] == "spread" for _, _, calls in uses.get("loops", ()) for entry in calls)
+
+
+# A tutorial's helper module that trains (`fc_model.train(model, loader, ...)`) and names no device: where every
+# file that imports it, notebooks included, and what those import, names no GPU either, it runs on the CPU.
+HELPER = """\
+import torch
+
+
+def train(model, loader, optimizer, criterion):
+    running = 0.0
+    for images, labels in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        running += loss.item()
+    return running
+"""
+
+
+def _notebook(*cells: str) -> str:
+    import json
+
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                  "source": cell} for cell in cells],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_a_helper_module_that_only_cpu_notebooks_and_scripts_import_runs_on_the_cpu(tmp_path):
+    cpu = _notebook("import torch\nimport fc_model\nfrom data import loader", "fc_model.train(net, loader, opt, f)")
+    write_tree(tmp_path, {"fc_model.py": HELPER, "lesson.ipynb": cpu, "data.py": "loader = []\n",
+                          "script.py": "import fc_model\nif __name__ == '__main__':\n    fc_model.train(None, [], None, None)\n"})
+    assert _check(tmp_path, "fc_model.py", select=("TL101",)) == []
+    # one importer that names CUDA, or a project module an importer takes from that does: the GPU may be used
+    # and an importer that is a module of its own, whose callers are out of sight
+    for case, changed in enumerate(({"lesson.ipynb": cpu.replace("import torch", "import torch\\nnet = net.cuda()")},
+                    {"data.py": "import torch\nloader = [torch.ones(2, device='cuda')]\n"},
+                    {"loops.py": "import fc_model\n\n\ndef run(net, loader):\n    fc_model.train(net, loader, None, None)\n"})):
+        root = tmp_path / f"case{case}"  # (a project's imports are read once per process)
+        write_tree(root, {"fc_model.py": HELPER, "lesson.ipynb": cpu, "data.py": "loader = []\n", **changed})
+        assert _check(root, "fc_model.py", select=("TL101",)) == ["fc_model.py:11 TL101"], changed
+    # no importer in sight: its callers' device is unknown, so the module is judged as before
+    write_tree(tmp_path / "alone", {"fc_model.py": HELPER})
+    assert _check(tmp_path / "alone", "fc_model.py", select=("TL101",)) == ["fc_model.py:11 TL101"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 from torchlint.facts.index import (
     AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, every_node, has_star,
@@ -19,6 +19,9 @@ from torchlint.facts.index import (
     is_literal, is_parameter, keyword_value, parameter_default,
 )
 from torchlint.facts.script import runs_itself
+
+if TYPE_CHECKING:
+    from torchlint.facts.project import ProjectModel
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -247,11 +250,25 @@ def never_uses_cuda(index: AstIndex) -> bool:
     ``device`` parameter of a function this file never calls, a device read from a config; an argparse
     option ``--device`` counts only by its default: ``default="cpu"`` with no "cuda" anywhere is the CPU).
     A file that only defines a training function for others to call is not known to be one: False."""
-    memo = index.shared.get("never_uses_cuda")
+    return runs_itself(index) and uses_no_cuda(index)
+
+
+def uses_no_cuda(index: AstIndex) -> bool:
+    """Nothing in the file can reach a CUDA device (``never_uses_cuda``'s test, whether it runs itself or not)."""
+    memo = index.shared.get("uses_no_cuda")
     if memo is None:
-        memo = index.shared["never_uses_cuda"] = runs_itself(index) and not _mentions_cuda(index) \
+        memo = index.shared["uses_no_cuda"] = not _mentions_cuda(index) \
             and not any(_may_be_cuda_device(index, info.node, info.function or index.tree) for info in index.calls)
     return memo  # type: ignore[return-value]
+
+
+def runs_on_cpu(index: AstIndex, project: Optional["ProjectModel"]) -> bool:
+    """``never_uses_cuda``, or a module that does not run itself but uses no CUDA and whose every importer in
+    the project (notebooks included), and the project modules those import, mention none either
+    (``ProjectModel.cpu_importers``: a tutorial's ``helper.py`` that only CPU notebooks call)."""
+    if never_uses_cuda(index):
+        return True
+    return project is not None and bool(project.cpu_importers) and uses_no_cuda(index)
 
 
 def _mentions_cuda(index: AstIndex) -> bool:

@@ -178,7 +178,8 @@ class ProjectModel:
                  loaders: bool = True, builds: Optional[List[Build]] = None,
                  classes: Optional[Dict[Path, Tuple[dict, dict]]] = None,
                  stars: Optional[List[Tuple[str, int, Optional[Path], dict]]] = None,
-                 once: Optional[List[Once]] = None, handed: Optional[List[Handed]] = None) -> None:
+                 once: Optional[List[Once]] = None, handed: Optional[List[Handed]] = None,
+                 cpu_importers: Sequence[str] = ()) -> None:
         self.importer, self.root = importer, root
         # the project modules the file star-imports, in order, each with its star summary
         # (``facts.modules.star_summary``): the names ``from utils import *`` binds there (``star_origins``);
@@ -199,6 +200,9 @@ class ProjectModel:
         self._once: List[Once] = once or []
         # the calls of the files that import this one which hand loaders to its classes and functions
         self._handed: List[Handed] = handed or []
+        # the project files (notebooks included) that import this one, where there are some and none of them
+        # nor the project modules they import mentions CUDA (``_cpu_importers``); else empty
+        self.cpu_importers: List[str] = list(cpu_importers)
         self.has_device_functions = any(summary.get("devices") for summary in self.steps.values())
         self.has_imported_steps = any(summary.get("classes") for summary in self.steps.values())
         self.has_imported_functions = any(summary.get("functions") for summary in self.steps.values())
@@ -210,7 +214,8 @@ class ProjectModel:
     def is_empty(self) -> bool:
         """Nothing of another file that the checked file's result may depend on."""
         return not self.summaries and not self.steps and not self._callers and not self._builds \
-            and not self.class_files and not self.stars and not self._once and not self._handed
+            and not self.class_files and not self.stars and not self._once and not self._handed \
+            and not self.cpu_importers
 
     @classmethod
     def may_use(cls, data: bytes, codes: "set[str]") -> bool:
@@ -264,6 +269,10 @@ class ProjectModel:
         the calls of the files that import it of its defs (``counts_calls``)."""
         root = Path(os.path.realpath(root))
         importer = Path(os.path.abspath(path))
+        # (a module's device is its importers' where it names none itself: read only then)
+        cpu = _cpu_importers(importer, root, max_size) \
+            if (steps or loaders) and cls.trains(data) and not _names_a_gpu(data) else []
+        cls = functools.partial(cls, cpu_importers=cpu)  # type: ignore[assignment]
         if not imported and not classes:  # only what other files' loops run of it
             callers, builds, called, _ = _callers_of(importer, data, root, cache, max_size, steps, once)
             return cls(importer, root, {}, {}, {}, callers, loaders=False, builds=builds, once=called)
@@ -504,6 +513,8 @@ class ProjectModel:
             digest.update(json.dumps(["once", self._once], sort_keys=True).encode())
         if self._handed:
             digest.update(json.dumps(["handed", self._handed], sort_keys=True).encode())
+        if self.cpu_importers:
+            digest.update(json.dumps(["cpu", self.cpu_importers]).encode())
         return digest.hexdigest()
 
     def _summary_digest(self, file: Path, summary: dict, kind: str = "summary") -> str:
@@ -529,6 +540,7 @@ _class_names: Dict[Tuple[str, Path, int, int, int], List[bytes]] = {}
 # The project files under a root, each with the modules its text may import (``imported_modules``), read once
 # per process: the files that import a checked one are found there. None for a project over MAX_PROJECT_FILES.
 _import_tables: Dict[str, Optional[Dict[str, List[Tuple[str, str, int]]]]] = {}
+_notebook_tables: Dict[str, Dict[str, List[Module]]] = {}  # root -> its notebooks' imports (``_notebook_imports``)
 # (file, line, whether a step loop there, [(class, method) or (function, "", where its value goes)])
 Caller = Tuple[str, int, bool, List[tuple]]
 # (file, class, [[position, line]], [[keyword, line]]): a call there that builds the class with CUDA modules
@@ -916,6 +928,101 @@ def _handed_entry(loader: dict, importer: Path, shown: str, root: Path, cache: O
     return {**entry, "path": _shown_path(str(home), str(root))} if entry else None
 
 
+# What marks a text as one that may run on a GPU (lower-cased): CUDA and NCCL, and the names of the frameworks
+# that place work there themselves (``facts.devices.GPU_FRAMEWORKS``, without the import statement around them)
+_GPU_WORDS = (b"cuda", b"nccl", b"accelerate", b"lightning", b"deepspeed", b"apex", b"composer", b"transformers",
+              b"ignite", b"fastai", b"mmengine", b"mmcv", b"detectron2")
+
+
+def _names_a_gpu(data: bytes) -> bool:
+    lowered = data.lower()
+    return any(word in lowered for word in _GPU_WORDS)
+
+
+def _cpu_importers(path: Path, root: Path, max_size: int) -> List[str]:
+    """The project files that import ``path``, shown relative to the root, where there is one at least, each is
+    a program (a notebook, or a script with a ``__main__`` guard: a module's own callers would be out of
+    sight), and neither they nor any project module they import (``path`` aside) names a GPU
+    (``_names_a_gpu``): the module then runs where they do, on the CPU. Else empty."""
+    from torchlint.run.fileio import SourceError, read_regular
+
+    table = _import_table(str(root))
+    if table is None:
+        return []
+    target = os.path.realpath(path)
+    texts: Dict[str, Optional[bytes]] = {file: None for file in _importers(table, path, target, root)}
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    for file, modules in _notebook_imports(str(root)).items():
+        if any(module.rsplit(".", 1)[-1] == name and _resolves_to(module, level, Path(file), root, target)
+               for module, level in modules):
+            code = _notebook_code(file)
+            if code is None:
+                return []
+            texts[file] = code
+    if not texts:
+        return []
+    for file, text in texts.items():
+        if text is None:  # a .py importer: a script, not a module whose own callers are out of sight
+            try:
+                text = read_regular(Path(file), max_size)[0]
+            except (SourceError, OSError):
+                return []
+            if b"__main__" not in text:
+                return []
+        if _names_a_gpu(text):
+            return []
+        for module, level in imported_modules(text):
+            found = resolve(module, level, Path(file), root)
+            if found is None or os.path.realpath(found) == target:
+                continue
+            try:
+                if _names_a_gpu(read_regular(found, max_size)[0]):
+                    return []
+            except (SourceError, OSError):
+                return []
+    return sorted(_shown_path(file, str(root)) for file in texts)
+
+
+def _notebook_imports(root: str) -> Dict[str, List[Module]]:
+    """The modules each notebook under ``root`` may import (its real path -> ``imported_modules`` of its code
+    cells), read once per process as the ``.py`` files' table is; none past MAX_PROJECT_FILES notebooks."""
+    if root not in _notebook_tables:
+        found = {}
+        for file in _project_files(root, ".ipynb") or ():
+            code = _notebook_code(file)
+            if code is not None and b"import" in code:
+                found[os.path.realpath(file)] = imported_modules(code)
+        _notebook_tables[root] = found
+    return _notebook_tables[root]
+
+
+def _notebook_code(file: str) -> Optional[bytes]:
+    """The code cells of a notebook, joined (UTF-8); None where it cannot be read as one."""
+    from torchlint.run.fileio import SourceError, read_regular
+    from torchlint.run.notebook import cell_source
+
+    try:
+        notebook = json.loads(read_regular(Path(file), _SOURCE_LIMIT)[0])
+        cells = notebook.get("cells", []) if isinstance(notebook, dict) else []
+        code = "\n".join(cell_source(cell) for cell in cells
+                         if isinstance(cell, dict) and cell.get("cell_type") == "code")
+    except (SourceError, OSError, ValueError, RecursionError, AttributeError, TypeError):
+        return None
+    return code.encode("utf-8", "surrogatepass")
+
+
+def _project_files(root: str, suffix: str) -> Optional[List[str]]:
+    """The files under ``root`` whose names end with ``suffix``, in walk order (hidden folders, such as
+    ``.ipynb_checkpoints``, and ``__pycache__`` left out); None where there are more than MAX_PROJECT_FILES."""
+    files: List[str] = []
+    for folder, folders, names in os.walk(root):
+        folders[:] = sorted(f for f in folders if not f.startswith(".") and f != "__pycache__")
+        files.extend(os.path.join(folder, name) for name in sorted(names) if name.endswith(suffix))
+        if len(files) > MAX_PROJECT_FILES:
+            return None
+    return files
+
+
 def _importers(table: Dict[str, List[Tuple[str, str, int]]], path: Path, target: str, root: Path) -> List[str]:
     """The project files whose imports resolve to ``path`` (its real path: ``target``), in table order."""
     name = path.parent.name if path.name == "__init__.py" else path.stem
@@ -936,15 +1043,9 @@ def _import_table(root: str) -> Optional[Dict[str, List[Tuple[str, str, int]]]]:
         return _import_tables[root]
     from torchlint.run.fileio import SourceError, read_regular
 
-    files: List[str] = []
-    table: Optional[Dict[str, List[Tuple[str, str, int]]]] = {}
-    for folder, folders, names in os.walk(root):
-        folders[:] = sorted(f for f in folders if not f.startswith(".") and f != "__pycache__")
-        files.extend(os.path.join(folder, name) for name in sorted(names) if name.endswith(".py"))
-        if len(files) > MAX_PROJECT_FILES:
-            table = None
-            break
-    for file in files if table is not None else ():
+    files = _project_files(root, ".py")
+    table: Optional[Dict[str, List[Tuple[str, str, int]]]] = {} if files is not None else None
+    for file in files or ():
         try:
             data, _ = read_regular(Path(file), _SOURCE_LIMIT)
         except (SourceError, OSError):
