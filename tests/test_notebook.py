@@ -315,3 +315,83 @@ def test_a_fix_keeps_the_notebooks_bom_in_a_file_and_on_stdin(project):
     assert data.startswith(bom) and FIXED_LINE in json.loads(data[len(bom):])["cells"][1]["source"]
     piped = invoke("fix", "-", "--stdin-filename", "nb.ipynb", "--apply", input=bom + FIXABLE.encode("utf-8"))
     assert piped.stdout_bytes == data
+
+
+# --- a cell that does not parse (issue 27, robustness): reported alone, the others checked and fixed ----------
+SLOW_OPT = "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n"
+PY2_CELL = code(["%time x = 1\n",  # a magic in the cell set aside: the others' placeholders are still theirs
+                 "print 'training'\n",  # Python 2
+                 "criterion = ___\n",  # an exercise's blank
+                 SLOW_OPT])  # a finding torchlint would fix, were the cell Python
+
+
+def test_a_cell_that_does_not_parse_is_reported_alone_and_the_others_are_checked(project):
+    first = code(["import torch\n", "model = torch.nn.Linear(4, 2).cuda()\n", SLOW_OPT])
+    last = code(["!nvidia-smi\n", "for step in range(10):\n",
+                 "    loss = model(torch.ones(8, 4, device='cuda')).sum()\n", "    loss.backward()\n",
+                 "    opt.step()\n", "    total = loss.item()\n", "opt2 = " + SLOW_OPT])
+    text = notebook(first, {"cell_type": "markdown", "metadata": {}, "source": ["# Train\n"]}, PY2_CELL, last)
+    target = write(project / "nb.ipynb", text)
+    lines = invoke("check", "--select", "TL101,TL501", "nb.ipynb").output.splitlines()
+    assert lines[0].startswith("nb.ipynb:cell 1:3:51: TL501 [*] "), lines
+    assert lines[1] == ("nb.ipynb:cell 3:2:1: TL000 syntax error: Missing parentheses in call to 'print'. "
+                        "Did you mean print(...)?"), lines
+    assert lines[2].startswith("nb.ipynb:cell 4:6:13: TL101 "), lines  # the loop of cell 4 uses cell 1's model
+    assert lines[3].startswith("nb.ipynb:cell 4:7:58: TL501 [*] "), lines
+    diff = invoke("fix", "--select", "TL501", "nb.ipynb").output
+    assert "--- a/nb.ipynb:cell 1" in diff and "--- a/nb.ipynb:cell 4" in diff and "cell 3" not in diff, diff
+    result = invoke("fix", "--apply", "--select", "TL501", "nb.ipynb")
+    assert "fixed 2 x TL501" in result.output and "nb.ipynb:cell 3:2:1: TL000 syntax error" in result.output
+    fixed_opt = SLOW_OPT.replace(", foreach=False)", ")")
+    expected = notebook(code(first["source"][:2] + [fixed_opt]), json.loads(text)["cells"][1], PY2_CELL,
+                        code(last["source"][:-1] + ["opt2 = " + fixed_opt]))
+    assert target.read_text() == expected  # the cell set aside, its `foreach=False` included, byte for byte
+    again = invoke("fix", "--apply", "--select", "TL501", "nb.ipynb")
+    assert "Fixed 0 problems in 0 files." in again.output and target.read_text() == expected
+
+
+def test_every_cell_failing_gives_one_syntax_error_each_and_no_change(project):
+    text = notebook(code(["import torch\n", "print torch.__version__\n"]), code("x = (\n"),
+                    code(["def f(:\n", "    torch.optim.SGD(p, foreach=False)\n"]))
+    target = write(project / "nb.ipynb", text)
+    errors = [line for line in invoke("check", "nb.ipynb").output.splitlines() if "TL000" in line]
+    assert [line.split(": TL000")[0] for line in errors] == ["nb.ipynb:cell 1:2:1", "nb.ipynb:cell 2:1:5",
+                                                             "nb.ipynb:cell 3:1:7"], errors
+    assert "'(' was never closed" in errors[1]
+    result = invoke("fix", "--apply", "nb.ipynb")
+    assert result.output.count("TL000") == 3 and "Fixed 0 problems in 0 files." in result.output
+    assert target.read_text() == text
+
+
+def test_a_name_defined_only_in_a_cell_set_aside_is_unknown_to_the_others(project):
+    """The model and optimizer come from a cell that does not parse: the loop using them is still read,
+    and no rule trips over the names it cannot resolve."""
+    text = notebook(code("import torch\n"),
+                    code(["model = torch.nn.Linear(4, 2).cuda()\n", "opt = torch.optim.Adam(model.parameters())\n",
+                          "print 'built', model\n"]),
+                    code(["loader = torch.utils.data.DataLoader(range(8), batch_size=2)\n",
+                          "for x in loader:\n", "    loss = model(x.cuda()).sum()\n", "    loss.backward()\n",
+                          "    opt.step()\n", "    opt.zero_grad(set_to_none=False)\n"]))
+    target = write(project / "nb.ipynb", text)
+    for args in (["check", "--select", "ALL"], ["check", "--select", "ALL", "--output-format", "json"],
+                 ["fix", "--unsafe-fixes", "--select", "ALL"]):
+        out = invoke(*args, "nb.ipynb").output
+        assert out.count("TL000") == (0 if args[0] == "fix" else 1) and "internal error" not in out and "crash" not in out.lower(), out
+        assert ("+    opt.zero_grad()" if args[0] == "fix" else "TL201") in out, out  # the third cell is checked
+    invoke("fix", "--apply", "--unsafe-fixes", "--select", "ALL", "nb.ipynb")
+    cells = json.loads(target.read_text())["cells"]
+    assert cells[1]["source"] == json.loads(text)["cells"][1]["source"]
+    assert "    opt.zero_grad()\n" in cells[2]["source"]
+
+
+def test_failing_cells_are_found_one_by_one_as_the_program_is_parsed():
+    from torchlint.run.notebook import failing_cells
+
+    program = NotebookProgram.parse(notebook(code("import torch\n"), PY2_CELL, code("await asyncio.sleep(0)\n"),
+                                             code("%%bash\nthis is not python\n"), code(["x = 1\n", "  y = 2\n"])))
+    failing = failing_cells(program)
+    assert sorted(failing) == [2, 5]  # top-level await and a cell magic are no syntax errors
+    assert (failing[2].line, failing[2].column) == (2, 1) and (failing[5].line, failing[5].column) == (2, 2)
+    rest = program.without(failing)
+    assert rest.cells == [1, 3] and rest.magics == [] and "print 'training'" not in rest.text
+    assert failing_cells(rest) == {}

@@ -297,6 +297,29 @@ def _run_rules_on(
     return tree or analysis, [r for _, r in kept], crash_diagnostics + [d for d, _ in kept]
 
 
+def _checked_tree(source: str, path: str, index: Optional[AstIndex], top_level_await: bool) -> Optional[cst.Module]:
+    """LibCST's tree of ``source`` where CPython rejects it (else None: ``index`` holds the file), or
+    ``SyntaxProblem``: what the compiler refuses (``compile_problem``), what no parser takes (``parse``)."""
+    problem = compile_problem(index, top_level_await) if index is not None else None
+    if problem is not None:
+        raise problem
+    return parse(source, path) if needs_libcst(source) else None
+
+
+def syntax_problem(source: str, path: str = "", top_level_await: bool = False) -> Optional[SyntaxProblem]:
+    """The syntax error ``lint_source`` reports for ``source`` (as ``TL000``, where a rule may fire), or None
+    where it is checked."""
+    index = _index_of(source)
+    try:
+        _checked_tree(source, path, index, top_level_await)
+    except SyntaxProblem as problem:
+        return problem
+    finally:
+        if index is not None:
+            forget_answers(index)
+    return None
+
+
 def lint_source(
     source: str, path: str, rules: Sequence[Rule], settings: Settings, with_edits: bool = False,
     project: Optional[ProjectModel] = None, top_level_await: bool = False,
@@ -311,10 +334,7 @@ def lint_source(
     # held here: parsing with LibCST drops the stages' shared index
     index = _index_of(source)
     try:
-        problem = compile_problem(index, top_level_await) if index is not None else None
-        if problem is not None:
-            raise problem
-        module = parse(source, path) if needs_libcst(source) else None
+        module = _checked_tree(source, path, index, top_level_await)
         # (a finding on the index that proposes a fix parses the file in here, where `module` is None)
         analysis, _, diagnostics = _run_rules(module, source, path, candidates, settings, with_edits, selected, index,
                                               project=project)

@@ -5,9 +5,12 @@ cells are joined into one Python text and analysed together. Each cell starts wi
 (``# torchlint-cell N``) that maps findings back to ``train.ipynb:cell N:line:col`` and, after fixing,
 splits the text back into cells. IPython syntax is not Python: line magics, shell escapes and help
 (``%time``, ``!pip``, ``x = !ls``, ``model?``) at the start of a logical line, as IPython reads them, stand in
-the program as ``pass`` placeholders and are put back verbatim; cells that start with a cell magic (``%%bash``) are left out entirely. Writing back replaces only
-the sources of the cells that changed, and the JSON keeps its key order, indentation, outputs and metadata:
-each changed source is spliced into the original text, so every other byte stays as it was.
+the program as ``pass`` placeholders and are put back verbatim; cells that start with a cell magic (``%%bash``)
+are left out entirely, and so is a code cell that does not parse alone (a Python 2 ``print x``, an exercise's
+``criterion = # TODO``): it gets its own syntax error, never a change, and the others are still checked and
+fixed (``failing_cells``). Writing back replaces only the sources of the cells that changed, and the JSON keeps
+its key order, indentation, outputs and metadata: each changed source is spliced into the original text, so
+every other byte stays as it was.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torchlint.run.cache import Cache
 from torchlint.run.discovery import display_path
-from torchlint.engine import error_diagnostic, fix_source, lint_source
+from torchlint.engine import (SyntaxProblem, error_diagnostic, fix_source, lint_source, rules_that_may_fire,
+                              syntax_problem)
 from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText, line_ending, notebook_too_large,
                                   read_regular, split_lines, too_large_message)
 from torchlint.rule import Diagnostic, Edit
@@ -120,6 +124,8 @@ class NotebookProgram:
     line_map: List[Tuple[int, int]]
     cells: List[int]  # the cell numbers in the program, in order
     magics: List[str] = field(default_factory=list)  # placeholder number -> the original line, unindented
+    # code cells left out of the program for their syntax error (``failing_cells``), in the cell's coordinates
+    set_aside: Dict[int, SyntaxProblem] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, raw: str) -> "NotebookProgram":
@@ -132,16 +138,27 @@ class NotebookProgram:
         cells = notebook.get("cells") if isinstance(notebook, dict) else None
         if not isinstance(cells, list) or not all(isinstance(c, dict) for c in cells):
             raise NotebookError("not a valid notebook: no list of cells (nbformat 4 is required)")
-        lines: List[str] = []
-        line_map: List[Tuple[int, int]] = [(0, 0)]
-        program = cls(notebook, raw, "", line_map, [])
         for index, cell in enumerate(cells):
             if not _is_text(cell.get("source", "")):
                 raise NotebookError(f"not a valid notebook: the source of cell {index + 1} is not text")
+        return cls._of(notebook, raw, {})
+
+    def without(self, failing: Dict[int, SyntaxProblem]) -> "NotebookProgram":
+        """The program of the other code cells: ``failing``'s are set aside, never checked nor written."""
+        return self._of(self.notebook, self.raw, {**self.set_aside, **failing})
+
+    @classmethod
+    def _of(cls, notebook: Dict[str, Any], raw: str, set_aside: Dict[int, SyntaxProblem]) -> "NotebookProgram":
+        lines: List[str] = []
+        line_map: List[Tuple[int, int]] = [(0, 0)]
+        program = cls(notebook, raw, "", line_map, [], set_aside=set_aside)
+        for index, cell in enumerate(notebook["cells"]):
             source = cell_source(cell)
             if cell.get("cell_type") != "code" or source.lstrip().startswith("%%"):
                 continue  # markdown, raw, or a cell magic (%%bash, %%timeit...): not Python
             number = index + 1
+            if number in set_aside:
+                continue
             program.cells.append(number)
             cell_lines = split_lines(source)  # each keeps its ending, so a fixed cell keeps CRLF or CR
             # the marker ends as the cell's lines do: LibCST gives the lines a fix adds the first ending it sees
@@ -174,9 +191,18 @@ class NotebookProgram:
         return (cell, 1, 1) if cell_line == 0 else (cell, cell_line, column)
 
     def check(self, shown: str, rules, job: Job) -> List[Diagnostic]:
-        """The program's findings, in cell coordinates."""
-        outcome = lint_source(self.text, shown, rules, job.settings, job.with_edits, top_level_await=True)
-        return [self.to_cells(d) for d in outcome.diagnostics]
+        """The program's findings, in cell coordinates, after the syntax errors of the cells set aside."""
+        if not self.text:  # every code cell set aside
+            return self.in_cells(shown, [])
+        return self.in_cells(shown, lint_source(self.text, shown, rules, job.settings, job.with_edits,
+                                                top_level_await=True).diagnostics)
+
+    def in_cells(self, shown: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
+        """The program's ``diagnostics`` in cell coordinates, with one TL000 for each cell set aside (at its
+        syntax error), in the order of the cells."""
+        errors = [replace(error_diagnostic(shown, str(problem), problem.line, problem.column), cell=cell)
+                  for cell, problem in self.set_aside.items()]
+        return sorted(errors + [self.to_cells(d) for d in diagnostics], key=lambda d: d.sort_key)
 
     def to_cells(self, d: Diagnostic) -> Diagnostic:
         cell, line, column = self.locate(d.line, d.column)
@@ -398,6 +424,24 @@ class NotebookResult(FileResult):
     cell_changes: List[Tuple[int, str, str]] = field(default_factory=list)  # (cell, before, after)
 
 
+def failing_cells(program: NotebookProgram) -> Dict[int, SyntaxProblem]:
+    """The code cells of ``program`` that do not parse alone, as the program is parsed (top-level ``await``
+    allowed, magics as placeholders), each with its syntax error at its line and column in the cell. None
+    where the whole program parses and compiles: the common case costs one parse, which the check reuses."""
+    if syntax_problem(program.text, top_level_await=True) is None:
+        return {}
+    by_cell: Dict[int, List[str]] = {}
+    for line, (cell, cell_line) in zip(split_lines(program.text), program.line_map[1:]):
+        if cell_line:  # not the marker
+            by_cell.setdefault(cell, []).append(line)
+    failing = {}
+    for cell, lines in by_cell.items():
+        problem = syntax_problem("".join(lines), top_level_await=True)
+        if problem is not None:
+            failing[cell] = problem
+    return failing
+
+
 def process_notebook(path: Path, job: Job) -> FileResult:
     shown = display_path(path)
     limit = job.settings.max_file_size
@@ -441,6 +485,10 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
     if code_size > job.settings.max_file_size:
         return FileResult(shown, [error_diagnostic(
             shown, too_large_message(code_size, job.settings.max_file_size, "the notebook's code"))])
+    if rules_that_may_fire(rules, program.text, job.settings, shown):  # (else nothing is parsed, as for a .py)
+        failing = failing_cells(program)
+        if failing:  # a cell IPython would refuse alone is reported alone; the others are still one program
+            program = program.without(failing)
     if job.mode == "check":
         result = FileResult(shown, program.check(shown, rules, job))
         if cache is not None:
@@ -454,8 +502,10 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
 
 
 def _fix(shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
+    if not program.text:  # every code cell set aside
+        return NotebookResult(shown, program.in_cells(shown, []))
     outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe, top_level_await=True)
-    remaining = [program.to_cells(d) for d in outcome.errors + outcome.remaining]
+    remaining = program.in_cells(shown, outcome.errors + outcome.remaining)
     result = NotebookResult(shown, remaining, outcome.applied)
     if outcome.source == program.text:
         return result
