@@ -86,7 +86,10 @@ class BiasBeforeBatchNorm(Rule):
     class that does anything after the conv (an activation, a scale), one whose bias is off or computed
     (`bias=not plain`), a conv of another rank than the BatchNorm's, and a class from outside the project.
 
-    It stays silent where the bias does not cancel: `bias=False` already, anything between the two layers
+    It stays silent where the bias does not cancel: a model only evaluated (`model = nn.Sequential(...).eval()`
+    that the file only calls, or asks `.cuda()`/`.to()`/`.load_state_dict()` as statements of their own: no
+    `.train()`, no `.parameters()`, never handed on), whose BatchNorm normalizes with running statistics;
+    `bias=False` already, anything between the two layers
     (`conv -> ReLU -> BN`), GroupNorm/LayerNorm/InstanceNorm (they normalise over other axes, or per sample),
     and a BatchNorm whose `num_features` differs from the layer's `out_channels`/`out_features` (both written
     as literals), e.g. a `Linear` on `(N, L, C)` followed by `BatchNorm1d(L)`. For a `Linear` the counts must
@@ -183,6 +186,8 @@ class BiasBeforeBatchNorm(Rule):
 
         wrapper = functools.partial(_wrapper_of, index, ctx.project)
         for info in index.calls_to(*_NORMS):
+            if _only_evaluated(index, info.node):
+                continue  # built in eval mode and never trained: its BatchNorm uses running stats, the bias counts
             before = module_before(index, info.node)
             found = _finding_for(index, before, info.node, wrapper) if before is not None else None
             if found is not None:
@@ -247,6 +252,38 @@ class BiasBeforeBatchNorm(Rule):
             ctx.report(producer, message=message, rewrite=Rewrite(functools.partial(_with_bias, position, value,
                                                                                     finding.keyword or "bias"),
                                                                   message + " ({reason})", producer, reads=producer))
+
+
+# What a model that is only evaluated may be asked: its forward (a call of it), and these methods.
+_EVALUATION_METHODS = {"eval", "to", "cuda", "cpu", "float", "half", "double", "load_state_dict"}
+
+
+def _only_evaluated(index: AstIndex, norm: ast.Call) -> bool:
+    """``norm`` is a layer of ``model = nn.Sequential(...).eval()`` and the file uses ``model`` only to call it
+    or to ask it ``_EVALUATION_METHODS`` (no ``.train()``, no ``.parameters()`` for an optimizer, never handed
+    on): in eval mode a BatchNorm normalizes with its running statistics, which do not cancel the bias, and
+    nothing trains the model."""
+    sequential = index.parent(norm)
+    if type(sequential) is not ast.Call or not any(argument is norm for argument in sequential.args) \
+            or (index.qualified_name(sequential.func) or "").rsplit(".", 1)[-1] != "Sequential":
+        return False
+    method = index.parent(sequential)
+    evaluated = index.parent(method) if type(method) is ast.Attribute and method.attr == "eval" else None
+    if type(evaluated) is not ast.Call or evaluated.args or evaluated.keywords:
+        return False
+    target = index.assigned_to.get(evaluated)
+    if type(target) is not ast.Name or len(index.values_of(target.id, index.scope_of(evaluated))) != 1:
+        return False
+    for use, holder in index.names_named(target.id):
+        if use is target or type(use.ctx) is not ast.Load:
+            continue
+        if type(holder) is ast.Call and holder.func is use:
+            continue  # its forward
+        if type(holder) is ast.Attribute and holder.attr in _EVALUATION_METHODS \
+                and type(index.parent(index.parent(holder))) is ast.Expr:
+            continue  # (a statement of its own: `model.cuda()`; the module these return is the model itself)
+        return False
+    return True
 
 
 # --- a biased Conv/Linear and the BatchNorm after it ----------------------------------------------------

@@ -16,7 +16,9 @@ class DataloaderSingleProcess(Rule):
     `enumerate`/`tqdm`, an alias (`active = train_loader`), a function of the file that takes the loader as
     a parameter, or batches drawn with `next()` from `iter(loader)` or from a generator of the file that
     yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
-    function of the file (`def build_loader(...): return DataLoader(...)`), reported at its `DataLoader(...)`,
+    function of the file (`def build_loader(...): return DataLoader(...)`), or by a method of a class of the
+    file on an instance bound only to that class (`dm.train_dataloader()` with `dm = DataModule(...)`, a
+    Lightning `LightningDataModule`'s shape, inherited methods included), reported at its `DataLoader(...)`,
     or by a factory of another file of the checked project (`from data import build_loader`, also one a star
     import of a project module binds: `from utils import *`, by its `__all__` or its public names): that finding
     is reported at the factory's call in the training file, names where the loader is built, and has no fix.

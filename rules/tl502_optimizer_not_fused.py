@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, keyword_value
 from torchlint.fix.comments import has_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import framework_placement, moves_to_cuda, project_cuda_evidence
+from torchlint.facts.devices import framework_placement, made_on_cpu, moves_to_cuda, project_cuda_evidence
 from torchlint.facts.script import first_training_loop
 from torchlint.facts.steps import ForeignStep, step_facts, step_place
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
@@ -110,13 +110,19 @@ class OptimizerNotFused(Rule):
     `policy = Policy(...).to(device)`, then `agent = algo.PPO(actor_critic, ...)`. Its optimizers are reported
     where every such build (by position or keyword) in the files that build it with a CUDA module passes one,
     naming the move (`main.py:48`); silent where one of them passes a module it did not move there, or
-    `__init__` binds the name again.
+    `__init__` binds the name again. A module-level function of a file without a training loop that builds
+    an optimizer over its parameter's `.parameters()` (`def set_optimizer(opt, model)` in `util.py`) is read
+    the same way at its calls: `model, criterion = set_model(opt)` in `main.py`, where `set_model` returns the
+    model it moved to CUDA (`if torch.cuda.is_available(): model = model.cuda()`), makes it on CUDA.
 
-    Silent where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
+    Silent for an optimizer over a list of tensors made on the CPU and never moved (`SGD([patch])` with
+    `patch = nn.Parameter(torch.zeros(3, h, w))`: an adversarial patch trained against a GPU model updates on
+    the CPU), and where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
     either), where the file has complex parameters or sparse gradients (`sparse=True`: the fused kernels
     reject both; where sparse gradients are only possible, `sparse=<a flag>` or a `SparseAdam` beside the
-    optimizer, it reports without a fix), in tests, in files without a training loop (optimizer factories in library code), in
+    optimizer, it reports without a fix), in tests, in files without a training loop (optimizer factories in
+    library code, unless the project's calls show their module on CUDA, as above), in
     files with no sign of CUDA, and in CPU programs: a script (a `__main__` guard or a module-level training
     loop) in which nothing can reach a CUDA device, so that its `.to(device)` only looks like a GPU move by
     the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose).
@@ -197,6 +203,7 @@ class OptimizerNotFused(Rule):
         steps = step_facts(index, ctx.project)
         if first_training_loop(index) is None and not steps.step_loops and not steps.epoch_loops:
             self._detect_in_foreign_step(ctx, steps)
+            self._detect_in_factories(ctx)
             return
         # a framework that places the model (Accelerate, Fabric) may launch it on a TPU: no fix then
         framework = framework_placement(index)
@@ -205,7 +212,7 @@ class OptimizerNotFused(Rule):
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
             call = info.node
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) or _over_cpu_tensors(index, call):
                 continue
             if on_cuda:
                 self._report(ctx, call, optimizer, other_device, framework)
@@ -246,6 +253,26 @@ class OptimizerNotFused(Rule):
             note = (f" (`{klass.name}.{method.name}()` steps it every iteration of the training loop at "
                     f"{step_place(loop)})") + (built or "")
             self._report(ctx, call, optimizer, other_device, None, note)
+
+    def _detect_in_factories(self, ctx: IndexContext) -> None:
+        """A file with no training loop of its own whose module-level def builds an optimizer over
+        ``model.parameters()`` of its parameter, where every call of it in the training files of the project
+        passes a module moved to CUDA there (``set_optimizer(opt, model)`` in ``util.py``, ``model =
+        model.cuda()`` in ``main.py``'s ``set_model``)."""
+        index = ctx.index
+        if ctx.project is None:
+            return
+        other_device = _OTHER_DEVICE_TEXT.search(ctx.source)
+        for info in index.calls_to(*_QUALIFIED):
+            call, function = info.node, info.function
+            if function is None or index.parent(function) is not index.tree:
+                continue
+            optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+                continue
+            built = _built_on_cuda(index, call, ctx.project)
+            if built is not None:
+                self._report(ctx, call, optimizer, other_device, None, built)
 
     def _report(self, ctx: IndexContext, call: ast.Call, optimizer: str, other_device,
                 framework: Optional[ast.Call], note: str = "") -> None:
@@ -326,25 +353,40 @@ def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, proj
     return False
 
 
+def _over_cpu_tensors(index: AstIndex, call: ast.Call) -> bool:
+    """The optimizer's parameters are a list of tensors made on the CPU and never moved there
+    (``facts.devices.made_on_cpu``: ``patch = nn.Parameter(torch.zeros(3, h, w))``, then ``SGD([patch], ...)``)."""
+    arguments = call_arguments(call)
+    params = arguments[0][1] if arguments and arguments[0][0] in (None, "params") else keyword_value(call, "params")
+    return type(params) in (ast.List, ast.Tuple) and bool(params.elts) \
+        and all(type(element) is ast.Name and made_on_cpu(index, element) for element in params.elts)  # type: ignore[union-attr]
+
+
 def _built_on_cuda(index: AstIndex, call: ast.Call, project) -> Optional[str]:
     """The optimizer is built in ``__init__`` of a module-level class over ``m.parameters()`` of a parameter
-    ``m`` of that ``__init__`` (or of ``self.m`` bound only to it), and every call of another project file that
-    builds the class (at least one) passes a module it moved to CUDA there (``algo.PPO(actor_critic, ...)``
-    after ``actor_critic.to(device)`` in ``main.py``): the note that says where, else None."""
+    ``m`` of that ``__init__`` (or of ``self.m`` bound only to it), or in a module-level def over its parameter
+    ``m``, and every call of another project file that builds the class or calls the def (at least one) passes
+    a module it moved to CUDA there (``algo.PPO(actor_critic, ...)`` after ``actor_critic.to(device)`` in
+    ``main.py``; ``set_optimizer(opt, model)``): the note that says where, else None."""
     if project is None:
         return None
     function = index.function_of(call)
-    klass = index.class_of.get(function) if function is not None else None
-    if klass is None or getattr(function, "name", None) != "__init__" or index.function_of(function) is not None \
-            or index.function_of(klass) is not None or index.in_class(klass):
-        return None
+    if type(function) in (ast.FunctionDef, ast.AsyncFunctionDef) and index.parent(function) is index.tree:
+        klass, skip, built = None, 0, function.name  # type: ignore[union-attr]
+    else:
+        klass = index.class_of.get(function) if function is not None else None
+        if klass is None or getattr(function, "name", None) != "__init__" or index.function_of(function) is not None \
+                or index.function_of(klass) is not None or index.in_class(klass):
+            return None
+        skip, built = 1, klass.name
     arguments = call_arguments(call)
     params = arguments[0][1] if arguments and arguments[0][0] in (None, "params") else keyword_value(call, "params")
     if not (type(params) is ast.Call and type(params.func) is ast.Attribute and params.func.attr == "parameters"
             and not params.args and not params.keywords):
         return None
     module = params.func.value
-    if type(module) is ast.Attribute and type(module.value) is ast.Name and module.value.id == "self":
+    if klass is not None and type(module) is ast.Attribute and type(module.value) is ast.Name \
+            and module.value.id == "self":
         values = index.self_attributes.get((klass, module.attr), ())
         if len(values) != 1 or type(values[0]) is not ast.Name:
             return None
@@ -352,12 +394,12 @@ def _built_on_cuda(index: AstIndex, call: ast.Call, project) -> Optional[str]:
     if type(module) is not ast.Name:
         return None
     init = function.args  # type: ignore[union-attr]
-    positional = [argument.arg for argument in (*init.posonlyargs, *init.args)][1:]  # without `self`
+    positional = [argument.arg for argument in (*init.posonlyargs, *init.args)][skip:]  # (a method: without `self`)
     if module.id not in positional and module.id not in [argument.arg for argument in init.kwonlyargs]:
         return None
     if any(value is not None for value in index.values_of(module.id, function)):  # type: ignore[arg-type]
         return None  # bound again in `__init__`
-    builds = project.cuda_builds(klass.name)
+    builds = project.cuda_builds(built)
     if not builds:
         return None
     places = []
@@ -368,7 +410,7 @@ def _built_on_cuda(index: AstIndex, call: ast.Call, project) -> Optional[str]:
             return None  # a build that does not pass a CUDA module there
         places.append(f"{file}:{lines[0]}")
     shown = ", ".join(dict.fromkeys(places))
-    return f" (`{module.id}` is a module moved to CUDA at {shown} before `{klass.name}(...)` gets it)"
+    return f" (`{module.id}` is a module moved to CUDA at {shown} before `{built}(...)` gets it)"
 
 
 def _cuda_tensor_attribute(index: AstIndex, element: ast.expr, klass: ast.ClassDef, project) -> bool:

@@ -15,7 +15,7 @@ from torchlint.facts.index import (
     COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, is_parameter, spells_name,
 )
 from torchlint.config import Settings
-from torchlint.facts.devices import mixed_precision_evidence, project_cuda_evidence, uses_fp64
+from torchlint.facts.devices import code_strings, mixed_precision_evidence, project_cuda_evidence, uses_fp64
 from torchlint.facts.steps import step_facts
 from torchlint.facts.script import loop_header, main_guard, training_entry_calls
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 # Any mention of a TF32 / fp32-precision setting, even in a comment or with a value we cannot read, means the
 # author has decided (on, off, or from a flag): not ours to second-guess.
-_TF32_SETTING_TEXT = re.compile(r"allow_tf32|float32_matmul_precision|fp32_precision|\b[tT][fF]32\b")
 # Ways to start multiprocessing workers that do not run the script's `if __name__ == "__main__":` block.
 # A statement at column 0 that is or can hold a loop outside any def (`try:`/`if ...:`/`with` around the
 # loop, or a class body, which runs at import too).
@@ -47,11 +46,15 @@ class Fp32MatmulWithoutTf32(Rule):
     `if __name__ == "__main__":` block, a loop at module level, or, without either, a module-level call of a
     function of the file that runs a training loop, in its body or through the file's other functions: the
     `train()` at the end of a notebook) that puts its work on a CUDA device,
-    trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=`, or a
+    trains in plain fp32 (no autocast, GradScaler, `.half()`/`.bfloat16()` model, reduced `dtype=` (also a
+    dtype chosen reduced where CUDA is there: `dtype = torch.bfloat16 if torch.cuda.is_available() and
+    torch.cuda.is_bf16_supported() else torch.float32`, then `model.to(dtype)`), or a
     framework that manages precision, imported and used) and never sets how fp32 matmuls may run: no
     `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
-    `fp32_precision` settings of PyTorch 2.9+. A file that mentions any of these, even in a comment or with a
-    value read from a flag, has decided and is left alone; so are test files, fp64 code (`.double()`,
+    `fp32_precision` settings of PyTorch 2.9+. A file whose code names any of these, also with a value read
+    from a flag, or holds `tf32` in an identifier or a string (`args.tf32`, `tf32=True`,
+    `os.environ["NVIDIA_TF32_OVERRIDE"]`) has decided and is left alone (a comment, a docstring or a `help=`
+    text that mentions TF32 decides nothing); so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
     them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
     Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
@@ -155,7 +158,7 @@ class Fp32MatmulWithoutTf32(Rule):
     default_enabled = True
     fix_applicabilities = (Applicability.UNSAFE,)
     # The text stage: a device (`may_use_cuda`), a training call (`may_train`), an entry point (a `__main__`
-    # block or a module-level loop, maybe inside a module-level `try:`/`if`/`with`), no TF32 setting.
+    # block or a module-level loop, maybe inside a module-level `try:`/`if`/`with`).
     text_gate = (TRAINING_WORDS,)
 
     @classmethod
@@ -169,11 +172,11 @@ class Fp32MatmulWithoutTf32(Rule):
                     (any("\n" + word in text for word in _TOP_STATEMENT_STARTS) or text.startswith(_TOP_STATEMENT_STARTS))
                     and _TOP_LOOP_TEXT.search(text)) or ("def" in text and _TOP_CALL_TEXT.search(text)))):
             return False
-        return not ("32" in text and _TF32_SETTING_TEXT.search(text))
+        return True  # (a TF32 setting is read off the code, not off its prose: ``_decides_tf32``)
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
-        if ctx.torch_version < (1, 12) or _TF32_SETTING_TEXT.search(ctx.source):
+        if ctx.torch_version < (1, 12) or _decides_tf32(index, ctx.source):
             return
         steps = step_facts(index, ctx.project)
         # a loop that trains itself, or whose step is a function or a method of a class (of this file or of
@@ -611,3 +614,22 @@ def _root_name(node: ast.AST) -> Optional[str]:
     while type(node) is ast.Attribute:
         node = node.value
     return node.id if type(node) is ast.Name else None
+
+
+def _decides_tf32(index: AstIndex, source: str) -> bool:
+    """The code (not a comment, docstring or help text) decides how fp32 matmuls run: it names
+    ``set_float32_matmul_precision``, ``allow_tf32`` or ``fp32_precision``, or an identifier or a string of
+    the code holds ``tf32`` (``args.tf32``, ``tf32=True``, ``os.environ["NVIDIA_TF32_OVERRIDE"]``)."""
+    if not _names_a_setting(source.lower()):
+        return False  # (the words are nowhere in the text, so nowhere in the code)
+    for node in ast.walk(index.tree):
+        kind = type(node)
+        spelled = node.attr if kind is ast.Attribute else node.id if kind is ast.Name \
+            else node.arg if kind is ast.keyword else None  # type: ignore[attr-defined]
+        if spelled and _names_a_setting(spelled.lower()):
+            return True
+    return any(_names_a_setting(text) for text in code_strings(index.tree))
+
+
+def _names_a_setting(lowered: str) -> bool:
+    return "tf32" in lowered or "float32_matmul_precision" in lowered or "fp32_precision" in lowered

@@ -129,3 +129,16 @@ def test_a_bias_parameter_rebound_in_its_def_is_silent():
     )
     assert lint(source, "TL301") == []
     assert lint(source.replace("        if c > 8:\n            bias = False\n", ""), "TL301")
+
+
+@pytest.mark.parametrize("use, flagged", [
+    ("y = model(x)\n", False),  # only evaluated: silent
+    ("model.cuda()\ny = model(x)\n", False),
+    ("model.train()\n", True),  # trained after all
+    ("opt = torch.optim.SGD(model.parameters(), lr=0.1)\n", True),
+    ("fit(model)\n", True),  # handed on: what the callee does is out of sight
+    ("gpu = model.cuda()\n", True),  # the same module under another name
+])
+def test_a_sequential_built_in_eval_mode_is_silent_only_where_nothing_trains_it(use, flagged):
+    source = HEADER + "model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8)).eval()\nx = torch.randn(1, 3, 8, 8)\n" + use
+    assert bool(_codes(source)) is flagged

@@ -318,3 +318,27 @@ def test_a_tuple_assignment_pairs_its_parts():
     (loop,) = f.training_loops(f.sites[0])
     assert f.batch_names(loop) == {"sample", "image", "target"}
     assert [call.func.value.id for call in f.batch_moves(loop)] == ["image", "target"]
+
+
+DATA_MODULE = HEADER + """
+class Data:
+    def __init__(self, items):
+        self.items = items
+
+    def train_dataloader(self):
+        return DataLoader(self.items, batch_size=32, num_workers=4)
+
+
+class Shifted(Data):
+    pass
+"""
+
+
+def test_a_loader_that_a_method_of_a_class_of_the_file_returns():
+    # `dm = Shifted(...)`: the inherited `train_dataloader()` builds the loader the training loop iterates
+    source = DATA_MODULE + TRAIN + "\ndm = Shifted([])\ntrain_one_epoch(None, None, dm.train_dataloader(), 'cuda')\n"
+    assert [(d.code, d.line) for d in lint(source, "TL402")] == [("TL402", 9)]
+    assert "DataLoader(self.items, batch_size=32, num_workers=4, pin_memory=True)" in fix(source, "TL402")
+    # a receiver bound to something else too: which class's method runs is not in the file
+    other = source.replace("dm = Shifted([])", "dm = Shifted([]) if True else make_data()")
+    assert lint(other, "TL402") == []

@@ -50,9 +50,9 @@ def test_silent_before_torch_1_12_when_matmuls_defaulted_to_tf32():
     assert len(_found("import torch\n" + LOOP, version=(1, 12))) == 1
 
 
-def test_silent_in_test_files_and_where_any_precision_setting_is_mentioned():
+def test_silent_in_test_files_and_where_the_code_sets_any_precision():
     assert _found("import torch\n" + LOOP, path="tests/test_train.py") == []
-    for setting in ('torch.backends.cuda.matmul.fp32_precision = "ieee"\n', "# TF32 disabled on purpose\n",
+    for setting in ('torch.backends.cuda.matmul.fp32_precision = "ieee"\n',
                     "torch.backends.fp32_precision = cfg.precision\n"):
         assert _found("import torch\n" + setting + LOOP) == []
 
@@ -106,3 +106,27 @@ def test_conv_programs_that_may_run_matmuls_keep_the_finding(before, after):
               + _CONV_ONLY.replace(before, after))
     [finding] = _found(source)
     assert finding.code == "TL702"
+
+
+@pytest.mark.parametrize("mention, decided", [
+    ("# TODO: try TF32 here\n", False),  # prose decides nothing
+    ('"""Trains fp32; see the TF32 notes."""\n', False),
+    ("torch.backends.cuda.matmul.allow_tf32 = args.tf32\n", True),
+    ('os.environ["NVIDIA_TF32_OVERRIDE"] = "0"\n', True),
+])
+def test_a_tf32_setting_is_read_off_the_code_not_its_prose(mention, decided):
+    source = mention + _TF32_SCRIPT
+    assert bool(lint(source, "TL702")) is not decided
+
+
+_TF32_SCRIPT = """\
+import os
+import torch
+
+model = torch.nn.Linear(512, 512).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for x in torch.randn(100, 8, 512):
+    loss = model(x.cuda()).sum()
+    loss.backward()
+    opt.step()
+"""

@@ -802,3 +802,53 @@ def test_a_helper_module_that_only_cpu_notebooks_and_scripts_import_runs_on_the_
     # no importer in sight: its callers' device is unknown, so the module is judged as before
     write_tree(tmp_path / "alone", {"fc_model.py": HELPER})
     assert _check(tmp_path / "alone", "fc_model.py", select=("TL101",)) == ["fc_model.py:11 TL101"]
+
+
+# An optimizer factory of a helper file (`util.set_optimizer(opt, model)`) that the training scripts call with a
+# model a def of theirs moves to CUDA when one is available (`model, criterion = set_model(opt)`).
+UTIL = """\
+import torch.optim as optim
+
+
+def set_optimizer(opt, model):
+    optimizer = optim.SGD(model.parameters(), lr=opt.lr, momentum=0.9)
+    return optimizer
+"""
+
+SCRIPT = """\
+import torch
+from util import set_optimizer
+
+
+def set_model(opt):
+    model = torch.nn.Linear(8, 2)
+    criterion = torch.nn.CrossEntropyLoss()
+    if torch.cuda.is_available():
+        model = model.cuda()
+    return model, criterion
+
+
+def main(opt, loader):
+    model, criterion = {build}
+    optimizer = set_optimizer(opt, model)
+    for x, y in loader:
+        loss = criterion(model(x.cuda()), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+if __name__ == "__main__":
+    main(None, [])
+"""
+
+
+def test_an_optimizer_factory_of_a_helper_file_called_with_a_model_moved_to_cuda(tmp_path):
+    write_tree(tmp_path, {"util.py": UTIL, "main.py": SCRIPT.format(build="set_model(opt)")})
+    assert _check(tmp_path, "util.py", select=("TL502",)) == ["util.py:5 TL502"]
+    [message] = _messages(tmp_path, "util.py", "TL502")
+    assert message.endswith("(`model` is a module moved to CUDA at main.py:9 before `set_optimizer(...)` gets it)")
+    # a model no def of the caller's moves (built in place, never moved): silent
+    root = tmp_path / "cpu"
+    write_tree(root, {"util.py": UTIL, "main.py": SCRIPT.format(build="torch.nn.Linear(8, 2), None")})
+    assert _check(root, "util.py", select=("TL502",)) == []

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 from torchlint.facts.index import (
     AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, every_node, has_star,
-    import_origins,
-    is_literal, is_parameter, keyword_value, parameter_default,
+    import_origins, is_literal, is_parameter, keyword_value, parameter_default, walk,
 )
 from torchlint.facts.script import runs_itself
 
@@ -159,8 +158,27 @@ def framework_placement(index: AstIndex) -> Optional[ast.Call]:
 
 
 def is_reduced_dtype(index: AstIndex, expr: ast.expr) -> bool:
+    """``torch.float16`` / ``torch.bfloat16`` (``torch.half``), or a name bound once to one chosen where CUDA
+    is there: ``dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else
+    torch.float32`` is reduced wherever the program runs on a GPU."""
+    if type(expr) is ast.Name:
+        value = index.single_value(expr.id, index.scope_of(expr))  # type: ignore[attr-defined]
+        return type(value) is ast.IfExp and _reduced_on_cuda(index, value)  # type: ignore[arg-type]
     qualified = index.qualified_name(expr) or ""
     return qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in REDUCED_DTYPES
+
+
+# Tests that hold wherever the program has a CUDA device: what it checks, alone or as a part of an `and`.
+_CUDA_TESTS = {"torch.cuda.is_available", "torch.cuda.is_bf16_supported"}
+
+
+def _reduced_on_cuda(index: AstIndex, choice: ast.IfExp) -> bool:
+    """``a if <test> else b`` with ``a`` a reduced dtype and ``test`` requiring CUDA (``torch.cuda.is_available()``,
+    alone or as a part of an ``and``)."""
+    parts = choice.test.values if type(choice.test) is ast.BoolOp and type(choice.test.op) is ast.And \
+        else [choice.test]  # type: ignore[attr-defined]
+    return type(choice.body) is not ast.Name and is_reduced_dtype(index, choice.body) and any(
+        type(part) is ast.Call and index.qualified_name(part.func) in _CUDA_TESTS for part in parts)  # type: ignore[attr-defined]
 
 
 def mixed_precision_evidence(index: AstIndex) -> Optional[ast.AST]:
@@ -280,10 +298,10 @@ def _mentions_cuda(index: AstIndex) -> bool:
     lowered = index.source.lower()
     if "cuda" not in lowered and "nccl" not in lowered:
         return False  # neither word in the text: no string can hold it
-    return any("cuda" in text or "nccl" in text for text in _code_strings(index.tree))
+    return any("cuda" in text or "nccl" in text for text in code_strings(index.tree))
 
 
-def _code_strings(tree: ast.AST):
+def code_strings(tree: ast.AST):
     """The lower-cased string constants of the code: not docstrings or other bare string statements, nor
     `help=` texts (prose about the program, not a device it uses)."""
     stack = [tree]
@@ -517,6 +535,7 @@ _LITERAL_DATA_FACTORIES = {"tensor", "as_tensor"}
 # What changes the device a factory without `device=` uses, or moves a tensor where it is.
 _DEFAULT_DEVICE_CALLS = {"torch.set_default_device", "torch.set_default_tensor_type"}
 _DEVICE_MOVES = {"to", "cuda", "set_", "type", "share_memory_"}
+_PARAMETERS = {"torch.nn.Parameter", "torch.nn.parameter.Parameter"}
 
 
 def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
@@ -546,6 +565,37 @@ def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
             root = func.value
         else:
             return kind is ast.Name and root.id in names  # type: ignore[attr-defined]
+
+
+def made_on_cpu(index: AstIndex, name: ast.Name) -> bool:
+    """``name``'s one binding in its scope is a tensor made on the CPU (a torch factory without a device, or
+    ``nn.Parameter`` of one: ``patch = nn.Parameter(torch.zeros(3, h, w))``) that nothing in that scope moves
+    (``patch.to(...)``, ``patch.data = ...``), in a file that changes no default device (``on_cpu``'s test, for
+    one scope: a parameter of that name elsewhere is another variable)."""
+    if "cpu_tensor_names" not in index.shared:
+        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
+    if index.shared["cpu_tensor_names"] is None:
+        return False
+    scope = index.scope_of(name)
+    values = index.values_of(name.id, scope)
+    if len(values) != 1 or type(values[0]) is not ast.Call:
+        return False
+    value = values[0]
+    if index.qualified_name(value.func) in _PARAMETERS and value.args:  # type: ignore[attr-defined]
+        value = value.args[0]  # type: ignore[attr-defined]
+    if type(value) is not ast.Call or not _cpu_factory(index, value):
+        return False
+    for node in walk(scope):
+        if index.scope_of(node) is not scope:
+            continue
+        if type(node) is ast.Call and type(node.func) is ast.Attribute and node.func.attr in _DEVICE_MOVES \
+                and type(node.func.value) is ast.Name and node.func.value.id == name.id:
+            return False
+        if type(node) in (ast.Assign, ast.AugAssign) and any(
+                type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == name.id
+                for target in (node.targets if type(node) is ast.Assign else [node.target])):
+            return False
+    return True
 
 
 def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:

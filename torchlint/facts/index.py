@@ -1146,6 +1146,16 @@ def parameter_default(function: ast.AST, name: str) -> Optional[ast.expr]:
     return None
 
 
+def module_function_returns(index: "AstIndex", name: str) -> Optional[Tuple[ast.AST, List[ast.Return]]]:
+    """The module-level def ``name`` of the file and its own ``return`` statements (not those of defs nested
+    in it), or None where it has no such def or no return."""
+    function = next((f for f in index.functions if f.name == name and index.parent(f) is index.tree), None)
+    if function is None:
+        return None
+    returns = [node for node in walk(function) if type(node) is ast.Return and index.function_of(node) is function]
+    return (function, returns) if returns else None
+
+
 def argument_for(function: ast.AST, name: str, args: Sequence[ast.expr], keywords: Sequence[ast.keyword] = (),
                  skip: int = 0) -> Optional[ast.expr]:
     """What a call of the def ``function`` given ``args`` and ``keywords`` passes for its parameter ``name``:

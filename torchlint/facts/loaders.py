@@ -4,7 +4,8 @@ Facts shared by the input-pipeline rules (TL103, TL401, TL402, TL403), read off 
 to a loop through what the file shows: the loop iterates the name the loader was assigned to
 (``train_loader``, ``self.train_loader``), possibly through ``enumerate``/``tqdm``/``zip``, an alias
 (``active = train_loader``), a helper function of the same file that takes the loader as a parameter, a
-factory of the file that builds and returns it (``def build_loader(...): return DataLoader(...)``), or draws
+factory of the file that builds and returns it (``def build_loader(...): return DataLoader(...)``, also a
+method of a class of the file: ``dm.train_dataloader()``), or draws
 its batches with ``next()`` from an iterator over it (``it = iter(loader)``, or a generator of the file that
 yields from it: ``def cycle(dl): while True: yield from dl``).
 
@@ -455,6 +456,31 @@ class LoaderFacts:
                                           imported=factory["sites"][0])]
         return found
 
+    def _method_returns(self, call: ast.Call) -> List[LoaderSite]:
+        """The loader ``obj.train_dataloader()`` returns, where ``obj`` is bound only to instances of classes of
+        the file (``dm = ToyDataModule(...)``) whose method of that name (its own or inherited) returns one
+        ``DataLoader(...)`` of the file (a Lightning ``LightningDataModule``'s loaders)."""
+        receiver = call.func.value  # type: ignore[attr-defined]
+        if type(receiver) is not ast.Name or not self._direct:
+            return []
+        index = self.index
+        values = index.values_of(receiver.id, index.scope_of(receiver)) or index.values_of(receiver.id, index.tree)
+        classes = []
+        for value in values:
+            found = self._classes_named(value.func.id) if type(value) is ast.Call \
+                and type(value.func) is ast.Name else []  # type: ignore[union-attr]
+            if len(found) != 1:
+                return []
+            classes.append(found[0])
+        sites: List[LoaderSite] = []
+        for klass in dict.fromkeys(classes):
+            method = self._method(klass, call.func.attr)  # type: ignore[attr-defined]
+            returned = self._returned_sites(method, self._direct).get(None, []) if method is not None else []
+            if len(returned) != 1:
+                return []
+            sites += [site for site in returned if site not in sites]
+        return sites
+
     def _handed_sites(self) -> List[LoaderSite]:
         """The loaders other project files hand to this file's module-level functions and classes
         (``ProjectModel.handed_loaders``): a site each at the parameter that receives it (a class's through
@@ -506,6 +532,8 @@ class LoaderFacts:
                 return [s for s in imported if s is not None and s.position is None]
             if type(expr.func) is ast.Name and expr.func.id in self._factories:  # type: ignore[attr-defined]
                 return list(self._factories[expr.func.id].get(None, ()))  # type: ignore[attr-defined]
+            if type(expr.func) is ast.Attribute:  # type: ignore[attr-defined]
+                return self._method_returns(expr)
             return []
         found: List[LoaderSite] = self._bound_to(self._names, expr)  # type: ignore[assignment]
         if not found and type(expr) is ast.Name and depth < 3:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import ast
 from typing import List, Optional, Set, Tuple
 
-from torchlint.facts.index import AstIndex, AstScope, argument_for, has_star, is_parameter, keyword_value, walk
+from torchlint.facts.index import (
+    AstIndex, AstScope, argument_for, has_star, is_parameter, keyword_value, module_function_returns, walk,
+)
 
 _PARSERS = {"argparse.ArgumentParser"}
 _GROUPS = ("add_argument_group", "add_mutually_exclusive_group")
@@ -99,7 +101,7 @@ def _parsed_by(index: AstIndex, value: ast.AST, scope: AstScope, depth: int = 0,
         return None
     func = value.func  # type: ignore[attr-defined]
     if type(func) is ast.Name:
-        returned = _module_function_returns(index, func.id)
+        returned = module_function_returns(index, func.id)
         if returned is None or depth > 4:
             return None
         function, returns = returned
@@ -115,15 +117,6 @@ def _parsed_by(index: AstIndex, value: ast.AST, scope: AstScope, depth: int = 0,
         return None
     parser = _parser(index, func.value.id, scope)
     return [parser] if parser is not None else None
-
-
-def _module_function_returns(index: AstIndex, name: str) -> Optional[Tuple[ast.AST, List[ast.Return]]]:
-    """The module-level def ``name`` of the file and its own ``return`` statements, or None where it has none."""
-    function = next((f for f in index.functions if f.name == name and index.parent(f) is index.tree), None)
-    if function is None:
-        return None
-    returns = [node for node in walk(function) if type(node) is ast.Return and index.function_of(node) is function]
-    return (function, returns) if returns else None
 
 
 def _parser(index: AstIndex, name: str, scope: AstScope) -> Optional[ast.Call]:
@@ -234,7 +227,7 @@ def _parent_parser(index: AstIndex, expr: ast.expr, scope: AstScope) -> Optional
         return _owner(index, expr.id, scope, 0)
     if type(expr) is not ast.Call or type(expr.func) is not ast.Name:  # type: ignore[attr-defined]
         return None
-    returned = _module_function_returns(index, expr.func.id)  # type: ignore[attr-defined]
+    returned = module_function_returns(index, expr.func.id)  # type: ignore[attr-defined]
     if returned is None:
         return None
     function, returns = returned

@@ -479,11 +479,12 @@ class ProjectModel:
             found.setdefault((name, method), []).append(once)
         return found
 
-    def cuda_builds(self, class_name: str) -> List["Build"]:
-        """The calls of the files that import the checked one which build its class ``class_name`` (by any
-        name a package re-exports it under) and pass it modules moved to CUDA there: (file relative to the root,
-        class, [[position, line of the move]], [[keyword, line]]) (``facts.steps.uses_summary``'s ``built``)."""
-        return [build for build in self._builds if build[1] == class_name]
+    def cuda_builds(self, name: str) -> List["Build"]:
+        """The calls of the files that import the checked one which build its class ``name``, or call its
+        module-level function ``name`` (by any name a package re-exports it under), with their arguments that
+        are modules moved to CUDA there: (file relative to the root, name, [[position, line of the move]],
+        [[keyword, line]]) (``facts.steps.uses_summary``'s ``built``)."""
+        return [build for build in self._builds if build[1] == name]
 
     def handed_loaders(self) -> List[Handed]:
         """The calls of the project files that import the checked one which hand loaders to its classes and
@@ -864,7 +865,7 @@ def _callers_of(path: Path, data: bytes, root: Path, cache: Optional["Cache"], m
                 mine.append(((names or {}).get(entry[2], entry[2]), entry[3], *entry[4:5]))
             if mine:
                 found.append((shown, line, steps, mine))
-        if built:
+        if built or called:  # (a class's builds, or a function's calls: `set_optimizer(opt, model)`)
             builds.extend((shown, (names or {}).get(name, name), positions, keywords)
                           for module, level, name, positions, keywords in uses.get("built", ())
                           if (names is None or name in names) and _resolves_to(module, level, importer, root, resolved))

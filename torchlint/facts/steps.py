@@ -37,8 +37,8 @@ from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, call_name, called_origin, dotted_name, import_origins, may_be_project, names_spelled,
-    source_order, target_names, walk,
+    AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, import_origins, may_be_project,
+    module_function_returns, names_spelled, source_order, target_names, walk,
 )
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
@@ -1180,8 +1180,12 @@ def _cuda_builds(index: AstIndex) -> List[list]:
     return found if any(positions or keywords for *_, positions, keywords in found) else []
 
 
-def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to_cuda) -> int:
-    """The line where the name ``argument`` is moved to CUDA before ``call`` (``_cuda_builds``), or 0."""
+def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.AST, moves_to_cuda, depth: int = 0) -> int:
+    """The line where the name ``argument`` is moved to CUDA before ``call`` (``_cuda_builds``), or 0: by its one
+    binding (``net = Net().to(device)``), by an expression statement after its every binding (``net.cuda()``), by
+    its last binding where that is a move (``if torch.cuda.is_available(): model = model.cuda()``: CUDA when one
+    is available), or as what a module-level def of the file returns moved so (``model, criterion =
+    set_model(opt)``, ``_returned_to_cuda``)."""
     if type(argument) is not ast.Name:
         return 0
     scope = index.scope_of(call)
@@ -1189,9 +1193,17 @@ def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to
     if len(values) == 1 and type(values[0]) is ast.Call and call_name(values[0]) in ("to", "cuda") \
             and moves_to_cuda(index, values[0], scope) and source_order(values[0]) < source_order(call):
         return values[0].lineno
+    if len(values) == 1 and depth < 3:
+        found = _returned_to_cuda(index, argument.id, values[0], scope, call, moves_to_cuda, depth)
+        if found:
+            return found
     if not values or any(value is None or source_order(value) > source_order(call) for value in values):
         return 0
-    last = max(source_order(value) for value in values)
+    last_value = max(values, key=source_order)  # type: ignore[arg-type]
+    if depth and type(last_value) is ast.Call and call_name(last_value) in ("to", "cuda") \
+            and moves_to_cuda(index, last_value, scope):  # (in a def whose value a caller takes)
+        return last_value.lineno  # type: ignore[union-attr]
+    last = source_order(last_value)
     for name in ("to", "cuda"):
         for info in index.calls_by_name.get(name, ()):
             move = info.node
@@ -1201,6 +1213,38 @@ def _moved_to_cuda(index: AstIndex, argument: ast.expr, call: ast.Call, moves_to
                     and moves_to_cuda(index, move, scope):
                 return move.lineno
     return 0
+
+
+def _returned_to_cuda(index: AstIndex, name: str, value: Optional[ast.AST], scope: AstScope, call: ast.AST,
+                      moves_to_cuda, depth: int) -> int:
+    """Where ``name``'s one binding in ``scope`` (``value``: its value, None for an element of a tuple target)
+    is the result of a call of a module-level def of the file, before ``call``, and every ``return`` of that
+    def gives, at that place, a name it moves to CUDA (``_moved_to_cuda``): the line of the move, else 0."""
+    position = None
+    if value is None:  # `model, criterion = set_model(opt)`: the call, and which element the name takes
+        for node in walk(scope):
+            if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Tuple \
+                    and index.scope_of(node) is scope:
+                names = [e.id if type(e) is ast.Name else None for e in node.targets[0].elts]  # type: ignore[attr-defined]
+                if name in names:
+                    value, position = node.value, names.index(name)
+                    break
+    if type(value) is not ast.Call or type(value.func) is not ast.Name \
+            or source_order(value) > source_order(call):  # type: ignore[union-attr]
+        return 0
+    returned = module_function_returns(index, value.func.id)  # type: ignore[union-attr]
+    if returned is None:
+        return 0
+    lines = []
+    for node in returned[1]:
+        given = node.value
+        if position is not None:
+            given = given.elts[position] if type(given) is ast.Tuple and len(given.elts) > position else None  # type: ignore[union-attr]
+        line = _moved_to_cuda(index, given, node, moves_to_cuda, depth + 1) if given is not None else 0
+        if not line:
+            return 0
+        lines.append(line)
+    return lines[0]
 
 
 # the top-level modules no project file is: a call of theirs is not recorded in a uses summary
