@@ -225,7 +225,10 @@ class SyncInTrainingLoop(Rule):
     timing section; the read may sit in an `if` or `with` whose header queues none either, and the
     synchronize under `if device_type == "cuda":`): the synchronize has waited for the GPU already and is
     the per-step cost (TL105 reports it), the read waits for nothing; reporting both would count one wait
-    twice. A host value that only goes
+    twice. So is a read right after a call of a def of the file that ends with a read it needs after all
+    of its GPU work (`loss = self.update_model()`, whose last steps are `priorities =
+    errors.cpu().numpy()` handed to a replay buffer, then host work: NumPy, a def that never names torch).
+    A host value that only goes
     back into a tensor (`torch.tensor(running, device=device)` to all-reduce it) or is only tested against
     `None` is not load-bearing: the read is reported.
 
@@ -347,6 +350,7 @@ class _Detector:
         # `if not <logging guard>: return` among them
         self._returned_memo: dict = {}  # (def, position, size) -> where its callers take a returned host value
         self._spellings: Optional[dict] = None  # name -> how often the file spells it (``_spelled``)
+        self._drained: dict = {}  # def -> whether it ends with a needed sync after its GPU work (``_ends_drained``)
 
     def run(self) -> None:
         index = self.index
@@ -587,9 +591,58 @@ class _Detector:
                                            and all(_queues_no_gpu_work(info.node)
                                                    for info in self.index.calls_in(here.test))):
                     waited = True  # (`if device_type == "cuda": torch.cuda.synchronize()`: the CPU waits for nothing)
+                elif self._drained_by(here):
+                    waited = True  # (`a, b = self.update_model()`, which ends with a sync it needs)
                 elif any(not _queues_no_gpu_work(info.node) for info in self.index.calls_in(here)):
                     waited = False
         return ready
+
+    def _drained_by(self, statement: ast.stmt) -> bool:
+        """``statement`` runs defs of the file that end with a sync they need, after their last GPU work
+        (``_ends_drained``): ``actor_loss, critic_loss = self.update_model()``, whose last steps are
+        ``priorities = td_error.cpu().numpy()`` for a replay buffer and host work. A read right after finds the
+        GPU idle, as after a ``synchronize()``."""
+        if type(statement) not in (ast.Expr, ast.Assign) or type(statement.value) is not ast.Call:  # type: ignore[attr-defined]
+            return False
+        call = statement.value  # type: ignore[attr-defined]
+        callees = self.steps.callees_of(call)
+        if not callees or any(not _queues_no_gpu_work(info.node) for info in self.index.calls_in(call)
+                              if info.node is not call):
+            return False
+        return all(self._ends_drained(callee) for callee in callees)
+
+    def _ends_drained(self, function: ast.AST) -> bool:
+        """The def's body ends, at its top level, with a statement that reads a value to the host (a sync
+        whose calls are all syncs or host work) followed only by host work (``_host_only``)."""
+        memo = self._drained.get(function)
+        if memo is None:
+            self._drained[function] = False  # (recursion: a def that runs itself is not known to end drained)
+            memo = False
+            body = getattr(function, "body", [])
+            for at in range(len(body) - 1, -1, -1):
+                statement = body[at]
+                calls = [info.node for info in self.index.calls_in(statement)]
+                if type(statement) not in (ast.Expr, ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return):
+                    break  # a branch or a loop: what runs last is not in sight
+                if any(is_sync_call(c) for c in calls):  # the read: the GPU is idle after it, if nothing else queues
+                    memo = all(is_sync_call(c) or self._host_only(c) for c in calls) \
+                        and _needed_after(statement, body[at + 1:])
+                    break
+                if not all(self._host_only(c) for c in calls):
+                    break
+            self._drained[function] = memo
+        return memo
+
+    def _host_only(self, call: ast.Call) -> bool:
+        """``call`` queues no GPU work: a call that only shows, stores or converts (``_queues_no_gpu_work``), a
+        NumPy call, a call on a value already read to the host (``x.cpu().numpy().squeeze()``), or a call of
+        defs of the file that never name torch (a replay buffer's ``update_priorities``)."""
+        if _queues_no_gpu_work(call) or (self.index.qualified_name(call.func) or "").startswith("numpy."):
+            return True
+        if type(call.func) is ast.Attribute and chain_has_sync(call.func.value):
+            return True
+        callees = self.steps.callees_of(call)
+        return bool(callees) and all(_names_no_torch(callee) for callee in callees)
 
     def _loop_reads(self, loop: AstLoopInfo) -> "_LoopReads":
         reads = self._reads_by_loop.get(loop.node)
@@ -1473,11 +1526,37 @@ def _accumulate_on_device(call: cst.Call, a: "FileAnalysis", depth: int, keep_re
 _NO_GPU_WORK_CALLS = _SINK_METHODS | _SINK_FUNCTIONS | set(SYNC_METHODS) | {
     "int", "float", "bool", "str", "len", "repr", "format", "join", "dict", "items", "keys", "values", "get",
     "time", "perf_counter", "monotonic", "flush", "isinstance", "hasattr", "getattr", "exists", "open",
+    "detach",  # (a view without its autograd history: no kernel)
 }
 
 
 def _queues_no_gpu_work(call: ast.Call) -> bool:
     return call_name(call) in _NO_GPU_WORK_CALLS
+
+
+def _needed_after(read: ast.stmt, rest: List[ast.stmt]) -> bool:
+    """``read`` binds names (``priorities = td.cpu().numpy()``) that a later statement of ``rest`` passes to a
+    call that needs the value (``buffer.update_priorities(idx, priorities)``), not only one that shows or
+    collects it: the read has to stay, so a read after it finds the GPU idle."""
+    if type(read) is not ast.Assign:
+        return False
+    names = {name for target in read.targets for name in target_names(target)}
+    for statement in rest:
+        for node in ast.walk(statement):
+            if type(node) is ast.Call and call_name(node) not in _SINK_METHODS | _SINK_FUNCTIONS and any(
+                    type(argument) is ast.Name and argument.id in names for argument in node.args):
+                return True
+    return False
+
+
+def _names_no_torch(function: ast.AST) -> bool:
+    """The def names neither ``torch`` nor a tensor's move or read (``.cuda``, ``.to``, ``.item``...): host code,
+    such as a replay buffer's segment trees."""
+    for node in ast.walk(function):
+        if (type(node) is ast.Name and node.id == "torch") or (  # type: ignore[attr-defined]
+                type(node) is ast.Attribute and node.attr in ("cuda", "to", "torch", *SYNC_METHODS)):  # type: ignore[attr-defined]
+            return False
+    return True
 
 
 def _synchronizes(statement: ast.stmt) -> bool:

@@ -356,3 +356,21 @@ def test_a_host_value_read_by_the_next_step_before_its_rebinding_stays_silent():
     # every step binds the tensor first: the test reads the tensor, the host value is only stored
     every_step = head + lines(step + tail, 8)
     assert len(lint(every_step, "TL101")) == 1
+
+
+_DRAINED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
+                / "clean_after_an_update_that_ends_drained.py").read()
+
+
+@pytest.mark.parametrize("change, lines", [
+    ((), []),  # the update's own read is needed and comes last: the loss read after it waits for nothing
+    # only printed: both reads are reported (dropping the first makes the second the one that waits)
+    (("        self.memory.update_priorities(indices, priorities)\n", "        print(priorities)\n"), [32, 40]),
+    # GPU work after the update's read: the loss read waits for it
+    (("        return loss.detach()\n", "        self.critic.weight.data.mul_(0.99)\n        return loss.detach()\n"), [41]),
+    # a buffer that computes with torch may queue GPU work after the read
+    (("            self.priorities[i] = p\n", "            self.priorities[i] = torch.as_tensor(p)\n"), [40]),
+])
+def test_a_read_right_after_an_update_that_ends_with_a_needed_read(change, lines):
+    source = _DRAINED.replace(*change) if change else _DRAINED
+    assert [d.line for d in lint(source, "TL101")] == lines

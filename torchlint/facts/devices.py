@@ -161,11 +161,13 @@ def is_reduced_dtype(index: AstIndex, expr: ast.expr) -> bool:
     """``torch.float16`` / ``torch.bfloat16`` (``torch.half``), or a name bound once to one chosen where CUDA
     is there: ``dtype = torch.bfloat16 if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else
     torch.float32`` is reduced wherever the program runs on a GPU."""
+    qualified = index.qualified_name(expr) or ""
+    if qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in REDUCED_DTYPES:
+        return True  # (also a name imported so: `from torch import half`)
     if type(expr) is ast.Name:
         value = index.single_value(expr.id, index.scope_of(expr))  # type: ignore[attr-defined]
         return type(value) is ast.IfExp and _reduced_on_cuda(index, value)  # type: ignore[arg-type]
-    qualified = index.qualified_name(expr) or ""
-    return qualified.startswith("torch.") and qualified.rsplit(".", 1)[-1] in REDUCED_DTYPES
+    return False
 
 
 # Tests that hold wherever the program has a CUDA device: what it checks, alone or as a part of an `and`.
