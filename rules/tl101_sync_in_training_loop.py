@@ -6,7 +6,7 @@ import ast
 import bisect
 import re
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Set, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set, Tuple, Union
 
 import libcst as cst
 
@@ -144,7 +144,10 @@ class SyncInTrainingLoop(Rule):
     `if args.verbose:`), also through a variable set once to such a test (`is_metric_step = i % every == 0`
     then `if is_metric_step:`), runs every N steps, not every step; it is deliberately not reported. So does a
     sync after the inverted guard in its block, `if not should_log: return` (or `continue`). The `else`
-    branch of such an `if` is checked as usual.
+    branch of such an `if` is checked as usual, except where the test is one that guards every backward
+    pass and optimizer step of the loop (`if is_train: loss.backward(); optimizer.step()` and later `if
+    is_train: ... else: writer.add_scalar("val_loss", loss.item())`, a shared train/validation loop whose
+    test the loop never rebinds): that `else` runs in the iterations that train nothing.
 
     Nor is a second read of a value that a load-bearing sync earlier in the same step already read, with
     nothing that can queue GPU work in between (`if last.item() < tol: ...` then `print(last.item())`): the
@@ -351,6 +354,7 @@ class _Detector:
         self._returned_memo: dict = {}  # (def, position, size) -> where its callers take a returned host value
         self._spellings: Optional[dict] = None  # name -> how often the file spells it (``_spelled``)
         self._drained: dict = {}  # def -> whether it ends with a needed sync after its GPU work (``_ends_drained``)
+        self._step_guards: dict = {}  # (loop, a test's dump) -> whether it guards every step of the loop
 
     def run(self) -> None:
         index = self.index
@@ -970,10 +974,46 @@ class _Detector:
             in_body = any(s is child for s in ancestor.body)
             if in_body and is_logging_guard(ancestor.test, self.index, self.index.scope_of(ancestor)):
                 return True
+            if not in_body and any(s is child for s in ancestor.orelse) and self._guards_the_step(ancestor.test, loop):
+                return True  # `if is_train: ... else: val_loss += loss.item()`: the iterations with no step
             block = ancestor.body if in_body else ancestor.orelse
             return any(s is child for s in block) and self._leaves_loop(block, ancestor, loop)
         return kind in _WITH_ELSE and any(s is child for s in ancestor.orelse) \
             and self._leaves_loop(ancestor.orelse, ancestor, loop)
+
+    def _guards_the_step(self, test: ast.expr, loop: AstLoopInfo) -> bool:
+        """Every backward pass and optimizer step the loop runs itself is in the body of an ``if`` with this very
+        test (``if is_train: loss.backward(); optimizer.step()``), a test of names and constants the loop
+        never binds: its ``else`` runs in the iterations that train nothing (a shared train/validation loop)."""
+        key = (loop.node, ast.dump(test))
+        found = self._step_guards.get(key)
+        if found is None:
+            found = self._step_guards[key] = self._is_step_guard(test, loop)
+        return found
+
+    def _is_step_guard(self, test: ast.expr, loop: AstLoopInfo) -> bool:
+        index = self.index
+        if any(type(node) not in (ast.Name, ast.Attribute, ast.Constant, ast.Compare, ast.UnaryOp, ast.BoolOp,
+                                  ast.Load, ast.Not, ast.And, ast.Or, ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
+               for node in ast.walk(test)):
+            return False  # (a call may give another answer the second time)
+        names = {node.id for node in ast.walk(test) if type(node) is ast.Name}
+        if any(name in target_names(target) for node in walk(loop.node) if type(node) in (ast.Assign, ast.AugAssign)
+               for target in (node.targets if type(node) is ast.Assign else [node.target]) for name in names):
+            return False
+        steps = [call for call in loop.direct_calls
+                 if index.is_backward_call(call) or index.is_optimizer_step(call, loop.function)]
+        wanted = ast.dump(test)
+        return bool(steps) and all(any(
+            type(ancestor) is ast.If and ast.dump(ancestor.test) == wanted and index.contains(ancestor, call)
+            and not any(index.contains(branch, call) for branch in ancestor.orelse)
+            for ancestor in self._ancestors_within(call, loop)) for call in steps)
+
+    def _ancestors_within(self, node: ast.AST, loop: AstLoopInfo) -> Iterator[ast.AST]:
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop.node:
+                return
+            yield ancestor
 
     def _after_exit_guard(self, owner: ast.AST, child: ast.stmt) -> bool:
         """``child`` follows, in its block, an early exit on the steps that do not log: ``if not should_log:

@@ -374,3 +374,21 @@ _DRAINED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" 
 def test_a_read_right_after_an_update_that_ends_with_a_needed_read(change, lines):
     source = _DRAINED.replace(*change) if change else _DRAINED
     assert [d.line for d in lint(source, "TL101")] == lines
+
+
+_SHARED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
+               / "clean_validation_branch_of_a_shared_loop.py").read()
+
+
+@pytest.mark.parametrize("change, lines", [
+    ((), []),
+    # the read in the branch that trains: every training step
+    (("            step += 1\n", "            step += 1\n            writer.add_scalar('loss', loss.item(), step)\n"), [16]),
+    # another test than the one around the step: the else may run in a training iteration
+    (("        if is_train:\n            step += 1\n", "        if step > 10:\n            step += 1\n"), [17]),
+    # the test's name rebound in the loop: the two tests may differ within one iteration
+    (("            step += 1\n", "            step += 1\n            is_train = step < 1000\n"), [18]),
+])
+def test_a_read_in_the_else_of_the_test_that_guards_every_step(change, lines):
+    source = _SHARED.replace(*change) if change else _SHARED
+    assert [d.line for d in lint(source, "TL101")] == lines

@@ -342,3 +342,19 @@ def test_a_loader_that_a_method_of_a_class_of_the_file_returns():
     # a receiver bound to something else too: which class's method runs is not in the file
     other = source.replace("dm = Shifted([])", "dm = Shifted([]) if True else make_data()")
     assert lint(other, "TL402") == []
+
+
+def test_a_loader_iterated_through_a_progress_bar_bound_by_with():
+    source = HEADER + "from tqdm import tqdm\n" + """
+def train(model, optimizer, dataset):
+    loader = DataLoader(dataset, batch_size=64, num_workers=4)
+    for epoch in range(10):
+        with tqdm(loader) as bar:
+            for x, y in bar:
+                model(x.cuda(), y.cuda()).backward()
+                optimizer.step()
+"""
+    assert [(d.code, d.line) for d in lint(source, "TL403")] == [("TL403", 6)]
+    # a `with` that binds something else: not the loader
+    other = source.replace("with tqdm(loader) as bar:", "with open('log') as bar:")
+    assert lint(other, "TL403") == []

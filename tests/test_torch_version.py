@@ -107,6 +107,24 @@ def test_lowest_of_every_declaration_and_requirements_files(project):
     assert settings.torch_version_origin.endswith(f"{project / 'requirements-dev.txt'}:2: 'torch~=2.1.0'")
 
 
+@pytest.mark.parametrize("item, version", [
+    ("  - pytorch==1.5.0\n", (1, 5)),
+    ("  - pytorch=1.13=py3.9_cuda11.7_cudnn8_0\n", (1, 13)),  # conda's prefix match, with a build string
+    ("  - pytorch::pytorch>=2.1,<3\n", (2, 1)),
+    ("  - pip:\n    - torch==1.12.1\n", (1, 12)),
+    ("  - numpy\n", None),  # no torch in it: the default stays
+])
+def test_a_conda_environment_file_declares_the_version(project, item, version):
+    write(project / "environment.yml", "name: env\nchannels:\n  - pytorch\ndependencies:\n  - python=3.8\n" + item)
+    write(project / "train.py", "x = 1\n")
+    settings = settings_for(project / "train.py")
+    if version is None:
+        assert settings.torch_version == (2, 13) and "no torch requirement" in settings.torch_version_origin
+    else:
+        assert settings.torch_version == version
+        assert settings.torch_version_origin.startswith(f"declared torch requirement: {project / 'environment.yml'}:")
+
+
 def test_a_setting_in_the_configuration_wins_and_is_named(project):
     write(project / "pyproject.toml", '[project]\nname = "p"\nversion = "1"\ndependencies = ["torch>=1.13"]\n'
           '[tool.torchlint]\ntorch-version = "2.5.0rc1"\n')

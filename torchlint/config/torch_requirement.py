@@ -2,7 +2,8 @@
 requirement allows (``torch>=2.1,<3`` -> 2.1, ``torch==2.4.*`` -> 2.4).
 
 The requirement is read where a project declares it: ``[project] dependencies`` and
-``optional-dependencies`` in ``pyproject.toml`` and the ``requirements*.txt`` files beside it. This is a
+``optional-dependencies`` in ``pyproject.toml``, the ``requirements*.txt`` files beside it, and the
+``dependencies`` of a conda ``environment.yml`` (``pytorch==1.5.0``, ``pytorch=1.13``, its ``pip:`` list). This is a
 small reader of PEP 440 versions and PEP 508 requirements for the forms that occur in such files, not a
 full implementation (``packaging`` is not a dependency): anything it cannot read with certainty gives no
 version, with the reason, and the caller keeps its default.
@@ -131,9 +132,42 @@ def requirement_lines(text: str) -> List[Tuple[int, str]]:
     return out
 
 
+# conda environment files: their `dependencies` name conda's `pytorch` package (or pip's `torch` in `pip:`)
+_CONDA_FILES = ("environment.yml", "environment.yaml")
+# a `dependencies` item: an optional `channel::`, the package, then conda's match spec
+_CONDA_ITEM = re.compile(r"^(?:[\w.-]+::)?(?P<name>[A-Za-z0-9][A-Za-z0-9_.-]*)\s*(?P<spec>[^#]*)")
+
+
+def conda_requirements(text: str) -> List[Tuple[int, str]]:
+    """(line number, requirement) for the torch of a conda environment file's ``dependencies`` (its ``pip:``
+    list included), written as pip's: ``pytorch==1.5.0`` -> ``torch==1.5.0``; conda's one ``=`` matches a
+    version prefix (``pytorch=1.13`` -> ``torch==1.13.*``); a build string after a second ``=`` is left out.
+    Read line by line (no YAML library): the items under the top-level ``dependencies:`` key."""
+    out: List[Tuple[int, str]] = []
+    inside = False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line and not line[0].isspace() and not line.startswith("-"):
+            inside = line.split("#", 1)[0].strip() == "dependencies:"
+            continue
+        item = line.strip()
+        if not inside or not item.startswith("- "):
+            continue
+        match = _CONDA_ITEM.match(item[2:].strip().strip("'\""))
+        if not match or match.group("name").lower() not in ("pytorch", "torch"):
+            continue
+        spec = match.group("spec").strip().strip("'\"").replace(" ", "")
+        if spec.startswith("=") and not spec.startswith("=="):  # conda's prefix match, maybe with a build
+            version = spec[1:].split("=", 1)[0]
+            spec = f"=={version}" if version.endswith("*") else f"=={version}.*"
+        elif spec.startswith("==") and "=" in spec[2:]:
+            spec = spec.split("=")[0] + "==" + spec[2:].split("=", 1)[0]
+        out.append((number, f"torch{spec}"))
+    return out
+
+
 def _declarations(root: Path) -> List[Tuple[str, str]]:
-    """(where, requirement) for every requirement declared in ``root``'s pyproject.toml and
-    requirements*.txt."""
+    """(where, requirement) for every requirement declared in ``root``'s pyproject.toml, requirements*.txt and
+    conda environment file."""
     found: List[Tuple[str, str]] = []
     pyproject = root / "pyproject.toml"
     if pyproject.is_file():
@@ -156,15 +190,23 @@ def _declarations(root: Path) -> List[Tuple[str, str]]:
         except OSError:
             continue
         found += [(f"{requirements}:{number}", line) for number, line in requirement_lines(text)]
+    for name in _CONDA_FILES:
+        environment = root / name
+        try:
+            text = environment.read_text(encoding="utf-8", errors="replace") if environment.is_file() else ""
+        except OSError:
+            continue
+        found += [(f"{environment}:{number}", line) for number, line in conda_requirements(text)]
     return found
 
 
 @lru_cache(maxsize=1024)
 def project_folder(folder: Path) -> Optional[Path]:
-    """The nearest folder at or above ``folder`` that declares requirements (a pyproject.toml or a
-    requirements*.txt), not looking above a repository root (a folder holding ``.git``). Cached per folder,
-    so the folders of a large tree share their parents' answers."""
-    if (folder / "pyproject.toml").is_file() or any(folder.glob("requirements*.txt")):
+    """The nearest folder at or above ``folder`` that declares requirements (a pyproject.toml, a
+    requirements*.txt or a conda environment file), not looking above a repository root (a folder holding
+    ``.git``). Cached per folder, so the folders of a large tree share their parents' answers."""
+    if (folder / "pyproject.toml").is_file() or any(folder.glob("requirements*.txt")) \
+            or any((folder / name).is_file() for name in _CONDA_FILES):
         return folder
     if (folder / ".git").exists() or folder.parent == folder:
         return None
@@ -176,7 +218,7 @@ def declared_torch_version(start: Path) -> Declared:
     """The lowest torch version the project around ``start`` (a resolved folder) declares it supports."""
     root = project_folder(start)
     if root is None:
-        return Declared(None, "no pyproject.toml or requirements*.txt found")
+        return Declared(None, "no pyproject.toml, requirements*.txt or environment.yml found")
     lowest: Optional[Tuple[Tuple[int, int], str]] = None
     bare: Optional[str] = None
     for where, requirement in _declarations(root):

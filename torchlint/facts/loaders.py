@@ -162,12 +162,12 @@ class LoaderFacts:
     # --- which loops iterate what --------------------------------------------------------------
     def iterated(self, loop: AstLoopInfo) -> List[ast.expr]:
         """The iterables a for loop walks: ``loader`` in ``enumerate(tqdm(loader))``; a name bound once to
-        such a wrapper (``pbar = tqdm(loader)``) is followed."""
+        such a wrapper (``pbar = tqdm(loader)``, also ``with tqdm(loader) as pbar:``) is followed."""
         if type(loop.node) is ast.While:
             return []
-        return list(self._unwrap(loop.node.iter, depth=0))  # type: ignore[union-attr]
+        return list(self._unwrap(loop.node.iter, depth=0, at=loop.node))  # type: ignore[union-attr]
 
-    def _unwrap(self, expr: ast.expr, depth: int) -> Iterator[ast.expr]:
+    def _unwrap(self, expr: ast.expr, depth: int, at: Optional[ast.AST] = None) -> Iterator[ast.expr]:
         if depth > 3:
             return
         if type(expr) is ast.Call and call_name(expr) in WRAPPERS:  # call_name: a Name or Attribute callee
@@ -177,10 +177,24 @@ class LoaderFacts:
             return
         if type(expr) is ast.Name:
             value = self.index.single_value(expr.id, self.index.scope_of(expr))
+            if value is None and at is not None:
+                value = self._with_wrapper(expr, at)
             if type(value) is ast.Call and call_name(value) in WRAPPERS:  # type: ignore[arg-type]
                 yield from self._unwrap(value, depth + 1)  # type: ignore[arg-type]
                 return
         yield expr
+
+    def _with_wrapper(self, name: ast.Name, at: ast.AST) -> Optional[ast.Call]:
+        """The wrapper a ``with`` around ``at`` (the loop over ``name``) binds ``name`` to: ``with tqdm(loader) as
+        bar:`` ... ``for b in bar:``."""
+        for ancestor in self.index.ancestors(at):
+            if type(ancestor) in (ast.With, ast.AsyncWith):
+                for item in ancestor.items:  # type: ignore[attr-defined]
+                    bound = item.optional_vars
+                    if type(bound) is ast.Name and bound.id == name.id:
+                        value = item.context_expr
+                        return value if type(value) is ast.Call else None
+        return None
 
     def _sites(self) -> List[LoaderSite]:
         index = self.index
