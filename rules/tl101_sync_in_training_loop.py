@@ -19,7 +19,7 @@ from torchlint.facts.arrays import numpy_source
 from torchlint.facts.grad_mode import disables_grad
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import iterates_loader
-from torchlint.facts.devices import on_cpu, runs_on_cpu
+from torchlint.facts.devices import cpu_loop, on_cpu, runs_on_cpu
 from torchlint.facts.steps import StepFacts, runs_once_in, step_facts, step_place
 from torchlint.facts.syncs import SYNC_METHODS, chain_has_sync, is_sync_call
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
@@ -219,6 +219,10 @@ class SyncInTrainingLoop(Rule):
     CUDA (a `device` parameter of a function the file never calls, or calls with such a device; a device
     from a config, a call's result). `device = "cuda" if torch.cuda.is_available() else "cpu"` is CUDA; an
     argparse option `--device` counts by its default, so `default="cpu"` with no CUDA anywhere is the CPU.
+    Nor does a loop at the top level of a script or a notebook that can only compute on the CPU: nothing in
+    it or in a module-level def it calls moves or makes anything on a device, and no module-level name it
+    reads (the model, the data) was moved since its last binding above the loop (a tutorial's first model,
+    sent to the GPU only in a later cell; `facts.devices.cpu_loop`).
     A file that only defines training functions for others to call is checked as before, unless it too
     passes those tests and every project file that imports it is a program (a notebook, or a script with a
     `__main__` guard) that, with every project module it imports, names no GPU (no `cuda`, `nccl` or GPU
@@ -440,8 +444,8 @@ class _Detector:
         loop = self.steps.step_loop_around(self.index, node)
         if loop is None:
             return self._reached_region(node)
-        if runs_once_in(index, node, loop):
-            return None
+        if runs_once_in(index, node, loop) or cpu_loop(index, loop):
+            return None  # (a few times only; or a top-level loop that computes on the CPU)
         for ancestor in index.ancestors(node):
             if ancestor is loop.node:
                 break

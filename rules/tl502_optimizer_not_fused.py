@@ -11,7 +11,7 @@ import libcst as cst
 from torchlint.facts.index import OPTIMIZER_NAME, AstIndex, call_arguments, dotted_name, is_literal, keyword_value
 from torchlint.fix.comments import has_comment
 from torchlint.config import Settings
-from torchlint.facts.devices import framework_placement, made_on_cpu, moves_to_cuda, project_cuda_evidence
+from torchlint.facts.devices import cpu_loop, framework_placement, made_on_cpu, moves_to_cuda, project_cuda_evidence
 from torchlint.facts.script import first_training_loop
 from torchlint.facts.steps import ForeignStep, step_facts, step_place
 from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
@@ -115,7 +115,9 @@ class OptimizerNotFused(Rule):
     the same way at its calls: `model, criterion = set_model(opt)` in `main.py`, where `set_model` returns the
     model it moved to CUDA (`if torch.cuda.is_available(): model = model.cuda()`), makes it on CUDA.
 
-    Silent for an optimizer over a list of tensors made on the CPU and never moved (`SGD([patch])` with
+    Silent for an optimizer stepped only in top-level loops that can only compute on the CPU (as TL101 tells
+    one: a notebook's first model, moved to the GPU in a later cell), and over a list of tensors made on the
+    CPU and never moved (`SGD([patch])` with
     `patch = nn.Parameter(torch.zeros(3, h, w))`: an adversarial patch trained against a GPU model updates on
     the CPU), and where `fused=` or `foreach=` is already passed (the author chose an implementation; `fused` and
     `foreach` cannot both be set), with `differentiable=`, with `**kwargs` or `*args` (they may set
@@ -212,7 +214,8 @@ class OptimizerNotFused(Rule):
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
             call = info.node
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) or _over_cpu_tensors(index, call):
+            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) or _over_cpu_tensors(index, call) \
+                    or _stepped_on_the_cpu(index, call):
                 continue
             if on_cuda:
                 self._report(ctx, call, optimizer, other_device, framework)
@@ -351,6 +354,18 @@ def _over_cuda_module(index: AstIndex, call: ast.Call, klass: ast.ClassDef, proj
                and node.value.id == "self" for node in (moved, target)):
             return True
     return False
+
+
+def _stepped_on_the_cpu(index: AstIndex, call: ast.Call) -> bool:
+    """The optimizer is bound to a name whose ``.step()`` the file calls only in top-level loops that can only
+    compute on the CPU (``facts.devices.cpu_loop``: a notebook's first model, moved to the GPU in a later cell)."""
+    target = index.assigned_to.get(call)
+    name = dotted_name(target) if target is not None else None
+    if name is None:
+        return False
+    loops = [info.loop for info in index.calls_by_name.get("step", ()) if info.loop is not None
+             and type(info.node.func) is ast.Attribute and dotted_name(info.node.func.value) == name]
+    return bool(loops) and all(cpu_loop(index, loop) for loop in loops)
 
 
 def _over_cpu_tensors(index: AstIndex, call: ast.Call) -> bool:

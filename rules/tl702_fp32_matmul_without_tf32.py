@@ -15,7 +15,7 @@ from torchlint.facts.index import (
     COMPOUND_STATEMENTS, AstIndex, AstLoopInfo, AstScope, call_arguments, is_parameter, spells_name,
 )
 from torchlint.config import Settings
-from torchlint.facts.devices import code_strings, mixed_precision_evidence, project_cuda_evidence, uses_fp64
+from torchlint.facts.devices import code_strings, cpu_loop, mixed_precision_evidence, project_cuda_evidence, uses_fp64
 from torchlint.facts.steps import step_facts
 from torchlint.facts.script import loop_header, main_guard, training_entry_calls
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
@@ -53,7 +53,9 @@ class Fp32MatmulWithoutTf32(Rule):
     `torch.set_float32_matmul_precision(...)`, `torch.backends.cuda.matmul.allow_tf32`, or the
     `fp32_precision` settings of PyTorch 2.9+. A file whose code names any of these, also with a value read
     from a flag, or holds `tf32` in an identifier or a string (`args.tf32`, `tf32=True`,
-    `os.environ["NVIDIA_TF32_OVERRIDE"]`) has decided and is left alone (a comment, a docstring or a `help=`
+    `os.environ["NVIDIA_TF32_OVERRIDE"]`) has decided and is left alone; so is a script whose every training
+    loop is a top-level one that can only compute on the CPU (as TL101 tells one: a notebook that trains its
+    first model on the CPU and moves it to the GPU only afterwards) (a comment, a docstring or a `help=`
     text that mentions TF32 decides nothing); so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
     them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
@@ -182,10 +184,10 @@ class Fp32MatmulWithoutTf32(Rule):
         # a loop that trains itself, or whose step is a function or a method of a class (of this file or of
         # another project file: `policy.train(batch)` with `policy = TD3.TD3(...)`), or that runs a training loop of
         # another project file, one epoch a call (`train_epoch(...)` of `training.py`)
-        training = [loop for loop in index.loops if loop.is_training or loop.node in steps.step_loops
-                    or loop.node in steps.epoch_loops]
+        training = [loop for loop in index.loops if (loop.is_training or loop.node in steps.step_loops
+                    or loop.node in steps.epoch_loops) and not cpu_loop(index, loop)]
         if not training:
-            return
+            return  # (also where every training loop is a top-level one that computes on the CPU)
         guard = main_guard(index)
         # loops outside every def, other than in the `__main__` block: the setting goes before them; without
         # one, the module-level calls of a function of the file that runs a training loop (`train()` at the

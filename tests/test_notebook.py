@@ -395,3 +395,16 @@ def test_failing_cells_are_found_one_by_one_as_the_program_is_parsed():
     rest = program.without(failing)
     assert rest.cells == [1, 3] and rest.magics == [] and "print 'training'" not in rest.text
     assert failing_cells(rest) == {}
+
+
+def test_a_future_import_opening_a_later_cell_is_no_syntax_error(project):
+    # IPython compiles each cell alone, where `from __future__ import ...` may open any cell; in the cells'
+    # joined program it stands as a placeholder, and a fix writes it back as it was
+    cells = (*CELLS, code(["from __future__ import print_function\n", "import numpy as np\n",
+                           "arr = np.ones(3)\n", "t = torch.tensor(arr)\n"]))
+    write(project / "train.ipynb", notebook(*cells))
+    result = invoke("check", "--select", "TL104", ".")
+    assert "TL000" not in result.output and "TL104" in result.output, result.output
+    invoke("fix", "--apply", "--unsafe-fixes", "--select", "TL104", ".")
+    fixed = json.loads((project / "train.ipynb").read_text())["cells"][-1]["source"]
+    assert fixed[0] == "from __future__ import print_function\n" and "from_numpy(arr)" in "".join(fixed)

@@ -392,3 +392,19 @@ _SHARED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" /
 def test_a_read_in_the_else_of_the_test_that_guards_every_step(change, lines):
     source = _SHARED.replace(*change) if change else _SHARED
     assert [d.line for d in lint(source, "TL101")] == lines
+
+
+_TOP_LEVEL = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
+                  / "clean_top_level_loop_on_the_cpu.py").read()
+
+
+@pytest.mark.parametrize("change", [
+    ("net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))",
+     "net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).cuda()"),  # the model goes first
+    ("optimizer = torch.optim.SGD", "net.cuda()\noptimizer = torch.optim.SGD"),  # moved after its binding
+    ("    optimizer.zero_grad()\n", "    inputs = inputs.cuda()\n    optimizer.zero_grad()\n"),  # the batch moves
+    ('torch.set_default_tensor_type("torch.DoubleTensor")', 'torch.set_default_device("cuda")'),  # a GPU default
+])
+def test_a_top_level_loop_that_may_compute_on_the_gpu_is_reported(change):
+    assert lint(_TOP_LEVEL, "TL101") == []
+    assert [d.code for d in lint(_TOP_LEVEL.replace(*change), "TL101")] == ["TL101"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, List, Optional, Set, Tuple
 
 from torchlint.facts.index import (
-    AstIndex, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, every_node, has_star,
-    import_origins, is_literal, is_parameter, keyword_value, parameter_default, walk,
+    AstIndex, AstLoopInfo, AstScope, argument_for, call_arguments, call_name, called_origin, dotted_name, every_node, has_star,
+    import_origins, is_literal, is_parameter, keyword_value, may_be_project, parameter_default, walk,
 )
 from torchlint.facts.script import runs_itself
 
@@ -569,6 +569,131 @@ def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
             return kind is ast.Name and root.id in names  # type: ignore[attr-defined]
 
 
+def cpu_loop(index: AstIndex, loop: AstLoopInfo) -> bool:
+    """A loop outside every def (a script's or a notebook's top level) that can only compute on the CPU: nothing
+    in it, nor in a module-level def of the file it calls, moves or makes anything on a device (``.to(...)``,
+    ``.cuda()``, a ``device=`` that is not the CPU), and no module-level name it reads (the model, the loader,
+    the data) has such a move in its last binding before the loop or is moved after that binding and before
+    the loop, in a file that changes no default device: a tutorial notebook's training cell whose model only
+    goes to the GPU in a later cell. (A name bound only in a branch or a loop counts by its last binding in
+    the text: the cells of a notebook, and a script's top level, run in that order.)"""
+    if loop.function is not None:
+        return False
+    memo = index.shared.setdefault("cpu_loops", {})
+    if loop.node in memo:
+        return memo[loop.node]  # type: ignore[no-any-return]
+    memo[loop.node] = found = _cpu_loop(index, loop)
+    return found
+
+
+def _cpu_loop(index: AstIndex, loop: AstLoopInfo) -> bool:
+    if "cpu_tensor_names" not in index.shared:
+        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
+    if index.shared["cpu_tensor_names"] is None:
+        return False  # a default device set somewhere: a factory without `device=` may make CUDA tensors
+    functions = {f.name: f for f in index.functions if index.parent(f) is index.tree}
+    origins = import_origins(index) if index.import_statements else {}
+    bodies: List[ast.AST] = [loop.node]
+    read = set()
+    for body in bodies:  # the loop, then the module-level defs it calls (and those they call)
+        for node in ast.walk(body):  # (``walk`` yields no plain name)
+            if type(node) is ast.Name and type(node.ctx) is ast.Load:  # type: ignore[attr-defined]
+                read.add(node.id)  # type: ignore[attr-defined]
+            if type(node) is not ast.Call:
+                continue
+            if _places_on_a_device(index, node) or _runs_project_code(origins, node):
+                return False  # (another project file's code may place the work itself: TD3's `policy.train`)
+            if type(node.func) is ast.Name and node.func.id in functions \
+                    and functions[node.func.id] not in bodies:  # type: ignore[attr-defined]
+                bodies.append(functions[node.func.id])  # type: ignore[attr-defined]
+    start = (loop.node.lineno, loop.node.col_offset)  # type: ignore[attr-defined]
+    # a name the loop binds on a line above its first read there is the loop's own (`loss = ...` then
+    # `loss.item()`): what it held before the loop is not read
+    first_store: dict = {}
+    first_load: dict = {}
+    for node in ast.walk(loop.node):
+        if type(node) is ast.Name:
+            table = first_load if type(node.ctx) is ast.Load else first_store  # type: ignore[attr-defined]
+            table[node.id] = min(table.get(node.id, node.lineno), node.lineno)  # type: ignore[attr-defined]
+    read = {name for name in read if name not in first_store or first_load.get(name, 0) <= first_store[name]}
+    moves = [(info.node, _moved_name(info.node)) for method in ("to", "cuda")
+             for info in index.calls_by_name.get(method, ()) if info.function is None]
+    seen: Set[Tuple[str, Tuple[int, int]]] = set()
+    return not any(_may_be_on_a_device(index, origins, moves, name, start, seen, 0) for name in read)
+
+
+def _may_be_on_a_device(index: AstIndex, origins: dict, moves: list, name: str, before: Tuple[int, int],
+                        seen: Set[Tuple[str, Tuple[int, int]]], depth: int) -> bool:
+    """What the module-level name ``name`` holds at ``before`` may be on a device: its last binding above there
+    places something on one or builds something of another project file, or reads a name that may be (the
+    model wrapped again: ``model = torch.compile(model)``), or a statement moves it after that binding
+    (``net.cuda()``)."""
+    if (name, before) in seen or depth > 6:
+        return False
+    seen.add((name, before))
+    stores = [(use, holder) for use, holder in index.names_named(name)
+              if type(use.ctx) is ast.Store and (use.lineno, use.col_offset) < before]
+    if not stores:
+        return False
+    use, holder = max(stores, key=lambda pair: (pair[0].lineno, pair[0].col_offset))
+    statement = next((a for a in (holder, *index.ancestors(holder)) if isinstance(a, ast.stmt)), None)
+    if statement is None or index.function_of(statement) is not None:
+        return False  # (a def's own variable of that name)
+    bound = (use.lineno, use.col_offset)
+    if any(moved == name and bound < (call.lineno, call.col_offset) < before for call, moved in moves):
+        return True  # `net.cuda()` after the binding, before the loop
+    if type(statement) in (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.If, ast.Try):
+        parts: List[ast.AST] = [statement.target if type(statement) in (ast.For, ast.AsyncFor) else statement]  # type: ignore[attr-defined]
+        if type(statement) in (ast.For, ast.AsyncFor):
+            parts.append(statement.iter)  # type: ignore[attr-defined]
+        elif type(statement) in (ast.With, ast.AsyncWith):
+            parts = [item.context_expr for item in statement.items]  # type: ignore[attr-defined]
+    else:
+        parts = [statement]
+    for part in parts:
+        for node in ast.walk(part):
+            if type(node) is ast.Call and (_places_on_a_device(index, node) or _runs_project_code(origins, node)):
+                return True  # (an instance of another project file's class may hold its modules on a GPU)
+            if type(node) is ast.Name and type(node.ctx) is ast.Load and _may_be_on_a_device(  # type: ignore[attr-defined]
+                    index, origins, moves, node.id, bound, seen, depth + 1):  # type: ignore[attr-defined]
+                return True
+    return False
+
+
+def _moved_name(call: ast.Call) -> Optional[str]:
+    """The name at the root of what ``call`` (a ``.to(...)`` / ``.cuda()``) moves: ``net`` of ``net.fc.cuda()``."""
+    receiver = call.func.value if type(call.func) is ast.Attribute else None  # type: ignore[attr-defined]
+    while type(receiver) in (ast.Attribute, ast.Subscript):
+        receiver = receiver.value  # type: ignore[union-attr]
+    return receiver.id if type(receiver) is ast.Name else None  # type: ignore[union-attr]
+
+
+def _runs_project_code(origins: dict, call: ast.Call) -> bool:
+    """``call`` names something the file imports from a module that may be of the project (``TD3.TD3(...)``)."""
+    written = dotted_name(call.func)
+    origin = called_origin(origins, written) if written is not None else None
+    return origin is not None and may_be_project(origin[0], origin[1])
+
+
+def _places_on_a_device(index: AstIndex, call: ast.Call) -> bool:
+    """``x.to(...)`` (but ``.to(torch.float16)`` or another dtype), ``x.cuda()``, or a ``device=`` not the CPU."""
+    name = call_name(call)
+    if name == "cuda" and type(call.func) is ast.Attribute:
+        return True
+    if name == "to" and type(call.func) is ast.Attribute:
+        arguments = call_arguments(call)
+        return not (arguments and all(keyword in (None, "dtype") and _is_dtype(index, value)
+                                      for keyword, value in arguments))
+    device = keyword_value(call, "device")
+    return device is not None and device_kind(index, device, index.scope_of(call)) != CPU
+
+
+def _is_dtype(index: AstIndex, expr: ast.expr) -> bool:
+    return (index.qualified_name(expr) or "").startswith("torch.") and type(expr) is ast.Attribute \
+        and expr.attr in {"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int64", "long",
+                          "int32", "int", "bool", "uint8"}
+
+
 def made_on_cpu(index: AstIndex, name: ast.Name) -> bool:
     """``name``'s one binding in its scope is a tensor made on the CPU (a torch factory without a device, or
     ``nn.Parameter`` of one: ``patch = nn.Parameter(torch.zeros(3, h, w))``) that nothing in that scope moves
@@ -602,7 +727,8 @@ def made_on_cpu(index: AstIndex, name: ast.Name) -> bool:
 
 def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
     """The names ``on_cpu`` takes; None where the file changes the default device or star-imports."""
-    if any(index.qualified_name(info.node.func) in _DEFAULT_DEVICE_CALLS for info in index.calls):
+    if any(index.qualified_name(info.node.func) in _DEFAULT_DEVICE_CALLS and not _keeps_the_cpu(index, info.node)
+           for info in index.calls):
         return None
     factory_targets = set()  # the Name nodes an assignment of a CPU factory binds
     bound: dict = {}  # name -> every node that binds it
@@ -652,6 +778,21 @@ def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
                 bound.setdefault(name, []).append(node)
     return frozenset(name for name, nodes in bound.items()
                      if name not in moved and all(n in factory_targets for n in nodes))
+
+
+def _keeps_the_cpu(index: AstIndex, call: ast.Call) -> bool:
+    """A default-device call that names a CPU type or device: ``torch.set_default_tensor_type('torch.DoubleTensor')``
+    (a dtype, on the CPU), ``torch.set_default_device("cpu")``."""
+    arguments = call_arguments(call)
+    if len(arguments) != 1:
+        return False
+    value = arguments[0][1]
+    text = index.literal_string(value)
+    if text is None and type(value) is ast.Attribute:
+        text = index.qualified_name(value)
+    return text is not None and "cuda" not in text.lower() and (
+        text.startswith("torch.") if index.qualified_name(call.func) == "torch.set_default_tensor_type"
+        else text == "cpu")
 
 
 def _cpu_factory(index: AstIndex, call: ast.Call) -> bool:

@@ -203,9 +203,12 @@ def origins_of(statements) -> Dict[str, Tuple[str, int, Optional[str]]]:
     return found
 
 
-# The first parts of module names that are never a file of the checked project: the standard library and the
-# packages of the PyTorch stack
-_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {"torch", "numpy", "torchvision"}
+# The first parts of module names that are never a file of the checked project: the standard library, the
+# packages of the PyTorch stack and the plotting, progress and data libraries training scripts import
+_NOT_PROJECT = frozenset(sys.stdlib_module_names) | {
+    "torch", "numpy", "torchvision", "torchaudio", "torchtext", "IPython", "matplotlib", "tqdm", "sklearn",
+    "scipy", "pandas", "PIL", "cv2", "seaborn", "tensorboard", "tensorboardX", "wandb", "yaml", "h5py", "einops",
+    "skimage", "imageio", "visdom", "tabulate", "termcolor"}
 
 
 def may_be_project(module: str, level: int) -> bool:

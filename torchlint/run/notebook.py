@@ -4,8 +4,9 @@ A notebook runs top to bottom in one namespace (imports in cell 1, the training 
 cells are joined into one Python text and analysed together. Each cell starts with a marker comment line
 (``# torchlint-cell N``) that maps findings back to ``train.ipynb:cell N:line:col`` and, after fixing,
 splits the text back into cells. IPython syntax is not Python: line magics, shell escapes and help
-(``%time``, ``!pip``, ``x = !ls``, ``model?``) at the start of a logical line, as IPython reads them, stand in
-the program as ``pass`` placeholders and are put back verbatim; cells that start with a cell magic (``%%bash``)
+(``%time``, ``!pip``, ``x = !ls``, ``model?``) at the start of a logical line, as IPython reads them, and a
+cell's one-line ``from __future__ import ...`` (legal at the top of any cell, not inside the joined program) stand
+in the program as ``pass`` placeholders and are put back verbatim; cells that start with a cell magic (``%%bash``)
 are left out entirely, and so is a code cell that does not parse alone (a Python 2 ``print x``, an exercise's
 ``criterion = # TODO``): it gets its own syntax error, never a change, and the others are still checked and
 fixed (``failing_cells``). Writing back replaces only the sources of the cells that changed, and the JSON keeps
@@ -39,6 +40,9 @@ _PLACEHOLDER_LINE = re.compile(r"^(\s*)pass  # torchlint-magic (\d+)$")
 # IPython-only lines: magics, shell escapes, help, and their assigned forms (`files = !ls`).
 _MAGIC = re.compile(r"^\s*(?:[%!?]|[\w.]+\s*=\s*[%!])")
 _HELP = re.compile(r"^\s*[\w.]+\s*\?\??\s*$")
+# A one-line `from __future__ import ...`: IPython compiles each cell alone, where it may open any cell, but
+# the cells' joined program refuses it after other statements; it stands there as a placeholder too.
+_FUTURE = re.compile(r"^\s*from\s+__future__\s+import\s+[\w\s,]+$")
 
 
 class NotebookError(Exception):
@@ -167,7 +171,7 @@ class NotebookProgram:
             python = _LogicalLines()
             for line_number, line in enumerate(cell_lines, start=1):
                 body, ending = line.rstrip("\r\n"), line_ending(line) or "\n"
-                if python.starts_here() and is_ipython_line(body):
+                if python.starts_here() and (is_ipython_line(body) or _FUTURE.match(body)):
                     program.magics.append(body.lstrip())
                     body = body[: len(body) - len(body.lstrip())] + _PLACEHOLDER.format(len(program.magics) - 1)
                 else:
