@@ -279,21 +279,25 @@ class ProjectModel:
                 imports[module] = found
         stars = _stars_of(data, importer, root, imports, cache, max_size)
         pending = list(dict.fromkeys(imports.values()))
+        # what is read below of the files of ``summaries``, made with their loader summaries while each one's tree
+        # is kept (run.guard): made in passes of their own, a model of many imports parsed each file again for
+        # each. The class summaries of those the checked file may build a class of, the step summaries not empty.
+        built: Dict[Path, dict] = {}
+        step_summaries: Dict[Path, dict] = {}
         for _ in range(MAX_HOPS + 1):  # each file's summary, then the files it re-exports from
             following = []
             for file in pending:
                 if file in summaries:
                     continue
                 summary = summaries[file] = summary_of(file, cache, max_size)
-                # the other summaries read of it below, made now while its tree is kept (run.guard): made in
-                # their own passes, a model of many imports parsed each file again for each
                 if classes and _builds_a_class_of(file, data, max_size):
-                    summary_of(file, cache, max_size, "classes")
-                if imported and steps:
-                    summary_of(file, cache, max_size, "steps")
+                    built[file] = summary_of(file, cache, max_size, "classes")
+                made = summary_of(file, cache, max_size, "steps") if imported and steps else None
+                if made:
+                    step_summaries[file] = made
                 following.extend(found for found in _reexported_from(file, root, summary) if found not in summaries)
             pending = following
-        class_files = _class_files(summaries, data, root, cache, max_size) if classes else {}
+        class_files = _class_files(summaries, built, root, cache, max_size) if classes else {}
         if not imported:  # the classes of the files it imports, and what other files' loops run of it
             callers, builds, called = _callers_of(importer, data, root, cache, max_size, steps, once)
             return cls(importer, root, summaries, imports, {}, callers, loaders=False, builds=builds,
@@ -302,11 +306,6 @@ class ProjectModel:
             called = _callers_of(importer, data, root, cache, max_size, False, once)[2]
             return cls(importer, root, summaries, imports, loaders=loaders, classes=class_files, stars=stars,
                        once=called)
-        step_summaries = {}
-        for file in summaries:
-            summary = summary_of(file, cache, max_size, "steps")
-            if summary:
-                step_summaries[file] = summary
         callers, builds, called = _callers_of(importer, data, root, cache, max_size, True, once)
         return cls(importer, root, summaries, imports, step_summaries, callers, loaders, builds, class_files, stars,
                    called)
@@ -586,12 +585,13 @@ def _reexported_from(file: Path, root: Path, summary: dict) -> List[Path]:
     return known[1]
 
 
-def _class_files(summaries: Dict[Path, dict], data: bytes, root: Path, cache: Optional["Cache"], max_size: int
-                 ) -> Dict[Path, Tuple[dict, dict]]:
-    """The class summary and the re-exports of each file in ``summaries`` (the files a checked file of bytes
-    ``data`` imports and those they re-export from), and of the project files their classes' bases come from,
-    in turn. A file of ``summaries`` none of whose classes ``data`` calls by name (``Env(``) is not parsed for
-    them (an empty class summary): the checked file builds none of its classes."""
+def _class_files(summaries: Dict[Path, dict], built: Dict[Path, dict], root: Path, cache: Optional["Cache"],
+                 max_size: int) -> Dict[Path, Tuple[dict, dict]]:
+    """The class summary and the re-exports of each file in ``summaries`` (the files a checked file imports and
+    those they re-export from), and of the project files their classes' bases come from, in turn. ``built``:
+    the class summaries of the files of ``summaries`` some of whose classes the checked file calls by name
+    (``Env(``: ``_builds_a_class_of``); the others are not parsed for them (an empty class summary): the checked
+    file builds none of their classes."""
     found: Dict[Path, Tuple[dict, dict]] = {}
     pending = list(summaries)
     for _ in range(_CLASS_HOPS + 1):
@@ -599,8 +599,7 @@ def _class_files(summaries: Dict[Path, dict], data: bytes, root: Path, cache: Op
         for file in pending:
             if file in found:
                 continue
-            built = file not in summaries or _builds_a_class_of(file, data, max_size)
-            classes = summary_of(file, cache, max_size, "classes") if built else {}
+            classes = built.get(file, {}) if file in summaries else summary_of(file, cache, max_size, "classes")
             exports = summaries[file] if file in summaries else summary_of(file, cache, max_size)
             found[file] = (classes, exports)
             for entry in classes.get("classes", {}).values():
