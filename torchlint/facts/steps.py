@@ -964,6 +964,7 @@ def uses_summary(index: AstIndex) -> dict:
     (``[module, level, name, method]`` as the file imports them: ``policy.train(...)`` with ``policy =
     TD3.TD3(...)``, ``self.trainer.optimize(...)`` with ``self.trainer = Trainer(...)``), in the loop or in a def
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times)."""
+    index.survey()  # (names, parents and attributes, all asked below, in one walk)
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
     built = _cuda_builds(index)
