@@ -1078,7 +1078,7 @@ def _once_calls(index: AstIndex, facts: StepFacts) -> List[list]:
     # `fun=trainer.time_model`: run wherever it is handed (a walk of the whole tree, only where some name
     # imported from a project module is the start of a dotted name)
     dotted = any(type(parent) is ast.Attribute for local, (module, level, taken) in origins.items()
-                 if _may_be_project(module or taken, level) for _use, parent in index.names_named(local))
+                 if may_be_project(module or taken, level) for _use, parent in index.names_named(local))
     for node in walk(index.tree) if dotted else ():
         if type(node) is ast.Attribute and id(node) not in called and type(index.parent(node)) is not ast.Attribute:
             origin = project_origin(dotted_name(node))
