@@ -402,6 +402,27 @@ def test_attributes_named_are_every_attribute_of_that_name_in_source_order():
     assert index.attributes_named("weight") == []
 
 
+def test_names_parents_and_attributes_are_the_same_whichever_is_asked_first():
+    # names_named builds the parents and attribute groups in its walk where they are not built yet
+    source = "import m\nm.bias.data.zero_()\nclass C(m.Base):\n    def f(self, x):\n        return [x.bias for x in m]\n"
+
+    def answers(first):
+        index = AstIndex(ast.parse(source), source)
+        first(index)
+        names = {name: [(ast.unparse(use), ast.unparse(parent)) for use, parent in index.names_named(name)]
+                 for name in ("m", "x", "self", "C")}
+        attributes = [ast.unparse(node) for node in index.attributes_named("bias")]
+        parents = sorted((ast.unparse(node), ast.unparse(parent)) for node, parent in index.parents.items())
+        return names, attributes, parents
+
+    expected = answers(lambda index: (index.parents, index.attributes_named("bias")))
+    assert answers(lambda index: index.names_named("m")) == expected
+    assert answers(lambda index: index.parents) == expected
+    assert expected[0]["m"] == [("m", "m.bias"), ("m", "m.Base"), ("m", " for x in m")]
+    assert expected[0]["x"] == [("x", "x.bias"), ("x", " for x in m")] and expected[0]["self"] == []
+    assert expected[1] == ["m.bias", "x.bias"]
+
+
 def test_binary_operations_are_every_operation_of_that_operator_in_source_order():
     source = "y = (a @ b) @ c\nclass C:\n    def f(self):\n        return self.w @ (x + 1) * 2\n"
     index = AstIndex(ast.parse(source), source)

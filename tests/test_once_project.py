@@ -147,3 +147,15 @@ def test_a_changed_call_re_checks_the_helper(tmp_path):
     assert _check(tmp_path, "bench.py", cache=True) == []
     _tree(tmp_path, {"train.py": TRAIN.format(before="", inside="            bench.measure(model)")})
     assert _check(tmp_path, "bench.py", cache=True) == ["bench.py:6 TL102"]
+
+
+def test_a_helper_handed_on_through_a_module_imported_from_its_package_is_still_reported(tmp_path):
+    # `from tools import bench` then `[bench.measure]`: a dotted name that starts at a name taken from a package
+    # (the uses summary walks the tree for such names only where one starts a dotted name)
+    train = TRAIN.replace("import bench", "from tools import bench")
+    _tree(tmp_path, {"tools/__init__.py": "", "tools/bench.py": BENCH,
+                     "train.py": train.format(before="    bench.measure(model)", inside="")})
+    assert _check(tmp_path, "tools/bench.py") == []
+    _tree(tmp_path, {"train.py": train.format(before="    bench.measure(model)\n    timers = [bench.measure]",
+                                              inside="")})
+    assert _check(tmp_path, "tools/bench.py") == ["bench.py:6 TL102"]

@@ -301,6 +301,18 @@ def test_a_kept_index_keeps_only_what_its_walk_built(monkeypatch):
     assert index.function_of(call) is index.functions[0]  # answered again
 
 
+def test_the_called_words_of_a_text_are_the_names_followed_by_a_paren():
+    # `_builds_a_class_of` tests `name + b"("` on one set made per checked file: a tail of a longer word counts
+    # (`MyEnv(` holds `Env(`), a word with a space or a dot after it does not
+    from torchlint.facts import project
+
+    data = "env = MyEnv(x)\nb = envs.Box (1)\nc = Wrap.make\n\u00e9Net(2)\nprint(f(y))\n".encode()
+    called = project._called_words(data)
+    for name in (b"MyEnv", b"Env", b"nv", b"v", b"Box", b"Wrap", b"make", b"Net", b"et", b"print", b"f", b"y",
+                 b"envs", b"x", b"int"):
+        assert (name in called) == (name + b"(" in data), name
+
+
 def test_a_files_class_names_are_read_once_for_all_its_importers(tmp_path, monkeypatch):
     """Every checked file asks whether it builds a class of each file it imports (``_builds_a_class_of``): the
     imported file is read once for all of them while it is unchanged, and read again once it changes."""

@@ -996,6 +996,7 @@ def _uses_summary(index: AstIndex) -> dict:
     the loop runs every iteration (not under a logging guard, not in a branch that runs a few times); and, under
     "built", "once" and "handed", the classes it builds with CUDA modules (``_cuda_builds``), how often it runs
     each imported name (``_once_calls``) and the loaders it hands to them (``facts.loaders.handed_summary``)."""
+    index.survey()  # (names, parents and attributes, all asked below, in one walk)
     facts = StepFacts(index)
     called = _imported_function_calls(index, facts)
     summary: dict = {}
@@ -1074,7 +1075,11 @@ def _once_calls(index: AstIndex, facts: StepFacts) -> List[list]:
         once = runs_once_here(index, facts, info.node)
         for entry in entries:
             note(entry, once)
-    for node in walk(index.tree):  # `fun=trainer.time_model`: run wherever it is handed
+    # `fun=trainer.time_model`: run wherever it is handed (a walk of the whole tree, only where some name
+    # imported from a project module is the start of a dotted name)
+    dotted = any(type(parent) is ast.Attribute for local, (module, level, taken) in origins.items()
+                 if may_be_project(module or taken, level) for _use, parent in index.names_named(local))
+    for node in walk(index.tree) if dotted else ():
         if type(node) is ast.Attribute and id(node) not in called and type(index.parent(node)) is not ast.Attribute:
             origin = project_origin(dotted_name(node))
             if origin is not None:
