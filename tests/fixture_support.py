@@ -43,6 +43,11 @@ def fixture_settings(source: str, code: str) -> Settings:
     return settings
 
 
+def fixture_text(code: str, name: str) -> str:
+    """The text of fixture ``name`` of rule ``code`` (``fixtures/TL101/clean_x.py``), for a test that varies it."""
+    return (FIXTURES / code / name).read_text()
+
+
 def rule_codes_with_fixtures() -> List[str]:
     return sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and re.match(r"^TL\d{3}$", p.name))
 

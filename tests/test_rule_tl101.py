@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from fixture_support import fix, lint
+from fixture_support import fix, fixture_text, lint
 from torchlint.rule import Applicability
 
 
@@ -358,8 +358,7 @@ def test_a_host_value_read_by_the_next_step_before_its_rebinding_stays_silent():
     assert len(lint(every_step, "TL101")) == 1
 
 
-_DRAINED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
-                / "clean_after_an_update_that_ends_drained.py").read()
+_DRAINED = fixture_text("TL101", "clean_after_an_update_that_ends_drained.py")
 
 
 @pytest.mark.parametrize("change, lines", [
@@ -376,8 +375,7 @@ def test_a_read_right_after_an_update_that_ends_with_a_needed_read(change, lines
     assert [d.line for d in lint(source, "TL101")] == lines
 
 
-_SHARED = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
-               / "clean_validation_branch_of_a_shared_loop.py").read()
+_SHARED = fixture_text("TL101", "clean_validation_branch_of_a_shared_loop.py")
 
 
 @pytest.mark.parametrize("change, lines", [
@@ -394,8 +392,7 @@ def test_a_read_in_the_else_of_the_test_that_guards_every_step(change, lines):
     assert [d.line for d in lint(source, "TL101")] == lines
 
 
-_TOP_LEVEL = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL101"
-                  / "clean_top_level_loop_on_the_cpu.py").read()
+_TOP_LEVEL = fixture_text("TL101", "clean_top_level_loop_on_the_cpu.py")
 
 
 @pytest.mark.parametrize("change", [

@@ -1,6 +1,6 @@
 """TL702 fp32-matmul-without-tf32: versions, entry points, where the fix goes, and when it is withheld."""
 
-from fixture_support import fix, lint
+from fixture_support import fix, fixture_text, lint
 from torchlint.config import Settings
 from torchlint.engine import lint_source
 from torchlint.registry import get_rule
@@ -67,8 +67,7 @@ def test_inference_only_scripts_are_not_training():
     assert _found(source) == []
 
 
-_CONV_ONLY = open(__import__("pathlib").Path(__file__).parent.parent / "fixtures" / "TL702"
-                  / "clean_convolutions_only.py").read()
+_CONV_ONLY = fixture_text("TL702", "clean_convolutions_only.py")
 
 
 def test_a_program_of_convolutions_only_gets_no_finding():
