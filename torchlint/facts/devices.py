@@ -633,8 +633,8 @@ def _may_be_on_a_device(index: AstIndex, origins: dict, moves: list, name: str, 
     seen.add((name, before))
     stores = [(use, holder) for use, holder in index.names_named(name)
               if type(use.ctx) is ast.Store and (use.lineno, use.col_offset) < before]
-    if not stores:
-        return False
+    if not stores:  # bound nowhere above (a name the file takes from elsewhere): moved above, or not in sight
+        return any(moved == name and (call.lineno, call.col_offset) < before for call, moved in moves)
     use, holder = max(stores, key=lambda pair: (pair[0].lineno, pair[0].col_offset))
     statement = next((a for a in (holder, *index.ancestors(holder)) if isinstance(a, ast.stmt)), None)
     if statement is None or index.function_of(statement) is not None:
