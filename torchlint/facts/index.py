@@ -1185,6 +1185,18 @@ def parameter_default(function: ast.AST, name: str) -> Optional[ast.expr]:
     return None
 
 
+def unpacked_from(index: "AstIndex", name: str, scope: AstScope) -> Optional[Tuple[ast.expr, int]]:
+    """For a name a tuple assignment of ``scope`` binds (``model, criterion = set_model(opt)``): the value
+    unpacked and the name's place in the target, from the first such assignment; None where there is none."""
+    for node in walk(scope):
+        if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Tuple \
+                and index.scope_of(node) is scope:
+            names = [element.id if type(element) is ast.Name else None for element in node.targets[0].elts]
+            if name in names:
+                return node.value, names.index(name)
+    return None
+
+
 def module_function_returns(index: "AstIndex", name: str) -> Optional[Tuple[ast.AST, List[ast.Return]]]:
     """The module-level def ``name`` of the file and its own ``return`` statements (not those of defs nested
     in it), or None where it has no such def or no return."""

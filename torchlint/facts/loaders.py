@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence, Set,
 from torchlint.facts.index import (
     AstCallInfo, AstFunction, AstIndex, AstLoopInfo, AstScope, argument_for, call_name, called_origin, dotted_name,
     has_star, import_origins, is_integer, is_literal, is_parameter, keyword_value, may_be_project, paired_targets,
-    source_order, target_names, walk,
+    source_order, target_names, unpacked_from, walk,
 )
 from torchlint.facts.devices import CUDA, device_kind, may_place_on_cuda, to_destination
 from torchlint.facts.options import option_default
@@ -1209,13 +1209,9 @@ def _handed_loader(facts: LoaderFacts, origins: Dict[str, Tuple[str, int, Option
         return None
     value, position = values[0], None
     if value is None:  # `train_dl, val_dl = build_loaders(...)`: the call, and which item the name takes
-        for node in walk(scope):
-            if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Tuple \
-                    and index.scope_of(node) is scope:
-                names = [element.id if type(element) is ast.Name else None for element in node.targets[0].elts]
-                if expr.id in names:
-                    value, position = node.value, names.index(expr.id)
-                    break
+        unpacked = unpacked_from(index, expr.id, scope)
+        if unpacked is not None:
+            value, position = unpacked
     if type(value) is not ast.Call:
         return None
     written = dotted_name(value.func)

@@ -38,7 +38,7 @@ from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
     AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, import_origins, may_be_project,
-    module_function_returns, names_spelled, source_order, target_names, walk,
+    module_function_returns, names_spelled, source_order, target_names, unpacked_from, walk,
 )
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
@@ -1227,13 +1227,9 @@ def _returned_to_cuda(index: AstIndex, name: str, value: Optional[ast.AST], scop
     def gives, at that place, a name it moves to CUDA (``_moved_to_cuda``): the line of the move, else 0."""
     position = None
     if value is None:  # `model, criterion = set_model(opt)`: the call, and which element the name takes
-        for node in walk(scope):
-            if type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Tuple \
-                    and index.scope_of(node) is scope:
-                names = [e.id if type(e) is ast.Name else None for e in node.targets[0].elts]  # type: ignore[attr-defined]
-                if name in names:
-                    value, position = node.value, names.index(name)
-                    break
+        unpacked = unpacked_from(index, name, scope)
+        if unpacked is not None:
+            value, position = unpacked
     if type(value) is not ast.Call or type(value.func) is not ast.Name \
             or source_order(value) > source_order(call):  # type: ignore[union-attr]
         return 0
