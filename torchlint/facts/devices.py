@@ -548,9 +548,7 @@ def on_cpu(index: AstIndex, expr: ast.AST) -> bool:
     no default device (``torch.set_default_device``, ``with torch.device(...)``) and star-imports nothing; or a
     subscript or attribute chain of such a factory's call itself (``tok(text, return_tensors="pt")["input_ids"]``);
     through tensor methods other than moves (``w.sum(1)``, ``torch.zeros(3).float()``)."""
-    if "cpu_tensor_names" not in index.shared:
-        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
-    names = index.shared["cpu_tensor_names"]
+    names = _cpu_names(index)
     if names is None:
         return False
     root = expr
@@ -587,9 +585,7 @@ def cpu_loop(index: AstIndex, loop: AstLoopInfo) -> bool:
 
 
 def _cpu_loop(index: AstIndex, loop: AstLoopInfo) -> bool:
-    if "cpu_tensor_names" not in index.shared:
-        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
-    if index.shared["cpu_tensor_names"] is None:
+    if _cpu_names(index) is None:
         return False  # a default device set somewhere: a factory without `device=` may make CUDA tensors
     functions = {f.name: f for f in index.functions if index.parent(f) is index.tree}
     origins = import_origins(index) if index.import_statements else {}
@@ -699,9 +695,7 @@ def made_on_cpu(index: AstIndex, name: ast.Name) -> bool:
     ``nn.Parameter`` of one: ``patch = nn.Parameter(torch.zeros(3, h, w))``) that nothing in that scope moves
     (``patch.to(...)``, ``patch.data = ...``), in a file that changes no default device (``on_cpu``'s test, for
     one scope: a parameter of that name elsewhere is another variable)."""
-    if "cpu_tensor_names" not in index.shared:
-        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
-    if index.shared["cpu_tensor_names"] is None:
+    if _cpu_names(index) is None:
         return False
     scope = index.scope_of(name)
     values = index.values_of(name.id, scope)
@@ -723,6 +717,13 @@ def made_on_cpu(index: AstIndex, name: ast.Name) -> bool:
                 for target in (node.targets if type(node) is ast.Assign else [node.target])):
             return False
     return True
+
+
+def _cpu_names(index: AstIndex) -> Optional[frozenset]:
+    """``_cpu_tensor_names``, made once per file."""
+    if "cpu_tensor_names" not in index.shared:
+        index.shared["cpu_tensor_names"] = _cpu_tensor_names(index)
+    return index.shared["cpu_tensor_names"]  # type: ignore[no-any-return]
 
 
 def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
