@@ -264,13 +264,11 @@ def _named_like_a_loader(facts: LoaderFacts, loop: AstLoopInfo) -> bool:
 def _bound_nowhere(index: AstIndex, name: str) -> bool:
     """No statement of the file binds ``name`` (no assignment, loop or ``with`` target, parameter or import,
     and no star import that might): a loop over it would raise NameError, dead code that says nothing."""
-    if name in index.imports or any(any(alias.name == "*" for alias in statement.names)
-                                    for statement in index.import_statements if type(statement) is ast.ImportFrom):
+    if name in index.imports or index.has_star_import():
         return False
     if any(type(node.ctx) is not ast.Load for node, _ in index.names_named(name)):
         return False
-    return not any(arg.arg == name for function in index.functions for arg in ast.walk(function.args)
-                   if type(arg) is ast.arg)
+    return name not in index.parameter_names()
 
 
 def _moves_whole_batch(loop: AstLoopInfo, call: ast.Call) -> bool:

@@ -19,7 +19,7 @@ import sys
 import tokenize
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple, Union
 
 # What names say a variable holds, where nothing else tells (an optimizer's `.step()`, a loader).
 OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?($|_|\d)|optimi[sz]er", re.IGNORECASE)
@@ -1025,6 +1025,23 @@ class AstIndex:
         """Every ``<expr>.<name>`` in the file, in source order (the outer first of two that start
         together)."""
         return self._grouped("_attributes", ast.Attribute, _attribute_of).get(name, [])  # type: ignore[return-value]
+
+    def parameter_names(self) -> FrozenSet[str]:
+        """Every name a def of the file takes as a parameter (a lambda in a default included)."""
+        names = self.__dict__.get("_parameter_names")
+        if names is None:
+            names = self.__dict__["_parameter_names"] = frozenset(
+                arg.arg for function in self.functions for arg in ast.walk(function.args) if type(arg) is ast.arg)
+        return names
+
+    def has_star_import(self) -> bool:
+        """Some ``from m import *`` of the file (at any depth) may bind any name."""
+        found = self.__dict__.get("_has_star_import")
+        if found is None:
+            found = self.__dict__["_has_star_import"] = any(
+                any(alias.name == "*" for alias in statement.names)
+                for statement in self.import_statements if type(statement) is ast.ImportFrom)
+        return found
 
     def names_named(self, name: str) -> List[Tuple[ast.Name, ast.AST]]:
         """Every use of the variable ``name`` in the file (``ast.Name``: loads, stores, deletes), each with the
