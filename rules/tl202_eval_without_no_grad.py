@@ -130,7 +130,8 @@ class EvalWithoutNoGrad(Rule):
     (also as a global) to a model-named class or an `nn.Module` subclass of the file, or when a function of
     the file receives it and runs it (`greedy_decode(model, src)`). A method that prepares a module rather than
     running it (`model.convert_to_fp16()`, `load_*`, `set_*`, `init_*`, `fuse_*`, `to_*`...) is not a
-    forward pass, nor is a method call that is a statement of its own without arguments
+    forward pass, nor is a container view (`.items()`, `.keys()`, `.values()`: a helper given a checkpoint
+    named `model_state` that prints its entries), nor a method call that is a statement of its own without arguments
     (`generator.remove_weight_norm()`) or a method whose definitions in the file's classes call nothing
     through `self`, `super()` or their parameters (a mask helper returning `torch.triu(...)`). An object of a
     class that derives from no `nn.Module` is no model (its bases, followed through the file and the other
@@ -680,7 +681,8 @@ def _imports(a: FileAnalysis) -> Tuple[ImportRequest, ...]:
 
 _NOT_A_RUN = {"eval", "train", "to", "cuda", "cpu", "parameters", "named_parameters", "state_dict", "modules",
               "load_state_dict", "zero_grad", "apply", "children", "named_modules", "buffers", "half", "float",
-              "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type"}  # HF generate() is no-grad itself
+              "generate", "register_forward_hook", "requires_grad_", "share_memory", "fuse_model", "type",
+              "items", "keys", "values", "named_children", "named_buffers"}  # HF generate() is no-grad itself
 
 
 # First words of methods that change or prepare a module rather than run it.
