@@ -14,8 +14,8 @@ class DataloaderSingleProcess(Rule):
     training loop of the same file iterates: a loop that calls `backward()` or steps an optimizer (itself or
     through a function of the file, such as `train_step(batch)`), over the loader's name, through
     `enumerate`/`tqdm` (also `with tqdm(loader) as bar:`), an alias (`active = train_loader`), a function of the
-    file that takes the loader as a parameter, or batches drawn with `next()` from `iter(loader)` or from a generator of the file that
-    yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
+    file that takes the loader as a parameter, or batches drawn with `next()` (or the iterator's `.next()`,
+    `.__next__()`) from `iter(loader)` or from a generator of the file that yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
     function of the file (`def build_loader(...): return DataLoader(...)`), or by a method of a class of the
     file on an instance bound only to that class (`dm.train_dataloader()` with `dm = DataModule(...)`, a
     Lightning `LightningDataModule`'s shape, inherited methods included), reported at its `DataLoader(...)`,

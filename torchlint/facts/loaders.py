@@ -6,8 +6,9 @@ to a loop through what the file shows: the loop iterates the name the loader was
 (``active = train_loader``), a helper function of the same file that takes the loader as a parameter, a
 factory of the file that builds and returns it (``def build_loader(...): return DataLoader(...)``, also a
 method of a class of the file: ``dm.train_dataloader()``), or draws
-its batches with ``next()`` from an iterator over it (``it = iter(loader)``, or a generator of the file that
-yields from it: ``def cycle(dl): while True: yield from dl``).
+its batches with ``next()`` (or the iterator's ``.next()`` of torch < 1.13) from an iterator over it
+(``it = iter(loader)``, or a generator of the file that yields from it: ``def cycle(dl): while True: yield
+from dl``).
 
 A factory of another file of the checked project (``from data import build_loader``) is followed through that
 file's summary (``loader_summary``, handed in by the runner as ``ctx.project``): its site is the call in this
@@ -237,12 +238,21 @@ class LoaderFacts:
                             self._tie(site, loop)
                             tied.add(id(site))
                         site.via_calls.setdefault(loop.node, []).append(call)
-        # a step loop that draws its batches with `next(it)` (`it = iter(loader)`, `it = cycle(loader)`)
-        for info in index.calls_by_name.get("next", ()):
+        # a step loop that draws its batches with `next(it)` (`it = iter(loader)`, `it = cycle(loader)`), or
+        # with the iterator's own method: `it.next()` (DataLoader iterators before torch 1.13), `it.__next__()`
+        for info in (*index.calls_by_name.get("next", ()), *index.calls_by_name.get("__next__", ())):
             call = info.node
-            if type(call.func) is not ast.Name or not call.args or info.loop is None:
+            if info.loop is None:
                 continue
-            drawn = self._drawn_from(call.args[0])
+            if type(call.func) is ast.Name:
+                if call.func.id != "next" or not call.args:
+                    continue
+                iterator = call.args[0]
+            elif type(call.func) is ast.Attribute and not call.args and not call.keywords:
+                iterator = call.func.value
+            else:
+                continue
+            drawn = self._drawn_from(iterator)
             for entry in drawn:
                 self._tie(entry.site, info.loop, entry.feeder)
             if drawn:
