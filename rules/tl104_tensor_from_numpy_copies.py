@@ -91,8 +91,9 @@ class TensorFromNumpyCopies(Rule):
       `torch.as_tensor(a, dtype=..., device=...)` costs (TL102 says why).
     - `device=` anything but the CPU: the host-to-device copy happens either way.
     - `pin_memory=True`: the copy into pinned memory is the point.
-    - an explicit `dtype=` that certainly differs from the array's (`np.zeros(n)` is float64): the
-      conversion copies either way.
+    - an explicit `dtype=` unless the array's dtype is known to be the same (`np.zeros(n)` is float64,
+      `np.array(observations)` of gym's float64 observations unknown): a conversion copies either way,
+      so `as_tensor` saves something only where the code shows the dtypes match.
     - arrays that may have negative strides (`np.flip`, `np.rot90`): `from_numpy` rejects them, the copy
       is needed.
     - lists, Python scalars, NumPy scalars (`a.sum()`, `np.float32(1)`) and tensors.
@@ -105,7 +106,7 @@ class TensorFromNumpyCopies(Rule):
     class Frames(torch.utils.data.Dataset):
         def __getitem__(self, i):
             frame = torch.tensor(np.load(self.paths[i]))
-            masks = torch.tensor(np.stack(self.masks[i]), dtype=torch.float32)
+            masks = torch.tensor(np.stack(self.masks[i], dtype=np.float32), dtype=torch.float32)
             return frame, masks
     ```
 
@@ -117,7 +118,7 @@ class TensorFromNumpyCopies(Rule):
     class Frames(torch.utils.data.Dataset):
         def __getitem__(self, i):
             frame = torch.from_numpy(np.load(self.paths[i]))
-            masks = torch.as_tensor(np.stack(self.masks[i]), dtype=torch.float32)
+            masks = torch.as_tensor(np.stack(self.masks[i], dtype=np.float32), dtype=torch.float32)
             return frame, masks
     ```
 
@@ -192,10 +193,8 @@ class TensorFromNumpyCopies(Rule):
                     requires_grad = True
             else:
                 return  # an argument we do not know: leave it alone
-        if dtype is not None and array.dtype is not None:
-            wanted = _torch_dtype(index, dtype)
-            if wanted is not None and wanted != array.dtype:
-                return  # the conversion copies anyway
+        if dtype is not None and (array.dtype is None or _torch_dtype(index, dtype) != array.dtype):
+            return  # a conversion copies anyway, and `as_tensor` saves nothing unless the dtypes are known equal
         what = _show(index, data, call)
         if requires_grad:
             ctx.report(call, message=(
