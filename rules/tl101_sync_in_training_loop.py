@@ -362,7 +362,7 @@ class _Detector:
 
     def run(self) -> None:
         index = self.index
-        if not self.steps.has_steps() or runs_on_cpu(index, self.ctx.project):
+        if not self.steps.has_steps() or runs_on_cpu(self.ctx):
             return  # no training step, or a CPU program: nothing waits for a GPU
         for name in SYNC_METHODS:
             for info in index.calls_by_name.get(name, ()):

@@ -137,7 +137,7 @@ class BlockingHostToDeviceCopy(Rule):
         built_here = {loop.node for site in facts.sites for loop in site.loops}
         placed = _device_placed_loaders(index)
         seen: Set[ast.Call] = set()
-        if runs_on_cpu(index, ctx.project):
+        if runs_on_cpu(ctx):
             return  # a CPU program: no copy to a GPU to overlap
         for loop in index.loops:
             from_dataloader = loop.node in built_here

@@ -13,6 +13,7 @@ from torchlint.fix.analysis import FileAnalysis, keyword_arg
 from torchlint.facts.index import AstIndex, AstLoopInfo, AstScope, call_arguments, call_name, dotted_name, is_literal, keyword_value, walk
 from torchlint.fix.comments import has_comment, loses_comment
 from torchlint.config import Settings
+from torchlint.facts.devices import runs_on_cpu
 from torchlint.facts.grad_mode import grad_off_in_function
 from torchlint.facts.modules import class_attributes, self_attribute
 from torchlint.facts.steps import runs_once_per_run, runs_only_for_evaluation, step_facts, step_place
@@ -99,6 +100,9 @@ class PerParameterOptimizerLoop(Rule):
     itself; a loop written per parameter there is deliberate, to start each gradient's communication
     early), and on the deliberate per-parameter path of code that also has a foreach or fused one (a
     `_single_tensor_*` function, or the branch of `if foreach:` / `if self.foreach: ... else:` that loops).
+    Silent too in CPU programs (a script or notebook in which nothing can reach a CUDA device, see TL101):
+    the CPU has no multi-tensor kernels, the `_foreach_*` ops loop over the tensors there as the code does,
+    which is why torch's optimizers take the foreach path by default only for CUDA tensors.
 
     ## Why is this slow?
     Every elementwise op on one parameter is one kernel launch (several microseconds of CPU time each on
@@ -238,6 +242,8 @@ class PerParameterOptimizerLoop(Rule):
 
     def detect(self, ctx: IndexContext) -> None:
         index = ctx.index
+        if runs_on_cpu(ctx):
+            return  # no multi-tensor kernels on the CPU: the foreach ops loop there too
         for loop in index.loops:
             if type(loop.node) is ast.For:  # not `async for`
                 self._check_loop(ctx, loop)

@@ -21,6 +21,7 @@ from torchlint.facts.script import runs_itself
 
 if TYPE_CHECKING:
     from torchlint.facts.project import ProjectModel
+    from torchlint.rule import IndexContext
 
 CUDA = "cuda"
 CPU = "cpu"  # any device that is provably not a CUDA device ("cpu", "mps", "meta", ...)
@@ -282,13 +283,17 @@ def uses_no_cuda(index: AstIndex) -> bool:
     return memo  # type: ignore[return-value]
 
 
-def runs_on_cpu(index: AstIndex, project: Optional["ProjectModel"]) -> bool:
-    """``never_uses_cuda``, or a module that does not run itself but uses no CUDA and whose every importer in
-    the project (notebooks included), and the project modules those import, mention none either
-    (``ProjectModel.cpu_importers``: a tutorial's ``helper.py`` that only CPU notebooks call)."""
+def runs_on_cpu(ctx: "IndexContext") -> bool:
+    """``never_uses_cuda``; or a notebook that uses no CUDA (a notebook is always a program, also one whose
+    training runs in a helper of the project: `d2l.train_ch7(sgd_momentum, ...)`); or a module that does not
+    run itself but uses no CUDA and whose every importer in the project (notebooks included), and the project
+    modules those import, mention none either (``ProjectModel.cpu_importers``: a tutorial's ``helper.py``
+    that only CPU notebooks call)."""
+    index, project = ctx.index, ctx.project
     if never_uses_cuda(index):
         return True
-    return project is not None and bool(project.cpu_importers) and uses_no_cuda(index)
+    notebook = ctx.path.endswith(".ipynb")
+    return (notebook or (project is not None and bool(project.cpu_importers))) and uses_no_cuda(index)
 
 
 def _mentions_cuda(index: AstIndex) -> bool:
