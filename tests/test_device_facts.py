@@ -164,3 +164,22 @@ def test_on_cpu_reads_a_tokenizer_call_itself():
                   "moved = tok(text, return_tensors='pt').to(device)['input_ids'].tolist()\n")
     reads = [info.node for info in found.calls if ast.unparse(info.node.func).endswith(".tolist")]
     assert [on_cpu(found, read.func.value) for read in reads] == [True, False]
+
+
+from torchlint.facts.devices import runs_on_cpu  # noqa: E402
+from torchlint.rule import IndexContext  # noqa: E402
+
+
+@pytest.mark.parametrize("source,path,expected", [
+    # a notebook is a program: one that names no CUDA runs on the CPU, also where a helper runs its training
+    ("import d2l\nimport torch\n\ndef sgd(params, lr):\n    for p in params:\n        p.data -= lr * p.grad\n\n"
+     "d2l.train(sgd, 0.1)\n", "lesson.ipynb", True),
+    # the same code as a module: a helper others may run on a GPU
+    ("import d2l\nimport torch\n\ndef sgd(params, lr):\n    for p in params:\n        p.data -= lr * p.grad\n\n"
+     "d2l.train(sgd, 0.1)\n", "lesson.py", False),
+    # a notebook that names CUDA
+    ("import torch\nx = torch.ones(2).cuda()\n", "lesson.ipynb", False),
+])
+def test_runs_on_cpu_takes_a_notebook_that_names_no_cuda_for_a_cpu_program(source, path, expected):
+    index = AstIndex(ast.parse(source), source)
+    assert runs_on_cpu(IndexContext(index, Settings(), path)) is expected
