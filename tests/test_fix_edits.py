@@ -186,7 +186,7 @@ def test_module_level_for_statement_replaced():
         """\
         import torch
 
-        model = torch.nn.Linear(2, 2)
+        model = torch.nn.Linear(2, 2).cuda()
         for x in range(3):
             model(torch.ones(2)).sum().backward()
             for p in model.parameters():

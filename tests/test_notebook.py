@@ -286,7 +286,7 @@ ODD = '"""a\u2028b\x1cc\x85d\x0ce"""'  # characters str.splitlines() ends a line
 
 
 def test_a_fix_keeps_characters_that_only_str_splitlines_ends_lines_at(project):
-    cell = ["model = torch.nn.Linear(4, 2)\n", f"doc = {ODD}\n",
+    cell = ["model = torch.nn.Linear(4, 2).cuda()\n", f"doc = {ODD}\n",  # a GPU notebook (TL501 is silent on the CPU)
             "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)\n", "x = 1\x0c\n", "y = 2\n"]
     target = write(project / "nb.ipynb", notebook(code("import torch\n"), code("".join(cell))))
     checked = invoke("check", "nb.ipynb").output
@@ -298,7 +298,7 @@ def test_a_fix_keeps_characters_that_only_str_splitlines_ends_lines_at(project):
 
 def test_a_fix_keeps_crlf_and_cr_line_ends_inside_the_changed_cell(project):
     for ending in ("\r\n", "\r"):
-        lines = ["model = torch.nn.Linear(4, 2)", "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)",
+        lines = ["model = torch.nn.Linear(4, 2).cuda()", "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)",
                  "for _ in range(2):", "    pass"]
         target = write(project / "nb.ipynb", notebook(code("import torch\n"), code(ending.join(lines) + ending)))
         invoke("fix", "--apply", "nb.ipynb")
