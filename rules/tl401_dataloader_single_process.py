@@ -15,9 +15,10 @@ class DataloaderSingleProcess(Rule):
     through a function of the file, such as `train_step(batch)`), over the loader's name, through
     `enumerate`/`tqdm` (also `with tqdm(loader) as bar:`), an alias (`active = train_loader`), a function of the
     file that takes the loader as a parameter, or batches drawn with `next()` (or the iterator's `.next()`,
-    `.__next__()`) from `iter(loader)` or from a generator of the file that yields from the loader (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory
-    function of the file (`def build_loader(...): return DataLoader(...)`), or by a method of a class of the
-    file on an instance bound only to that class (`dm.train_dataloader()` with `dm = DataModule(...)`, a
+    `.__next__()`) from `iter(loader)` or from a generator of the file that yields from the loader
+    (`def cycle(dl): while True: yield from dl`). The loader may be built by a factory function of the file
+    (`def build_loader(...): return DataLoader(...)`), or by a method of a class of the file on an instance
+    bound only to that class (`dm.train_dataloader()` with `dm = DataModule(...)`, a
     Lightning `LightningDataModule`'s shape, inherited methods included), reported at its `DataLoader(...)`,
     or by a factory of another file of the checked project (`from data import build_loader`, also one a star
     import of a project module binds: `from utils import *`, by its `__all__` or its public names): that finding

@@ -25,8 +25,8 @@ class DataloaderUnpinned(Rule):
     a training loop of the same file iterates it and copies its batches to a CUDA device (`.cuda()`,
     `.to(device)`, `.to("cuda")`), also after a dtype conversion (`im.float().to(device)`). The loop is tied to the loader as in TL401: by the loader's name,
     through `enumerate`/`tqdm`, an alias, a function of the file that takes the loader as a parameter, or
-    `next()` (or `it.next()`) on `iter(loader)` or on a generator of the file that yields from it (then the batch is what
-    `next()` returns, also moved at once: `next(batches).to(device)`). A loader built by a factory of another file of the checked project (`from data
+    `next()` (or `it.next()`) on `iter(loader)` or on a generator of the file that yields from it (then the
+    batch is what `next()` returns, also moved at once: `next(batches).to(device)`). A loader built by a factory of another file of the checked project (`from data
     import build_loader`, or a star import of a project module that binds it: `from utils import *`) is
     reported at the factory's call, naming where it is built, without a fix (the
     fix belongs in that file); one another project file hands to a class or function of this file

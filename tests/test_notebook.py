@@ -298,8 +298,8 @@ def test_a_fix_keeps_characters_that_only_str_splitlines_ends_lines_at(project):
 
 def test_a_fix_keeps_crlf_and_cr_line_ends_inside_the_changed_cell(project):
     for ending in ("\r\n", "\r"):
-        lines = ["model = torch.nn.Linear(4, 2).cuda()", "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)",
-                 "for _ in range(2):", "    pass"]
+        lines = ["model = torch.nn.Linear(4, 2).cuda()",
+                 "opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)", "for _ in range(2):", "    pass"]
         target = write(project / "nb.ipynb", notebook(code("import torch\n"), code(ending.join(lines) + ending)))
         invoke("fix", "--apply", "nb.ipynb")
         lines[1] = FIXED_LINE.rstrip("\n")

@@ -59,15 +59,18 @@ def test_a_notebook_that_cannot_be_read_as_python_is_a_tl000(project, text, mess
     assert "n.ipynb:1:1: TL000 " in out and message in out
 
 
+GPU_PROGRAM = "x = torch.ones(1).cuda()"  # a notebook that names CUDA: TL501 is silent in CPU programs
+
+
 def test_a_cell_holding_torchlints_placeholder_text_is_not_fixed(project):
-    original = _notebook(with_finding("x = torch.ones(1).cuda()  # a GPU notebook: TL501 is silent on the CPU") + "pass  # torchlint-magic 3\n")
+    original = _notebook(with_finding(GPU_PROGRAM) + "pass  # torchlint-magic 3\n")
     (project / "n.ipynb").write_text(original)
     assert "n.ipynb:1:1: TL000 fixes not applied to this notebook" in run("fix", "--apply", ".")
     assert (project / "n.ipynb").read_text() == original
 
 
 def test_a_notebook_whose_owner_a_write_would_change_is_a_tl000(project, monkeypatch):
-    original = _notebook(with_finding("x = torch.ones(1).cuda()  # a GPU notebook: TL501 is silent on the CPU"))
+    original = _notebook(with_finding(GPU_PROGRAM))
     (project / "n.ipynb").write_text(original)
 
     def not_permitted(*args):  # what a user who does not own the file gets (the tests may run as root)
