@@ -118,7 +118,9 @@ class SyncInTrainingLoop(Rule):
     `.grad` of such a tensor or of a parameter that a loop over `m.parameters()` / `m.named_parameters()`
     draws (`for name, p in model.named_parameters(): ... p.grad.norm()`).
     `float(lr)` and `print(epoch)` are not flagged. NumPy arrays and raw batches straight from the
-    `for x, y in loader` target (still on the CPU) are not flagged either, nor is a read of a tensor the file
+    `for x, y in loader` target (still on the CPU; also through tensor methods that keep the device,
+    `x.float().mean()`, and as an element a comprehension draws from it, `[i.item() for i in ids]`) are not
+    flagged either, nor is a read of a tensor the file
     shows lives on the CPU (`w[0].item()`, `float(w)`): a name every binding of which, anywhere in the file,
     is a torch factory given no device or a CPU one (`w = torch.zeros(2)`; `torch.tensor(...)` only of
     literal numbers, as a tensor given as data keeps its device), that the file never moves (`w.to(...)`,
@@ -912,14 +914,23 @@ class _Detector:
         return self._backward_names.get(scope, set())
 
     def _is_raw_batch(self, expr: ast.AST, loop: AstLoopInfo, anchor: ast.AST) -> bool:
-        """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync.
+        """``y`` in ``for x, y in loader:`` never rebound: the loader's CPU tensors, no device sync; also what
+        a tensor method that keeps the device makes of them (``x.float().mean()``).
         (``anchor``: the call or string that holds ``expr``, whose loops and scope are its own.)"""
         root = expr
-        while type(root) in (ast.Attribute, ast.Subscript):
-            root = root.value
+        while True:
+            if type(root) is ast.Call and type(root.func) is ast.Attribute and root.func.attr in _SAME_DEVICE_METHODS:
+                root = root.func.value
+            elif type(root) in (ast.Attribute, ast.Subscript):
+                root = root.value
+            else:
+                break
         if type(root) is not ast.Name:
             return False
         index = self.index
+        drawn = _comprehension_source(index, root.id, anchor)
+        if drawn is not None:  # `[(p.item(), q) for p, q in zip(paths, probs)]`: an element of what it walks
+            return self._is_raw_batch(drawn, loop, anchor)
         scope = index.scope_of(anchor)
         targets = sum(1 for info in index.enclosing_loops(anchor)
                       if type(info.node) in (ast.For, ast.AsyncFor) and root.id in target_names(info.node.target)
@@ -1470,6 +1481,27 @@ class _LoopReads:
         self.load_bearing: dict = {}  # receiver text -> ``_Detector._load_bearing_reads``
 
 
+def _comprehension_source(index: AstIndex, name: str, anchor: ast.AST) -> Optional[ast.expr]:
+    """What the comprehension around ``anchor`` that binds ``name`` walks, for that name: ``paths`` for ``p`` in
+    ``for p in paths`` or ``for p, q in zip(paths, probs)``; None where no comprehension there binds it so."""
+    for above in index.ancestors(anchor):
+        if type(above) not in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp):
+            if isinstance(above, ast.stmt):
+                return None
+            continue
+        for generator in above.generators:  # type: ignore[attr-defined]
+            target, walked = generator.target, generator.iter
+            if type(target) is ast.Name and target.id == name:
+                return walked
+            if type(target) is ast.Tuple and type(walked) is ast.Call and type(walked.func) is ast.Name \
+                    and walked.func.id == "zip" and "zip" not in index.imports and not walked.keywords \
+                    and len(walked.args) == len(target.elts):
+                for part, source in zip(target.elts, walked.args):
+                    if type(part) is ast.Name and part.id == name and type(source) is not ast.Starred:
+                        return source
+    return None
+
+
 def _is_module(expr: ast.AST) -> bool:
     name = dotted_name(expr)
     return name is not None and (name == "self" or bool(_MODEL_NAME.search(name.split(".")[-1])))
@@ -1564,6 +1596,13 @@ def _accumulate_on_device(call: cst.Call, a: "FileAnalysis", depth: int, keep_re
         conversion = cst.parse_statement(f"{acc} = {torch}.as_tensor({acc}).item()")
     return Fix({loop: cst.FlattenSentinel([new_loop, conversion])}, Applicability.UNSAFE, imports)
 
+
+# Tensor methods whose result stays on the device of the tensor they are called on (a raw CPU batch stays a CPU
+# tensor); `.to`, `.cuda`, `.type`, `.type_as`, `.new_*` may move it.
+_SAME_DEVICE_METHODS = frozenset({
+    "float", "double", "half", "bfloat16", "long", "int", "bool", "byte", "mean", "sum", "max", "min", "argmax",
+    "argmin", "std", "var", "norm", "abs", "view", "reshape", "flatten", "squeeze", "unsqueeze", "permute",
+    "contiguous", "detach", "clone", "eq", "ne", "gt", "lt", "ge", "le", "prod", "numel", "count_nonzero"})
 
 # Calls that queue no GPU work (they show, store or convert host values): a second read of a value that
 # only these separate from the first waits for nothing.

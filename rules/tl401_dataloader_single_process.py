@@ -31,7 +31,9 @@ class DataloaderSingleProcess(Rule):
     Silent where the rule cannot see the value or the use:
     - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;
     - `num_workers=args.workers`, `cfg.num_workers` or any name not bound to `0` in the file;
-    - a `TensorDataset`: indexing tensors already in memory is cheaper than shipping them between processes
+    - a `TensorDataset`, or a Python list or tuple of samples (a display or a comprehension, also a name every
+      binding of which is one: `pairs = [(img, label) for img, label in cifar10 if label < 2]`): indexing
+      samples already in memory is cheaper than shipping them between processes
       (also a name bound to one in the loader's own branch, `else: ds = TensorDataset(...)`, when the
       name has other bindings elsewhere), or an instance of a class of the file that cuts pieces of a
       tensor it holds the same way: its `__getitem__` only assigns and returns slices of `self.<attr>`,

@@ -127,7 +127,11 @@ class OptimizerNotFused(Rule):
     library code, unless the project's calls show their module on CUDA, as above), in
     files with no sign of CUDA, and in CPU programs: a script (a `__main__` guard or a module-level training
     loop) in which nothing can reach a CUDA device, so that its `.to(device)` only looks like a GPU move by
-    the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose).
+    the name (a `--device` option defaulting to `"cpu"`, no `"cuda"` anywhere but in prose). Silent too for a
+    plain `SGD` (no `momentum`, no `weight_decay`, no `maximize`, or each a literal 0) in a file that builds no
+    `GradScaler`: its default foreach step is a single `_foreach_add_` over all parameters, as many launches as
+    the fused kernel, so fusing gains nothing (with a `GradScaler` the fused kernel also does the unscaling and
+    inf check the scaler would otherwise run as separate passes, and the finding stays).
 
     This rule is **on by default**: on public training code (GANs, reinforcement learning, image
     classification, detection) every finding was an optimizer that trains on CUDA with the fused kernel
@@ -214,7 +218,7 @@ class OptimizerNotFused(Rule):
         for info in index.calls_to(*_QUALIFIED):  # however imported: `from torch.optim import AdamW as Opt`
             call = info.node
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call) or _over_cpu_tensors(index, call) \
+            if not _fusing_gains(ctx, call, optimizer) or _over_cpu_tensors(index, call) \
                     or _stepped_on_the_cpu(index, call):
                 continue
             if on_cuda:
@@ -246,7 +250,7 @@ class OptimizerNotFused(Rule):
                     or index.function_of(function) is not None:
                 continue
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+            if not _fusing_gains(ctx, call, optimizer):
                 continue
             own = _over_cuda_module(index, call, klass, ctx.project)  # a module the class moves to CUDA itself
             built = None if own else _built_on_cuda(index, call, ctx.project)  # else one its builders moved there
@@ -271,7 +275,7 @@ class OptimizerNotFused(Rule):
             if function is None or index.parent(function) is not index.tree:
                 continue
             optimizer = _QUALIFIED[index.qualified_name(call.func) or ""]
-            if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+            if not _fusing_gains(ctx, call, optimizer):
                 continue
             built = _built_on_cuda(index, call, ctx.project)
             if built is not None:
@@ -447,6 +451,31 @@ def _resumes_optimizer(index: AstIndex) -> bool:
         if owner is not None and OPTIMIZER_NAME.search(owner.split(".")[-1]):
             return True
     return False
+
+
+def _fusing_gains(ctx: IndexContext, call: ast.Call, optimizer: str) -> bool:
+    """The fused kernel exists in the configured torch, no argument chooses the implementation, and it does
+    less than the default foreach step: not a plain ``SGD`` (no momentum, no weight decay, no ``maximize``)
+    in a file without a ``GradScaler``, whose foreach step is one ``_foreach_add_`` over the parameters, as
+    many launches as the fused kernel (a fused optimizer also takes a ``GradScaler``'s unscaling into its
+    kernel, so with one the fused step still saves a pass)."""
+    if ctx.torch_version < FUSED_SINCE[optimizer] or not _decides_nothing(call):
+        return False
+    if optimizer != "SGD" or ctx.index.calls_to(*_GRAD_SCALERS):
+        return True
+    arguments = call_arguments(call)
+    for name, position in (("momentum", 2), ("weight_decay", 4), ("maximize", 6)):
+        value = keyword_value(call, name)
+        if value is None and len(arguments) > position and arguments[position][0] is None:
+            value = arguments[position][1]
+        if value is not None and not (type(value) is ast.Constant and type(value.value) in (int, float, bool)
+                                      and value.value == 0):
+            return True  # (`momentum=0.9`, `weight_decay=args.wd`: the foreach step does more)
+    return False
+
+
+_GRAD_SCALERS = ("torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.GradScaler",
+                 "torch.amp.grad_scaler.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler")
 
 
 def _decides_nothing(call: ast.Call) -> bool:

@@ -319,15 +319,24 @@ def _last_leading_import(module: cst.Module) -> Optional[cst.SimpleStatementLine
 
 
 def _imports_torch_by(a: FileAnalysis, anchor: Optional[cst.CSTNode]) -> bool:
-    """True when an ``import torch`` at module level comes no later than ``anchor``."""
+    """True when an import that binds ``torch`` at module level (``import torch``, ``import torch as t``, and
+    ``import torch.optim``, which binds ``torch`` too) comes no later than ``anchor``."""
     if anchor is None:
         return False
     for statement in a.module.body:
         if _is_import_line(statement) and any(
-            isinstance(s, cst.Import) and any(alias.name.value == "torch" if isinstance(alias.name, cst.Name) else False
-                                              for alias in s.names) for s in statement.body):
+                isinstance(s, cst.Import) and any(_binds_torch(alias) for alias in s.names) for s in statement.body):
             return not a.comes_before(anchor, statement)
     return False
+
+
+def _binds_torch(alias: cst.ImportAlias) -> bool:
+    name = alias.name
+    if isinstance(name, cst.Name):
+        return name.value == "torch"
+    while isinstance(name, cst.Attribute):  # `import torch.optim`: the root is bound, unless `as` renames it
+        name = name.value
+    return alias.asname is None and isinstance(name, cst.Name) and name.value == "torch"
 
 
 _MATMUL_CALLS = {"Linear", "matmul", "mm", "bmm", "linear", "einsum", "MultiheadAttention", "scaled_dot_product_attention",
@@ -422,11 +431,15 @@ class _MatmulFree:
         kind = type(expr)
         if kind is ast.Name:
             values = self._values(expr.id, scope)
-            return values is not None and all(
-                value is not None and self._module(value, where, depth + 1) for value, where in values)
+            if values is None:
+                return False
+            # `model = model.to(device)` keeps what the name's other bindings hold: only those are followed
+            fresh = [(value, where) for value, where in values if not _moves_itself(value, expr.id)]
+            return bool(fresh) and all(
+                value is not None and self._module(value, where, depth + 1) for value, where in fresh)
         if kind is ast.Call:
             func = expr.func
-            if type(func) is ast.Attribute and func.attr in ("to", "cuda", "train", "float", "half", "bfloat16"):
+            if type(func) is ast.Attribute and func.attr in _KEEPS_MODULE:
                 return self._module(func.value, scope, depth + 1)  # its arguments: a device, a dtype
             qualified = index.qualified_name(func) or ""
             if qualified.startswith("torch.nn.") and not qualified.startswith(_OPAQUE_TORCH):
@@ -635,3 +648,12 @@ def _decides_tf32(index: AstIndex, source: str) -> bool:
 
 def _names_a_setting(lowered: str) -> bool:
     return "tf32" in lowered or "float32_matmul_precision" in lowered or "fp32_precision" in lowered
+
+
+_KEEPS_MODULE = ("to", "cuda", "train", "float", "half", "bfloat16")  # a module method that returns the module
+
+
+def _moves_itself(value: Optional[ast.AST], name: str) -> bool:
+    """``value`` is ``name.to(...)`` (``.cuda()``, ``.train()``, ``.float()``...): the binding keeps the module."""
+    return type(value) is ast.Call and type(value.func) is ast.Attribute and value.func.attr in _KEEPS_MODULE \
+        and type(value.func.value) is ast.Name and value.func.value.id == name

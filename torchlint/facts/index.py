@@ -253,7 +253,8 @@ class AstIndex:
         self.classes: List[ast.ClassDef] = []  # every class, methods or not (`class Rows(Windows): pass`)
         self.bindings: Dict[ast.AST, Dict[str, List[Optional[ast.AST]]]] = {}
         self.block_of: Dict[ast.AST, List[ast.stmt]] = {}  # loop -> the statement list that holds it
-        self.assigned_to: Dict[ast.Call, ast.expr] = {}  # `target = call(...)` with one target: call -> target
+        # `target = call(...)` with one target, and each call of `a, b = f(), g()`: call -> its target
+        self.assigned_to: Dict[ast.Call, ast.expr] = {}
         # (class, attribute) -> every value a method of the class binds `self.<attribute>` to, in source order
         # (None for a binding without one: a tuple target, `+=`, a loop or `with` target)
         self.self_attributes: Dict[Tuple[ast.ClassDef, str], List[Optional[ast.AST]]] = {}
@@ -362,8 +363,13 @@ class AstIndex:
                         compilable.import_from(node, where)
                     continue
                 elif kind is ast.Assign:
-                    if len(node.targets) == 1 and type(node.value) is ast.Call:
-                        self.assigned_to[node.value] = node.targets[0]
+                    if len(node.targets) == 1:
+                        if type(node.value) is ast.Call:
+                            self.assigned_to[node.value] = node.targets[0]
+                        elif type(node.value) in (ast.Tuple, ast.List):
+                            for part, value in paired_targets(node.targets[0], node.value):
+                                if type(value) is ast.Call and type(part) not in (ast.Tuple, ast.List):
+                                    self.assigned_to[value] = part  # type: ignore[assignment]
                     for target in node.targets:
                         if type(target) is ast.Name:
                             bind((node, scope, target.id, node.value))

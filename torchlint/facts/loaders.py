@@ -54,6 +54,7 @@ _DATALOADER_NAMES = {"torch.utils.data.DataLoader", "torch.utils.data.dataloader
 WRAPPERS = {"enumerate", "tqdm", "iter", "zip", "trange", "track", "progress_bar", "Bar", "islice"}
 # In-memory datasets: indexing them is a tensor slice, which worker processes only slow down.
 _IN_MEMORY_DATASETS = {"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset"}
+_SEQUENCES = (ast.List, ast.Tuple, ast.ListComp)  # a dataset held as a Python sequence of its samples
 UNREADABLE = object()  # an argument ``*args``/``**kwargs`` may set
 # A loader setting as the rules read it (``LoaderFacts.setting``), the same for a ``DataLoader(...)`` of the file
 # and one a project file's factory builds (its summary holds these values, as JSON)
@@ -980,14 +981,21 @@ class LoaderFacts:
         return bool(sites) and all(self.setting(site, "pin_memory") in (ABSENT, False) for site in sites)
 
     def is_in_memory_dataset(self, site: LoaderSite) -> bool:
-        """The loader's dataset is a ``TensorDataset`` (or a name bound to one): nothing to load in workers."""
+        """The loader's dataset is a ``TensorDataset`` (or a name bound to one), or a Python list or tuple (a
+        display or a comprehension, also a name every binding of which is one: ``cifar2 = [(img, label) for img,
+        label in cifar10 if label in (0, 2)]``), whose samples exist already: nothing to load in workers."""
         if site.imported is not None:
             return bool(site.imported.get("in_memory"))
         index = self.index
         value = loader_argument(site.call, "dataset")
         if not isinstance(value, ast.expr):
             return False
+        if type(value) in _SEQUENCES:
+            return True
         if type(value) is ast.Name:
+            values = index.values_of(value.id, index.scope_of(value)) or index.values_of(value.id, index.tree)
+            if values and all(type(v) in _SEQUENCES for v in values):
+                return True
             value = (index.single_value(value.id, index.scope_of(value))
                      or self._value_reaching(value, site.call) or value)
         if type(value) is not ast.Call:
