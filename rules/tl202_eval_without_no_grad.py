@@ -10,7 +10,7 @@ import libcst as cst
 
 from torchlint.facts.index import AstCallInfo, AstFunction, AstIndex, call_name, dotted_name, source_order, walk
 from torchlint.facts.modules import module_subclasses, plain_instance
-from torchlint.facts.steps import instance_classes
+from torchlint.facts.steps import ends_after_first_iteration, instance_classes
 from torchlint.config import Settings
 from torchlint.facts.evaluation import (called_without_grad, decorated_grad_off, decorator_names, eval_receiver,
                                         grad_globally_off, grad_off_anywhere_around, grad_off_between,
@@ -38,6 +38,8 @@ _COMPUTES_GRAD_TEXT = re.compile(
     r"|\bhessian\b"
 )
 _GENERATOR_TEXT = re.compile(r"\byield\b")
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_BY_HAND_CALLS = 5  # a notebook's calls of an evaluation def, each on its own in a cell: a few runs
 _NO_GRAD_TEXT = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _AWAIT_TEXT = re.compile(r"\bawait\b")
 
@@ -123,7 +125,12 @@ class EvalWithoutNoGrad(Rule):
     a forward pass. Also silent: tests in pytest/unittest files (`test_*`, `testFoo`, their loops included),
     functions that enter `torch.no_grad()` through `stack.enter_context(...)`, and functions the file never
     calls but hands to other code (`inference_on_dataset(eval_fn, ...)`, a returned closure): the code
-    that runs them sets the grad mode.
+    that runs them sets the grad mode. Nor where the evaluation runs only a few times: a loop that leaves
+    after its first batch (`for x, y in loader: out = model(x); break`, a peek for a plot), and a notebook's
+    def with no loop of its own that the notebook calls at most 5 times, each call on its own in a cell (in no
+    loop, comprehension or def) and the name used nowhere else (`predict_sentiment(model, "I love it")`): a
+    graph built a few times per run costs nothing worth a finding (a script's def may be imported and called
+    in a loop elsewhere, so this holds for notebooks only).
 
     A module counts as a model when its name looks like one (`model`, `netD`, `generator`), when the code
     calls it after its `.eval()` (`G_AB.eval(); G_AB(x)`, also `enc = Encoder(...).eval()`), when it is bound
@@ -317,7 +324,7 @@ class _Detector:
                        if self._is_model_call(c, eval_receivers, node) and not grad_off_between(index, c, node)]
         if not model_calls:
             return False
-        if self._caller_wants_grad(name):
+        if self._caller_wants_grad(name) or self._called_by_hand(node):
             return True
         model = dotted_name(model_calls[0].func) or "the model"
         torch_name = self.alias or "torch"
@@ -338,8 +345,8 @@ class _Detector:
     # --- loops outside evaluation functions ----------------------------------------------------
     def _check_loop(self, loop: ast.For, function: Optional[AstFunction]) -> bool:
         index = self.index
-        if grad_off_anywhere_around(index, loop):
-            return False
+        if grad_off_anywhere_around(index, loop) or ends_after_first_iteration(loop):
+            return False  # (a loop that leaves after its first batch runs the model once)
         receivers = self._preceding_eval(loop, function)
         if receivers is None:  # the model is put back into train mode just before: not an eval loop
             return False
@@ -373,6 +380,22 @@ class _Detector:
             rewrite = Rewrite(_wrap_loop, message + " ({reason})", block=loop, reads=loop)
         self.ctx.report(loop.iter, message=message, rewrite=rewrite)
         return True
+
+    def _called_by_hand(self, function: Def) -> bool:
+        """A notebook's def with no loop of its own that the notebook calls only a few times, each call in no
+        loop and no def (`predict_sentiment(model, "I love this movie")` in a cell): its graph is built a few
+        times per run, which costs nothing worth a finding. (A notebook is imported by no other file.)"""
+        if not self.ctx.path.endswith(".ipynb") or self._loops_of(function) or self.index.function_of(function):
+            return False
+        index = self.index
+        calls = [info for info in index.calls_by_name.get(function.name, ()) if type(info.node.func) is ast.Name]
+        if not 0 < len(calls) <= _BY_HAND_CALLS or len(calls) != len(index.calls_by_name[function.name]) \
+                or any(info.function is not None or info.loop is not None or any(
+                    type(above) in _COMPREHENSIONS for above in index.ancestors(info.node)) for info in calls):
+            return False
+        # and the name is used nowhere else (`map(predict, sentences)`, a table of functions)
+        uses = sum(1 for node in ast.walk(index.tree) if type(node) is ast.Name and node.id == function.name)
+        return uses == len(calls)
 
     def _preceding_eval(self, loop: ast.For, function: Optional[AstFunction]) -> Optional[Set[str]]:
         """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last.

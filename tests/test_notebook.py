@@ -408,3 +408,24 @@ def test_a_future_import_opening_a_later_cell_is_no_syntax_error(project):
     invoke("fix", "--apply", "--unsafe-fixes", "--select", "TL104", ".")
     fixed = json.loads((project / "train.ipynb").read_text())["cells"][-1]["source"]
     assert fixed[0] == "from __future__ import print_function\n" and "from_numpy(arr)" in "".join(fixed)
+
+
+PREDICT = code(["import torch\n",
+                "model = torch.nn.Linear(4, 2).cuda()\n",
+                "def predict_label(model, values):\n",
+                "    model.eval()\n",
+                "    return model(torch.tensor(values, device='cuda')).argmax().item()\n"])
+
+
+def test_tl202_leaves_an_evaluation_def_a_notebook_calls_by_hand_alone(project):
+    """A notebook's predict helper called once or twice in cells, in no loop, builds a graph a few times per
+    run: no finding. Called in a loop, in a comprehension or handed on (``map``), it runs per item: reported."""
+    by_hand = notebook(PREDICT, code("predict_label(model, [1.0, 2.0, 3.0, 4.0])\n"),
+                       code("print(predict_label(model, [0.0, 0.0, 1.0, 1.0]))\n"))
+    write(project / "by_hand.ipynb", by_hand)
+    assert "TL202" not in invoke("check", "--select", "TL202", "by_hand.ipynb").output
+    for name, cell in (("loop", "for row in rows:\n    predict_label(model, row)\n"),
+                       ("comprehension", "labels = [predict_label(model, row) for row in rows]\n"),
+                       ("handed", "labels = list(map(lambda r: r, rows)) + [predict_label]\n")):
+        write(project / f"{name}.ipynb", notebook(PREDICT, code(cell)))
+        assert "TL202" in invoke("check", "--select", "TL202", f"{name}.ipynb").output, name
