@@ -14,7 +14,7 @@ from torchlint.facts.index import (AstCallInfo, AstIndex, call_arguments, call_n
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.config import Settings
 from torchlint.facts.devices import CPU, CUDA, device_kind, to_destination
-from torchlint.facts.steps import runs_once_in, runs_once_per_run, step_facts
+from torchlint.facts.steps import few_iterations, runs_once_in, runs_once_per_run, step_facts
 from torchlint.rule import Applicability, Fix, FixAvailability, ImportRequest, IndexContext, Rewrite, Rule
 from torchlint.facts.text_gates import (CONVERSION_METHODS, FACTORY_NAMES, FILL_METHODS, LEGACY_TENSOR_TYPES,
                                         RANDOM_FILL_METHODS, VIEW_METHODS, may_chain_factory_into_move, may_move_to_device)
@@ -103,6 +103,12 @@ class TensorCreatedThenMoved(Rule):
       value, and in `forward` and other dunders (`nn.Module.__call__`, the `DataLoader` run them for you).
       A constructor another file runs every step is therefore missed, and so is a def that an entry point
       of another file calls once where a third file runs that entry point every step.
+    - a move in loops that each run a few times (at most 32 iterations the code shows: `range(10)`,
+      `range(1, n_classes)` with `n_classes = len(label_map)` and `label_map` a comprehension over a tuple
+      of 20 names, a loop over a short list) where the outermost runs once per run: at module level (a
+      notebook's ten samples drawn after training), or in a def that runs once as above (a mean-average-
+      precision helper over the classes, called once after the test loop). A loop whose count the code
+      does not show (`range(n_detections)`, a loop over a loader) stays reported.
     - `.expand(...)` or arithmetic between the factory and the move: the moved tensor is a fresh,
       writable copy, while an expanded view made on the GPU is not writable.
     - a random factory in a function (or script) that forks, saves or restores the RNG state itself
@@ -221,6 +227,8 @@ class TensorCreatedThenMoved(Rule):
             return  # in a set-up def (a constructor, `init_memory()` called once before the epochs)
         if loop is not None and runs_once_in(index, move, loop):
             return  # made once in the loop (`if step == 0:`, a loop that breaks after one batch): no per-step cost
+        if loop is not None and _few_times_per_run(ctx, index, move, info.function):
+            return  # a loop over a few classes in a metric run once, a notebook's 10 samples after training
         own_device = keyword_value(factory, "device")
         if own_device is not None and device_kind(index, own_device, scope) != CPU:
             return  # made on its own device (maybe the GPU already): not a CPU tensor being copied
@@ -398,3 +406,15 @@ def _with_device(
         new = with_keyword(new, "dtype", cst.Attribute(value=module.deep_clone(), attr=cst.Name(dtype)))
     new = with_keyword(new, "device", device.deep_clone())
     return new.with_changes(func=func), imports
+
+
+def _few_times_per_run(ctx: IndexContext, index: AstIndex, move: ast.Call, function) -> bool:
+    """Every loop around ``move`` in its def runs a few times (``steps.few_iterations``), and the outermost of
+    them runs once per run: at module level, or in a def that runs once (``StepFacts.runs_once``) or runs
+    the training loop itself. A few copies per run are not worth a finding."""
+    loops = list(index.enclosing_loops(move))
+    if not all(few_iterations(index, loop) for loop in loops):
+        return False
+    if function is None:
+        return True
+    return runs_once_per_run(index, loops[-1].node, function) or step_facts(index, ctx.project).runs_once(index, function)

@@ -213,6 +213,79 @@ def runs_once_in(index: AstIndex, node: ast.AST, loop: AstLoopInfo) -> bool:
     return once
 
 
+# At most this many iterations, provably, make a loop "a few" (a loop over a dataset's 20 classes, 10 samples)
+FEW_ITERATIONS = 32
+_SIZE_DEPTH = 8  # names, len(), comprehensions and enumerate() followed to a display
+
+
+def few_iterations(index: AstIndex, loop: AstLoopInfo) -> bool:
+    """``loop`` runs at most ``FEW_ITERATIONS`` times, as the code shows: a ``for`` over ``range(...)`` whose
+    stop is a small integer (a literal, a name bound once to one, ``len()`` of a short display or of a
+    comprehension over one: ``n_classes = len(label_map)`` with ``label_map = {k: v for v, k in
+    enumerate(("cat", "dog"))}``), or over a short display itself."""
+    node = loop.node
+    if type(node) not in (ast.For, ast.AsyncFor):
+        return False
+    scope = loop.function or index.tree
+    iterable = node.iter  # type: ignore[union-attr]
+    if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "range" \
+            and "range" not in index.imports and not iterable.keywords and 1 <= len(iterable.args) <= 3:
+        if len(iterable.args) > 1:
+            start = _small_int(index, iterable.args[0], scope, 0)
+            if start is None or start < 0:
+                return False
+        stop = _small_int(index, iterable.args[min(1, len(iterable.args) - 1)], scope, 0)
+        return stop is not None and stop <= FEW_ITERATIONS
+    size = _size(index, iterable, scope, 0)
+    return size is not None and size <= FEW_ITERATIONS
+
+
+def _small_int(index: AstIndex, expr: ast.AST, scope: AstScope, depth: int) -> Optional[int]:
+    """The integer ``expr`` provably is (a literal, a name bound once to one, ``len()`` of a sized value,
+    a sum or difference of those), or None."""
+    if depth > _SIZE_DEPTH:
+        return None
+    kind = type(expr)
+    if kind is ast.Constant:
+        return expr.value if type(expr.value) is int else None  # type: ignore[attr-defined]
+    if kind is ast.Name:
+        value, where = index.single_value_and_scope(expr.id, scope)  # type: ignore[attr-defined]
+        return _small_int(index, value, where, depth + 1) if value is not None else None
+    if kind is ast.BinOp and type(expr.op) in (ast.Add, ast.Sub):  # type: ignore[attr-defined]
+        left = _small_int(index, expr.left, scope, depth + 1)  # type: ignore[attr-defined]
+        right = _small_int(index, expr.right, scope, depth + 1)  # type: ignore[attr-defined]
+        if left is None or right is None:
+            return None
+        return left + right if type(expr.op) is ast.Add else left - right  # type: ignore[attr-defined]
+    if kind is ast.Call and type(expr.func) is ast.Name and expr.func.id == "len" \
+            and "len" not in index.imports and len(expr.args) == 1 and not expr.keywords:  # type: ignore[attr-defined]
+        return _size(index, expr.args[0], scope, depth + 1)  # type: ignore[attr-defined]
+    return None
+
+
+def _size(index: AstIndex, expr: ast.AST, scope: AstScope, depth: int) -> Optional[int]:
+    """How many items ``expr`` provably holds at most: a list, tuple, set or dict display; a comprehension
+    with one generator over such a value (an ``if`` only drops items); ``enumerate``/``reversed`` of one; a
+    name bound once to one."""
+    if depth > _SIZE_DEPTH:
+        return None
+    kind = type(expr)
+    if kind in (ast.List, ast.Tuple, ast.Set):
+        return None if any(type(e) is ast.Starred for e in expr.elts) else len(expr.elts)  # type: ignore[attr-defined]
+    if kind is ast.Dict:
+        return None if any(k is None for k in expr.keys) else len(expr.keys)  # type: ignore[attr-defined]
+    if kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp):
+        generators = expr.generators  # type: ignore[attr-defined]
+        return _size(index, generators[0].iter, scope, depth + 1) if len(generators) == 1 else None
+    if kind is ast.Name:
+        value, where = index.single_value_and_scope(expr.id, scope)  # type: ignore[attr-defined]
+        return _size(index, value, where, depth + 1) if value is not None else None
+    if kind is ast.Call and type(expr.func) is ast.Name and expr.func.id in ("enumerate", "reversed") \
+            and expr.func.id not in index.imports and len(expr.args) == 1 and not expr.keywords:  # type: ignore[attr-defined]
+        return _size(index, expr.args[0], scope, depth + 1)  # type: ignore[attr-defined]
+    return None
+
+
 def runs_once_per_run(index: AstIndex, node: ast.AST, function: Optional[ast.AST]) -> bool:
     """``node`` (in ``function``, None at module level) runs once per run of the script, not every step:
     it is in no loop, at module level or in a function that runs the training loop itself (``main()``'s
