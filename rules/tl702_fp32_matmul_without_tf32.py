@@ -56,7 +56,9 @@ class Fp32MatmulWithoutTf32(Rule):
     `os.environ["NVIDIA_TF32_OVERRIDE"]`) has decided and is left alone; so is a script whose every training
     loop is a top-level one that can only compute on the CPU (as TL101 tells one: a notebook that trains its
     first model on the CPU and moves it to the GPU only afterwards) (a comment, a docstring or a `help=`
-    text that mentions TF32 decides nothing); so are test files, fp64 code (`.double()`,
+    text that mentions TF32 decides nothing); so is a file that computes gradients but updates no weight
+    (no optimizer step, no in-place write of a `.grad`: `w -= lr * w.grad`, `p.add_(p.grad, ...)`), such as
+    a saliency map or an adversarial attack run on a trained model; so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
     them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
     Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
@@ -188,6 +190,8 @@ class Fp32MatmulWithoutTf32(Rule):
                     or loop.node in steps.epoch_loops) and not cpu_loop(index, loop)]
         if not training:
             return  # (also where every training loop is a top-level one that computes on the CPU)
+        if not (steps.imported_steps or steps.imported_trainers or _updates_parameters(index)):
+            return  # gradients, but no weights updated: a saliency map or an attack, no training to speed up
         guard = main_guard(index)
         # loops outside every def, other than in the `__main__` block: the setting goes before them; without
         # one, the module-level calls of a function of the file that runs a training loop (`train()` at the
@@ -657,3 +661,26 @@ def _moves_itself(value: Optional[ast.AST], name: str) -> bool:
     """``value`` is ``name.to(...)`` (``.cuda()``, ``.train()``, ``.float()``...): the binding keeps the module."""
     return type(value) is ast.Call and type(value.func) is ast.Attribute and value.func.attr in _KEEPS_MODULE \
         and type(value.func.value) is ast.Name and value.func.value.id == name
+
+
+def _updates_parameters(index: AstIndex) -> bool:
+    """The file updates weights: it steps an optimizer, or writes a gradient into a tensor in place (``w -= lr
+    * w.grad``, ``p.data = p.data - lr * p.grad``, ``p.add_(p.grad, alpha=-lr)``, ``torch._foreach_add_(ps,
+    grads)``). A file that only reads gradients (``image.grad`` for a saliency map) trains nothing."""
+    if any(index.is_optimizer_step(info.node, info.function) for info in index.calls_by_name.get("step", ())):
+        return True
+    for node in ast.walk(index.tree):
+        kind = type(node)
+        if kind is ast.AugAssign and _reads_grad(node.value):  # type: ignore[attr-defined]
+            return True
+        if kind is ast.Assign and _reads_grad(node.value) and any(  # type: ignore[attr-defined]
+                type(target) is ast.Attribute and target.attr == "data" for target in node.targets):  # type: ignore[attr-defined]
+            return True
+        if kind is ast.Call and type(node.func) is ast.Attribute and node.func.attr.endswith("_") \
+                and any(_reads_grad(arg) for arg in node.args):  # type: ignore[attr-defined]
+            return True
+    return False
+
+
+def _reads_grad(expr: ast.AST) -> bool:
+    return any(type(node) is ast.Attribute and node.attr == "grad" for node in ast.walk(expr))  # type: ignore[attr-defined]
