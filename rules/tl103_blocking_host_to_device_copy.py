@@ -61,7 +61,10 @@ class BlockingHostToDeviceCopy(Rule):
     adds `non_blocking=True` in its next pass). A loader counts as iterated as in TL401: through aliases,
     `next()` on `iter(loader)` or on a generator of the file, factories of the file, factories of
     other files of the checked project, and loaders another project file hands to a class or function of
-    this file (`Solver(config, train_loader)`: a real `DataLoader`, so the fix is safe where it is pinned).
+    this file (`Solver(config, train_loader)`: a real `DataLoader`, so the fix is safe where it is pinned),
+    also under a name that says nothing of a loader (`fit_one_epoch(..., gen, ...)`), and where the
+    handing file builds it more than once with the same settings (a detector's trainer builds its loader
+    again after unfreezing the backbone).
 
     ## Why is this slow?
     A blocking host-to-device copy makes the Python thread wait until the batch has landed on the GPU

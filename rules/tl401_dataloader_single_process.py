@@ -26,7 +26,9 @@ class DataloaderSingleProcess(Rule):
     A loader that another project file builds (itself, or by a factory) and hands to a class or module-level
     function of the training file (`Solver(config, train_loader)` in `main.py`, `self.train_loader =
     train_loader` in `Solver.__init__`) is reported at the parameter that receives it, naming where it is
-    built and which call hands it over, without a fix; a parameter the receiver rebinds is not followed.
+    built and which call hands it over, without a fix; a parameter the receiver rebinds is not followed. A
+    name the handing file binds to several loaders is followed where they are all built with the same
+    settings (the first build is named), and left alone otherwise.
 
     Silent where the rule cannot see the value or the use:
     - `DataLoader(ds, **loader_kwargs)` and `*args`: the workers may well be set there;

@@ -440,3 +440,25 @@ def test_a_loader_handed_to_a_function_of_another_file_and_the_cache_follows_the
     assert shown() == ["4:29 TL401", "4:29 TL402"]
     (tmp_path / "main.py").write_text(main.format(extra=", num_workers=4, pin_memory=True, persistent_workers=True"))
     assert shown() == []  # the handing file changed: the trainer's cached result is not reused
+
+
+def test_a_pinned_loader_built_twice_alike_and_handed_to_a_file_that_never_names_a_loader(tmp_path):
+    """A detector's `train.py` builds its pinned loader again after unfreezing (same settings) and hands it,
+    as `gen`, to `fit_one_epoch` of `utils_fit.py`, a file whose text names no loader: TL103 runs there (the
+    project opens its gate) and reports the blocking copies; two builds with different settings say no one
+    thing, and stay silent."""
+    fit = "import torch\n\n\ndef fit_one_epoch(model, optimizer, gen, cuda):\n    for batch in gen:\n" \
+          "        images = batch[0]\n        if cuda:\n            images = images.cuda(0)\n" \
+          "        model(images).sum().backward()\n        optimizer.step()\n"
+    main = ("from torch.utils.data import DataLoader\nfrom utils_fit import fit_one_epoch\n\n\n"
+            "def main(model, optimizer, data, epochs, unfreeze):\n"
+            "    gen = DataLoader(data, batch_size=8, num_workers=4, pin_memory=True)\n"
+            "    for epoch in range(epochs):\n        if epoch == unfreeze:\n"
+            "            gen = DataLoader(data, batch_size=4, num_workers=4, pin_memory={pin})\n"
+            "        fit_one_epoch(model, optimizer, gen, True)\n")
+    write_tree(tmp_path, {"utils_fit.py": fit, "train.py": main.format(pin="True")})
+    job = runner.Job(Settings(select=("TL103",), root=tmp_path, project_root=tmp_path))
+    found = [(d.line, d.code, d.fix.value if d.fix else None) for d in runner.run([tmp_path / "utils_fit.py"], job)[0].diagnostics]
+    assert found == [(8, "TL103", "safe")]
+    (tmp_path / "train.py").write_text(main.format(pin="False"))
+    assert runner.run([tmp_path / "utils_fit.py"], job)[0].diagnostics == []

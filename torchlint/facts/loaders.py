@@ -1211,10 +1211,13 @@ def handed_summary(index: AstIndex) -> List[list]:
 
 def _handed_loader(facts: LoaderFacts, origins: Dict[str, Tuple[str, int, Optional[str]]],
                    expr: ast.expr) -> Optional[dict]:
-    """What ``handed_summary`` says of an argument that holds exactly one loader, or None."""
+    """What ``handed_summary`` says of an argument that holds exactly one loader (or several built alike: a
+    script that builds its loader again with the same settings after unfreezing the backbone), or None."""
     sites = facts._loader_sites(expr)
-    if len(sites) == 1:
-        return {"entry": facts._entry(sites[0])}
+    if sites:
+        entries = [facts._entry(site) for site in sites]
+        if all({**entry, "line": 0} == {**entries[0], "line": 0} for entry in entries):
+            return {"entry": entries[0]}  # (the first build names them all)
     if sites or type(expr) is not ast.Name:
         return None
     index = facts.index

@@ -324,13 +324,16 @@ class ProjectModel:
 
     def opens_gate(self, code: str) -> bool:
         """Whether rule ``code`` must run on the file though its text gate says no: it imports a project
-        file's loader factory, which the rule follows (``FOLLOWING_RULES``), or a class whose methods train
+        file's loader factory, which the rule follows (``FOLLOWING_RULES``), or is handed a loader by one (and
+        TL103 reads its settings: ``READING_RULES``), or a class whose methods train
         or a function that returns a CUDA device, or another file's loops run its classes' methods
         (``STEP_RULES``: the step, or the device, may be in the other file)."""
         if code in STEP_RULES and code not in _GATED_STEP_RULES:
             return self.has_imported_steps or self.has_imported_functions or self.has_device_functions \
                 or bool(self._callers) or (code == "TL502" and bool(self._builds))
-        return (self.has_factories or bool(self._handed)) and code in FOLLOWING_RULES
+        # (TL103 too where a loader is handed in: `fit_one_epoch(..., gen, ...)` iterates a pinned loader of
+        # `train.py` under a parameter name that its text gate, a loader's spelling, cannot see)
+        return (self.has_factories and code in FOLLOWING_RULES) or (bool(self._handed) and code in READING_RULES)
 
     def factory(self, module: str, level: int, name: str) -> Optional[dict]:
         """The summary of the loader factory ``name`` of ``module`` (as the checked file imports it), with
