@@ -57,8 +57,8 @@ class Fp32MatmulWithoutTf32(Rule):
     loop is a top-level one that can only compute on the CPU (as TL101 tells one: a notebook that trains its
     first model on the CPU and moves it to the GPU only afterwards) (a comment, a docstring or a `help=`
     text that mentions TF32 decides nothing); so is a file that computes gradients but updates no weight
-    (no optimizer step, no in-place write of a `.grad`: `w -= lr * w.grad`, `p.add_(p.grad, ...)`), such as
-    a saliency map or an adversarial attack run on a trained model; so are test files, fp64 code (`.double()`,
+    (no `.step()` call, no write of a `.data`, no in-place write of a `.grad`: `w -= lr * w.grad`), such
+    as a saliency map or an adversarial attack run on a trained model; so are test files, fp64 code (`.double()`,
     `torch.float64`), and library modules without an entry point (the setting belongs to the script that runs
     them). The training loop may train through a function or a method (`agent.update(batch)` with `agent =
     Agent(...)`), also of a class of another project file (`policy.train(batch)` with `policy =
@@ -664,22 +664,26 @@ def _moves_itself(value: Optional[ast.AST], name: str) -> bool:
 
 
 def _updates_parameters(index: AstIndex) -> bool:
-    """The file updates weights: it steps an optimizer, or writes a gradient into a tensor in place (``w -= lr
-    * w.grad``, ``p.data = p.data - lr * p.grad``, ``p.add_(p.grad, alpha=-lr)``, ``torch._foreach_add_(ps,
-    grads)``). A file that only reads gradients (``image.grad`` for a saliency map) trains nothing."""
-    if any(index.is_optimizer_step(info.node, info.function) for info in index.calls_by_name.get("step", ())):
+    """The file may update weights: it calls a `.step(...)` (an optimizer's, also one reached through a call:
+    `opt_rref.rpc_sync().step()`), writes a `.data` (`param.data -= lr * grad_mean.cuda()`), or writes a
+    gradient into a tensor in place (`w -= lr * w.grad`, `p.add_(p.grad, alpha=-lr)`, `torch._foreach_add_(ps,
+    grads)`). A file that only reads gradients (`image.grad` for a saliency map) trains nothing."""
+    if index.calls_by_name.get("step"):
         return True
     for node in ast.walk(index.tree):
         kind = type(node)
-        if kind is ast.AugAssign and _reads_grad(node.value):  # type: ignore[attr-defined]
+        if kind is ast.AugAssign and (_reads_grad(node.value) or _is_data(node.target)):  # type: ignore[attr-defined]
             return True
-        if kind is ast.Assign and _reads_grad(node.value) and any(  # type: ignore[attr-defined]
-                type(target) is ast.Attribute and target.attr == "data" for target in node.targets):  # type: ignore[attr-defined]
+        if kind is ast.Assign and any(_is_data(target) for target in node.targets):  # type: ignore[attr-defined]
             return True
-        if kind is ast.Call and type(node.func) is ast.Attribute and node.func.attr.endswith("_") \
-                and any(_reads_grad(arg) for arg in node.args):  # type: ignore[attr-defined]
+        if kind is ast.Call and type(node.func) is ast.Attribute and node.func.attr.endswith("_") and (
+                _is_data(node.func.value) or any(_reads_grad(arg) for arg in node.args)):  # type: ignore[attr-defined]
             return True
     return False
+
+
+def _is_data(expr: ast.AST) -> bool:
+    return type(expr) is ast.Attribute and expr.attr == "data"  # type: ignore[attr-defined]
 
 
 def _reads_grad(expr: ast.AST) -> bool:
