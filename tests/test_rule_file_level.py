@@ -21,7 +21,7 @@ CONV_SCRIPT = src(
     from torch import nn
 
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.Flatten(), nn.LazyLinear(10)).cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for x, y in loader:
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()

@@ -37,11 +37,11 @@ def version(v: str) -> str:
         ("1.12", "torch.optim.Adam(model.parameters())", None),  # no fused Adam yet
         ("1.13", "torch.optim.Adam(model.parameters())", "report"),  # fused, but CUDA-only: no fix
         ("1.13", "torch.optim.AdamW(model.parameters())", None),  # fused AdamW since 2.0
-        ("2.2", "torch.optim.SGD(model.parameters(), lr=0.1)", None),  # fused SGD since 2.3
-        ("2.3", "torch.optim.SGD(model.parameters(), lr=0.1)", "report"),
+        ("2.2", "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", None),  # fused SGD since 2.3
+        ("2.3", "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", "report"),
         ("2.4", "torch.optim.AdamW(model.parameters())", "fix"),
-        ("2.4", "torch.optim.SGD(model.parameters(), lr=0.1)", "report"),  # MPS fused SGD since 2.5
-        ("2.5", "torch.optim.SGD(model.parameters(), lr=0.1)", "fix"),
+        ("2.4", "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", "report"),  # MPS fused SGD since 2.5
+        ("2.5", "torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)", "fix"),
     ],
 )
 def test_versions(v, optimizer, outcome):

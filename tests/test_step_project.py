@@ -256,7 +256,7 @@ from epochs import run_epoch, fit_batch, score
 def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     net = torch.nn.Linear(8, 8).to(device)
-    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, 5)
     batches = [(torch.randn(4, 8), torch.randn(4, 8))]
 {body}
