@@ -139,7 +139,8 @@ class DataloaderSingleProcess(Rule):
             workers = facts.setting(site, "num_workers")
             if workers != ABSENT and workers != 0:
                 continue
-            if facts.is_in_memory_dataset(site) or facts.samples_on_gpu(site) or not facts.training_loops(site):
+            if facts.is_in_memory_dataset(site) or facts.lists_its_samples(site) or facts.samples_on_gpu(site) \
+                    or not facts.training_loops(site):
                 continue
             message = self.message if workers == ABSENT else self.message.replace(
                 "(`num_workers` is 0)", "(`num_workers=0`)")

@@ -41,7 +41,7 @@ class DataloaderUnpinned(Rule):
     (`im.to(device).float()`, which also copies fewer bytes for a narrower source dtype).
 
     Silent where `pin_memory` comes through `**kwargs` or a variable (`pin_memory=args.pin_mem`), where the
-    destination is provably the CPU, for `TensorDataset` loaders and loaders over a Python list of samples (as TL401 reads them), and files whose `Dataset` classes move data
+    destination is provably the CPU, for `TensorDataset` loaders and files whose `Dataset` classes move data
     to the GPU themselves (their batches may already be on the device, which cannot be pinned), for a loader
     whose dataset is, or may be, an instance of a class of the file (also one defined inside a function)
     whose `__getitem__`, or a method of its class that it calls, makes or moves a tensor on a device that is

@@ -981,21 +981,14 @@ class LoaderFacts:
         return bool(sites) and all(self.setting(site, "pin_memory") in (ABSENT, False) for site in sites)
 
     def is_in_memory_dataset(self, site: LoaderSite) -> bool:
-        """The loader's dataset is a ``TensorDataset`` (or a name bound to one), or a Python list or tuple (a
-        display or a comprehension, also a name every binding of which is one: ``cifar2 = [(img, label) for img,
-        label in cifar10 if label in (0, 2)]``), whose samples exist already: nothing to load in workers."""
+        """The loader's dataset is a ``TensorDataset`` (or a name bound to one): nothing to load in workers."""
         if site.imported is not None:
             return bool(site.imported.get("in_memory"))
         index = self.index
         value = loader_argument(site.call, "dataset")
         if not isinstance(value, ast.expr):
             return False
-        if type(value) in _SEQUENCES:
-            return True
         if type(value) is ast.Name:
-            values = index.values_of(value.id, index.scope_of(value)) or index.values_of(value.id, index.tree)
-            if values and all(type(v) in _SEQUENCES for v in values):
-                return True
             value = (index.single_value(value.id, index.scope_of(value))
                      or self._value_reaching(value, site.call) or value)
         if type(value) is not ast.Call:
@@ -1015,6 +1008,22 @@ class LoaderFacts:
                         type(r.value) is ast.Call and index.qualified_name(r.value.func) in _IN_MEMORY_DATASETS
                         for r in returns)
         return False
+
+    def lists_its_samples(self, site: LoaderSite) -> bool:
+        """The loader's dataset, in this file, is a Python list or tuple of samples (a display or a comprehension,
+        also a name every binding of which is one: ``cifar2 = [(img, label) for img, label in cifar10 if label in
+        (0, 2)]``): the samples exist already, and indexing a list is no work for a worker process. (Whether
+        they are CPU tensors, which pinning needs, the list does not say.)"""
+        if site.imported is not None:
+            return False
+        value = loader_argument(site.call, "dataset")
+        if not isinstance(value, ast.expr):
+            return False
+        if type(value) is ast.Name:
+            index = self.index
+            values = index.values_of(value.id, index.scope_of(value)) or index.values_of(value.id, index.tree)
+            return bool(values) and all(type(v) in _SEQUENCES for v in values)
+        return type(value) in _SEQUENCES
 
     def _cuts_held_tensor(self, klass: ast.ClassDef) -> bool:
         """``klass`` hands out pieces of a tensor it holds, as a ``TensorDataset`` does: its ``__getitem__``
