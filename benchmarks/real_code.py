@@ -49,13 +49,14 @@ SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".ipynb_che
 SUFFIXES = (".py", ".ipynb")
 # Where a project declares its torch (and its own torchlint settings): copied too, so that the copy is checked
 # as the project itself is (a `torch==1.5` requirement turns fixes off that the API lacks there).
-DECLARATIONS = {"pyproject.toml"}
+DECLARATIONS = {"pyproject.toml", "environment.yml", "environment.yaml"}  # the files that may declare torch
 DECLARED_REQUIREMENTS = re.compile(r"^requirements.*\.txt$")
 
 
 def copy_python_tree(sources: Sequence[Path], dest: Path) -> int:
-    """Copies each folder's ``.py`` and ``.ipynb`` files (with its ``pyproject.toml`` and ``requirements*.txt``
-    files) under ``dest/<folder name>``; returns the ``.py`` lines."""
+    """Copies each folder's ``.py`` and ``.ipynb`` files (with its ``pyproject.toml``, ``requirements*.txt`` and
+    conda ``environment.yml`` files: what declares the torch version) under ``dest/<folder name>``; returns the
+    ``.py`` lines."""
     lines = 0
     for source in sources:
         for root, dirs, files in os.walk(source):
