@@ -124,6 +124,9 @@ def cuda_evidence(index: AstIndex) -> Optional[ast.Call]:
         if device is not None and device_kind(index, device, scope) == CUDA:
             found = call
             break
+        if name in ("set_default_device", "set_default_tensor_type") and _sets_cuda_default(index, call, scope):
+            found = call  # every factory without `device=` makes its tensor on CUDA from here on
+            break
     if found is not None and never_uses_cuda(index):
         found = None
     index.shared["cuda_evidence"] = found
@@ -784,6 +787,24 @@ def _cpu_tensor_names(index: AstIndex) -> Optional[frozenset]:
                 bound.setdefault(name, []).append(node)
     return frozenset(name for name, nodes in bound.items()
                      if name not in moved and all(n in factory_targets for n in nodes))
+
+
+def _sets_cuda_default(index: AstIndex, call: ast.Call, scope: AstScope) -> bool:
+    """``torch.set_default_device(<a CUDA device>)`` or ``torch.set_default_tensor_type`` of a CUDA tensor type
+    (``'torch.cuda.FloatTensor'``, ``torch.cuda.FloatTensor``)."""
+    qualified = index.qualified_name(call.func)
+    if qualified not in _DEFAULT_DEVICE_CALLS:
+        return False
+    arguments = call_arguments(call)
+    if len(arguments) != 1 or arguments[0][0] not in (None, "device", "t"):
+        return False
+    value = arguments[0][1]
+    if qualified == "torch.set_default_device":
+        return device_kind(index, value, scope) == CUDA
+    text = index.literal_string(value)
+    if text is None and type(value) is ast.Attribute:
+        text = index.qualified_name(value)
+    return text is not None and text.startswith("torch.cuda.")
 
 
 def _keeps_the_cpu(index: AstIndex, call: ast.Call) -> bool:
