@@ -168,7 +168,10 @@ class SyncInTrainingLoop(Rule):
     a loop of its own (a `def backward_pass(loss): ...` closure; a `train_one_epoch()` with its own batch loop
     runs once per epoch, not per step), or a method that does, directly or through the calls it makes
     (`agent.update(batch)` with `agent = Agent(...)`, `self.trainer.optimize(opt)` with `self.trainer =
-    Trainer(...)`, of a class of the file or of another file of the project); and `return loss.item()` from such a step function is reported
+    Trainer(...)`, of a class of the file or of another file of the project); a method of a class of the file is
+    a step also where the file hands an object of the class to a function of another project file whose loop
+    calls that method and the method steps (`loop_utils.train_agent(env, Agent(), n)` calling `agent.update(...)`
+    per iteration: the message names that loop); and `return loss.item()` from such a step function is reported
     when every loop that calls it only shows or sums the result. A loop that leaves after its first iteration
     (`for x, y in loader: ...; break`) is no training loop: it runs once.
 

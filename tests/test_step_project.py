@@ -852,3 +852,53 @@ def test_an_optimizer_factory_of_a_helper_file_called_with_a_model_moved_to_cuda
     root = tmp_path / "cpu"
     write_tree(root, {"util.py": UTIL, "main.py": SCRIPT.format(build="torch.nn.Linear(8, 2), None")})
     assert _check(root, "util.py", select=("TL502",)) == []
+
+
+HANDED_AGENT_LOOP = """\
+def train_agent(env, agent, episodes):
+    for episode in range(episodes):
+        state = env.reset()
+        for step in range(200):
+            action = agent.act(state)
+            state, reward, done = env.step(action)
+            agent.{method}(state, reward)
+"""
+
+HANDED_AGENT_MAIN = """\
+import torch
+import torch.nn as nn
+import loop_utils
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+class Agent:
+    def __init__(self):
+        self.net = nn.Linear(4, 2).to(device)
+        self.opt = torch.optim.Adam(self.net.parameters(), lr=1e-3)
+
+    def act(self, state):
+        return self.net(torch.as_tensor(state, device=device)).argmax().item()
+
+    def update(self, state, reward):
+        loss = self.net(torch.as_tensor(state, device=device)).sum() * reward
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        print(loss.item())
+
+
+if __name__ == "__main__":
+    loop_utils.train_agent(make_env(), Agent(), 100)
+"""
+
+
+def test_an_object_handed_to_another_files_loop_that_runs_its_stepping_method(tmp_path):
+    """An RL tutorial's agent, built here and handed to a helper of another file whose episode loop calls
+    `agent.update(...)` (`rl_utils.train_off_policy_agent(env, agent, ...)`): `update` steps, so that loop is
+    its training loop, named by file and line; a helper that only calls `agent.act(...)` trains nothing."""
+    write_tree(tmp_path, {"loop_utils.py": HANDED_AGENT_LOOP.format(method="update"), "main.py": HANDED_AGENT_MAIN})
+    assert _check(tmp_path, "main.py") == ["main.py:11 TL502", "main.py:21 TL101"]
+    assert all("loop_utils.py:4" in message for message in _messages(tmp_path, "main.py", "TL502"))
+    write_tree(tmp_path, {"loop_utils.py": HANDED_AGENT_LOOP.format(method="act")})
+    assert _check(tmp_path, "main.py") == []

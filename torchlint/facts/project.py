@@ -393,6 +393,12 @@ class ProjectModel:
         found = self._step_entry(module, level, name, "calls")
         return list(found[2]) if found is not None else []  # type: ignore[arg-type]
 
+    def loop_methods(self, module: str, level: int, name: str) -> Optional[Tuple[str, List[list]]]:
+        """The file (as shown) of the module-level function ``name`` of ``module`` and the methods it calls in a
+        loop on its parameters (``[position, method, line]``; ``facts.steps.loop_methods``), or None."""
+        found = self._step_entry(module, level, name, "loop_methods")
+        return (self._shown(found[0]), list(found[2])) if found is not None else None  # type: ignore[arg-type]
+
     def clock_methods(self, module: str, level: int, name: str) -> List[str]:
         """The methods of class ``name`` of ``module`` that read a clock themselves (``facts.steps.step_summary``'s
         ``clocks``: a timer's ``tic()``/``toc()``)."""

@@ -736,6 +736,8 @@ class StepFacts:
                 if steps or any(function in self.stepping for function in targets):
                     foreign = ForeignStep(path, line)
                     roots.extend((function, foreign) for function in targets)
+        if project is not None:  # objects of this file's classes handed to another file's loop that runs a method
+            roots.extend(self._handed_instances(index, project))
         lightning = FrameworkStep()
         roots.extend((function, lightning) for function in framework)  # a Lightning Trainer runs them every step
         queue = deque()
@@ -744,6 +746,34 @@ class StepFacts:
                 self.reached[callee] = step
                 queue.append(callee)
         _pass_down(self.reached, edges, queue, own_loops)
+
+    def _handed_instances(self, index: AstIndex, project) -> List[Tuple[_Def, ForeignStep]]:
+        """The methods of this file's classes that another project file's function runs in a loop on an object
+        this file hands it (``rl_utils.train_off_policy_agent(env, agent, ...)`` with ``agent = SAC(...)``,
+        whose episode loop calls ``agent.update(...)``; ``ProjectModel.loop_methods``), where the method runs a
+        training step: that loop is its step loop, in the other file."""
+        origins = import_origins(index) if index.import_statements else {}
+        found: List[Tuple[_Def, ForeignStep]] = []
+        for info in index.calls:
+            written = dotted_name(info.node.func)
+            origin = called_origin(origins, written) if written is not None and origins else None
+            if origin is None or not may_be_project(origin[0], origin[1]) \
+                    or any(type(arg) is ast.Starred for arg in info.node.args):
+                continue
+            looped = project.loop_methods(*origin)
+            if looped is None:
+                continue
+            path, methods = looped
+            for position, method, line in methods:
+                if position >= len(info.node.args):
+                    continue
+                for klass in instance_classes(index, info.node.args[position], info.function):
+                    if type(klass) is not ast.ClassDef:
+                        continue  # (an imported class: its file reads the loop off this one's summary, if ever)
+                    for function in self.methods_of(klass.name, method):
+                        if function in self.stepping:
+                            found.append((function, ForeignStep(path, line)))
+        return found
 
     def _step_of(self, loop: Optional[AstLoopInfo]) -> Optional[AstLoopInfo]:
         while loop is not None:
@@ -955,6 +985,28 @@ def calls_parameter(index: AstIndex, function: _Def) -> List[int]:
     return found
 
 
+def loop_methods(index: AstIndex, function: _Def) -> List[list]:
+    """``[position, method, line]`` for each method that ``function`` calls on one of its parameters in a loop
+    of its own (``agent.update(batch)`` in ``def train_off_policy_agent(env, agent, ...)``'s episode loop; the
+    line of that loop), where nothing else binds that parameter: the file that hands an object over learns
+    which of its methods run every iteration there."""
+    arguments = function.args
+    names = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
+    if index.class_of.get(function) is not None:
+        return []
+    found: List[list] = []
+    for info in index.calls_in(function):
+        func = info.node.func
+        if info.function is not function or info.loop is None or type(func) is not ast.Attribute \
+                or type(func.value) is not ast.Name or func.value.id not in names:
+            continue
+        name = func.value.id
+        entry = [names.index(name), func.attr, info.loop.node.lineno]
+        if all(bound is None for bound in index.values_of(name, function)) and entry[:2] not in [e[:2] for e in found]:
+            found.append(entry)
+    return found
+
+
 # --- what other project files use of this one (plain data, from this file alone) -------------------------
 def step_summary(index: AstIndex) -> dict:
     """What a file that imports this one may use of its training steps (``facts.project``): per class, the
@@ -1010,6 +1062,10 @@ def step_summary(index: AstIndex) -> dict:
                if type(function) in _DEFS for positions in (calls_parameter(index, function),) if positions}
     if calling:
         summary["calls"] = calling
+    looping = {function.name: methods for function in index.tree.body  # type: ignore[attr-defined]
+               if type(function) in _DEFS for methods in (loop_methods(index, function),) if methods}
+    if looping:
+        summary["loop_methods"] = looping
     clocks = _clock_methods(index)
     if clocks:
         summary["clocks"] = clocks
