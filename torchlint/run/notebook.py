@@ -22,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from torchlint.run.cache import Cache
 from torchlint.run.discovery import display_path
@@ -32,6 +32,9 @@ from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText,
                                   read_regular, split_lines, too_large_message)
 from torchlint.rule import Diagnostic, Edit
 from torchlint.run.job import FileResult, Job, prepare_write, rules_for
+
+if TYPE_CHECKING:
+    from torchlint.facts.project import ProjectModel
 
 _MARKER = "# torchlint-cell {}"
 _MARKER_LINE = re.compile(r"^# torchlint-cell (\d+)$")
@@ -194,12 +197,12 @@ class NotebookProgram:
         cell, cell_line = self.line_map[line] if len(self.line_map) > 1 else (1, 1)
         return (cell, 1, 1) if cell_line == 0 else (cell, cell_line, column)
 
-    def check(self, shown: str, rules, job: Job) -> List[Diagnostic]:
+    def check(self, shown: str, rules, job: Job, project: Optional["ProjectModel"] = None) -> List[Diagnostic]:
         """The program's findings, in cell coordinates, after the syntax errors of the cells set aside."""
         if not self.text:  # every code cell set aside
             return self.in_cells(shown, [])
         return self.in_cells(shown, lint_source(self.text, shown, rules, job.settings, job.with_edits,
-                                                top_level_await=True).diagnostics)
+                                                top_level_await=True, project=project).diagnostics)
 
     def in_cells(self, shown: str, diagnostics: List[Diagnostic]) -> List[Diagnostic]:
         """The program's ``diagnostics`` in cell coordinates, with one TL000 for each cell set aside (at its
@@ -468,15 +471,8 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
     """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write over
     ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files)."""
     rules = rules_for(job.settings, path)
-    cache, key = None, ""
-    if job.cache_dir is not None:
-        cache = Cache(job.cache_dir)
-        key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
-                        "notebook+edits" if job.with_edits else "notebook")
-        cached = cache.get(key, shown)
-        if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
-            return FileResult(shown, cached)
-    try:  # (after the cache: a notebook that does not parse is never cached)
+    cache = Cache(job.cache_dir) if job.cache_dir is not None else None
+    try:  # (a notebook that does not parse is never cached)
         source = decode_notebook(data)
         program = NotebookProgram.parse(source.text)
     except UnicodeDecodeError:
@@ -485,6 +481,19 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         return FileResult(shown, [error_diagnostic(shown, str(exc))])
     if not program.text:
         return FileResult(shown, [])
+    # the project files the notebook's code imports (`import rl_utils`, whose loop trains the agent a cell
+    # builds), read as for a .py file in the notebook's folder
+    from torchlint.run.runner import project_of
+
+    project = project_of(path, program.text.encode("utf-8", "surrogatepass"), job, cache)
+    key = ""
+    if cache is not None:
+        key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
+                        "notebook+edits" if job.with_edits else "notebook")
+        key = cache.with_project(key, project.digest()) if not project.is_empty() else key
+        cached = cache.get(key, shown)
+        if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
+            return FileResult(shown, cached)
     code_size = len(program.text.encode("utf-8", "surrogatepass"))
     if code_size > job.settings.max_file_size:
         return FileResult(shown, [error_diagnostic(
@@ -494,21 +503,22 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         if failing:  # a cell IPython would refuse alone is reported alone; the others are still one program
             program = program.without(failing)
     if job.mode == "check":
-        result = FileResult(shown, program.check(shown, rules, job))
+        result = FileResult(shown, program.check(shown, rules, job, project))
         if cache is not None:
             cache.put(key, result.diagnostics)
         return result
-    result = _fix(shown, program, rules, job)
+    result = _fix(shown, program, rules, job, project)
     if job.apply and result.changed and status is not None:
         result = prepare_write(result, path, lambda: source.encode(result.fixed or ""), (data, status), job,
-                               lambda: program.check(shown, rules, job))
+                               lambda: program.check(shown, rules, job, project))
     return result
 
 
-def _fix(shown: str, program: NotebookProgram, rules, job: Job) -> FileResult:
+def _fix(shown: str, program: NotebookProgram, rules, job: Job, project: Optional["ProjectModel"]) -> FileResult:
     if not program.text:  # every code cell set aside
         return NotebookResult(shown, program.in_cells(shown, []))
-    outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe, top_level_await=True)
+    outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe, top_level_await=True,
+                         project=project)
     remaining = program.in_cells(shown, outcome.errors + outcome.remaining)
     result = NotebookResult(shown, remaining, outcome.applied)
     if outcome.source == program.text:
