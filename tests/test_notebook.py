@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from test_cli import invoke, project, write  # noqa: F401 - the fixture is used by name
+from test_cli import _runner, invoke, project, write  # noqa: F401 - the fixture is used by name
+from torchlint.cli import cli
 from torchlint.run.notebook import NotebookProgram, is_ipython_line
 
 
@@ -429,3 +430,41 @@ def test_tl202_leaves_an_evaluation_def_a_notebook_calls_by_hand_alone(project):
                        ("handed", "labels = list(map(lambda r: r, rows)) + [predict_label]\n")):
         write(project / f"{name}.ipynb", notebook(PREDICT, code(cell)))
         assert "TL202" in invoke("check", "--select", "TL202", f"{name}.ipynb").output, name
+
+
+HELPERS = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Files(Dataset):
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.load(f"data/{{i}}.pt"), i % 10
+
+
+def load_data(batch_size):
+    return DataLoader(Files(), batch_size=batch_size, shuffle=True{extra})
+"""
+
+
+def test_a_notebook_follows_the_project_files_its_code_imports(project):
+    """A tutorial notebook whose loader comes from a helper module beside it (`train_iter =
+    helpers.load_data(256)`, d2l's shape): the loader rules read the factory's loader as they do for a .py file
+    in that folder, report at the factory's call in the notebook, and a change to the helper is seen (the
+    notebook's cached result is keyed by the helper too)."""
+    cells = [code(["import torch\n", "import helpers\n", "train_iter = helpers.load_data(256)\n",
+                   "net = torch.nn.Linear(64, 10).cuda()\n",
+                   "opt = torch.optim.AdamW(net.parameters(), fused=True)\n"]),
+             code(["for epoch in range(5):\n", "    for X, y in train_iter:\n",
+                   "        loss = torch.nn.functional.cross_entropy(net(X.cuda()), y.cuda())\n",
+                   "        opt.zero_grad()\n", "        loss.backward()\n", "        opt.step()\n"])]
+    write(project / "train.ipynb", notebook(*cells))
+    write(project / "helpers.py", HELPERS.format(extra=""))
+    shown = lambda: [line.split(" this")[0] for line in _runner().invoke(cli, [  # noqa: E731 - with the cache
+        "check", "--select", "TL401,TL402", "train.ipynb"]).output.splitlines() if ": TL4" in line]
+    assert shown() == ["train.ipynb:cell 1:3:14: TL401", "train.ipynb:cell 1:3:14: TL402"]
+    write(project / "helpers.py", HELPERS.format(extra=", num_workers=4, pin_memory=True"))
+    assert shown() == []

@@ -210,7 +210,7 @@ def _stdin_source_result(opts: dict, job: Job, data: bytes) -> Tuple[FileResult,
         from torchlint.run.notebook import decode_notebook, process_notebook_data
 
         path = Path(shown)
-        result = process_notebook_data(data, shown, path, job.for_file(path))
+        result = process_notebook_data(data, shown, path, job.for_file(path), project_files=False)
         try:
             source = decode_notebook(data)
         except UnicodeDecodeError:

@@ -467,9 +467,11 @@ def decode_notebook(data: bytes) -> SourceText:
 
 
 def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
-                          status: Optional[os.stat_result] = None) -> FileResult:
+                          status: Optional[os.stat_result] = None, project_files: bool = True) -> FileResult:
     """Check or fix one notebook's bytes; with ``job.apply``, the result carries the file to write over
-    ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files)."""
+    ``path`` (``runner.write_pending``), if it is still the file that was read (``status``, as for .py files).
+    ``project_files``: read the project files the code imports, as for a .py file at ``path`` (not for stdin,
+    whose text has no file, as a .py on stdin)."""
     rules = rules_for(job.settings, path)
     cache = Cache(job.cache_dir) if job.cache_dir is not None else None
     try:  # (a notebook that does not parse is never cached)
@@ -485,12 +487,13 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
     # builds), read as for a .py file in the notebook's folder
     from torchlint.run.runner import project_of
 
-    project = project_of(path, program.text.encode("utf-8", "surrogatepass"), job, cache)
+    project = (project_of(path, program.text.encode("utf-8", "surrogatepass"), job, cache) if project_files
+               else None)
     key = ""
     if cache is not None:
         key = cache.key(data, [r.code for r in rules], job.settings.torch_version,
                         "notebook+edits" if job.with_edits else "notebook")
-        key = cache.with_project(key, project.digest()) if not project.is_empty() else key
+        key = cache.with_project(key, project.digest()) if project is not None and not project.is_empty() else key
         cached = cache.get(key, shown)
         if cached is not None and (job.mode == "check" or not any(d.fix for d in cached)):
             return FileResult(shown, cached)
