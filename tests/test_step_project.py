@@ -358,8 +358,10 @@ def test_a_method_of_another_file_that_loops_over_its_own_epochs(tmp_path):
 
 
 def test_the_summaries_of_training_functions_and_methods():
+    # (and the methods run_epoch calls on its parameters in its loop, for a file that hands it an object)
     assert step_summary(_index(EPOCHS)) == {"functions": {"run_epoch": "trains", "fit_batch": "steps"},
-                                            "reduced": False}
+                                            "reduced": False,
+                                            "loop_methods": {"run_epoch": [[2, "zero_grad", 6], [2, "step", 6]]}}
     summary = step_summary(_index(AGENT_EPOCHS.format(device='"cuda:0"')))
     assert summary == {"classes": {"Agent": {"steps": [], "trains": ["learn"],
                                              "cuda": [11, "self.net = nn.Linear(4, 2).to(device)"]}},
