@@ -102,7 +102,8 @@ class OptimizerNotFused(Rule):
     its `__init__` builds over the parameters of a module the class moves to CUDA (`self.actor =
     Actor(...).to(device)` with `device` CUDA, or CUDA when available or when a flag says so, `"cuda" if
     args.cuda else "cpu"`, also held as `self.device` where every binding of it in the class is such a device;
-    a device known only by its name does not count here), or over a list of tensors the class makes there
+    or a parameter of `__init__` that every build of the class in the file passes such a device, `SAC(...,
+    device)`; a device known only by its name does not count here), or over a list of tensors the class makes there
     (`Adam([self.log_alpha])` with `self.log_alpha = torch.zeros(1, requires_grad=True, device=self.device)`;
     one made without `device=` does not count), are reported, naming the loop (`main.py:112`); that file checked alone reads the loop
     off `main.py`. A method only called once, at set-up, or under a logging guard is no such step.

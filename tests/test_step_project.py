@@ -904,3 +904,18 @@ def test_an_object_handed_to_another_files_loop_that_runs_its_stepping_method(tm
     assert all("loop_utils.py:4" in message for message in _messages(tmp_path, "main.py", "TL502"))
     write_tree(tmp_path, {"loop_utils.py": HANDED_AGENT_LOOP.format(method="act")})
     assert _check(tmp_path, "main.py") == []
+
+
+def test_a_handed_agent_whose_modules_go_to_the_device_its_builder_passes(tmp_path):
+    """The agent's `__init__` moves its networks to a `device` parameter, and every build of the class passes a
+    CUDA-when-available device (bound twice, as two cells of a notebook do): its optimizers train on CUDA."""
+    main = HANDED_AGENT_MAIN.replace("    def __init__(self):\n        self.net = nn.Linear(4, 2).to(device)",
+                                     "    def __init__(self, where):\n        self.net = nn.Linear(4, 2).to(where)")
+    main = main.replace("Agent(), 100)", "Agent(device), 100)").replace(
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n',
+        'device = torch.device("cuda" if torch.cuda.is_available() else "cpu")\n'
+        'device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")\n')
+    write_tree(tmp_path, {"loop_utils.py": HANDED_AGENT_LOOP.format(method="update"), "main.py": main})
+    assert [line for line in _check(tmp_path, "main.py", select=("TL502",))] == ["main.py:12 TL502"]
+    write_tree(tmp_path, {"main.py": main.replace("Agent(device), 100)", 'Agent("cpu"), 100)')})
+    assert _check(tmp_path, "main.py", select=("TL502",)) == []

@@ -436,7 +436,47 @@ def moves_to_cuda(index: AstIndex, call: ast.Call, scope: Optional[AstScope], pr
         return True
     if _cuda_attribute(index, target, scope):
         return True
+    if _cuda_parameter(index, target, scope):
+        return True
     return project is not None and _project_device(index, target, project)
+
+
+def _cuda_parameter(index: AstIndex, target: ast.expr, scope: Optional[AstScope]) -> bool:
+    """``target`` is a parameter of ``scope`` (never rebound there) that every call of it in this file passes a
+    device the code shows to be CUDA, or CUDA when available: a module-level def by its name, a class's
+    ``__init__`` by the class's builds (``agent = SAC(state_dim, ..., device)`` with ``device =
+    torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")`` at the top of a notebook, also a
+    name bound more than once, each time so). At least one call; none with ``*args`` / ``**kwargs``."""
+    if type(target) is not ast.Name or type(scope) not in (ast.FunctionDef, ast.AsyncFunctionDef) \
+            or not is_parameter(scope, target.id):  # type: ignore[arg-type]
+        return False
+    klass = index.class_of.get(scope)  # type: ignore[arg-type]
+    if klass is not None:
+        if scope.name != "__init__" or index.function_of(scope) is not None:  # type: ignore[union-attr]
+            return False
+        called, skip = klass.name, 1
+    elif index.function_of(scope) is None:
+        called, skip = scope.name, 0  # type: ignore[union-attr]
+    else:
+        return False
+    calls = [info for info in index.calls_by_name.get(called, ()) if type(info.node.func) is ast.Name]
+    if not calls or len(calls) != len(index.calls_by_name.get(called, ())):
+        return False
+    for info in calls:
+        if has_star(info.node):
+            return False
+        value = argument_for(scope, target.id, info.node.args, info.node.keywords, skip)
+        where = info.function or index.tree
+        if value is None:
+            return False
+        if device_kind(index, value, where) == CUDA:
+            continue
+        # a name bound more than once, each time to such a device (a notebook that sets `device` in two cells)
+        bound = index.values_of(value.id, where) or index.values_of(value.id, index.tree) \
+            if type(value) is ast.Name else []
+        if not bound or any(v is None or device_kind(index, v, where) != CUDA for v in bound):  # type: ignore[arg-type]
+            return False
+    return True
 
 
 def _cuda_attribute(index: AstIndex, target: ast.expr, scope: Optional[AstScope]) -> bool:
