@@ -97,8 +97,7 @@ class OptimizerNotFused(Rule):
     every iteration as its step (`policy.train(batch)` in `main.py`, `policy = TD3.TD3(...)`; or an object of
     the class that the file hands to a function of another project file whose loop calls that method:
     `rl_utils.train_off_policy_agent(env, agent, ...)` with `agent = SAC(...)`, its episode loop calling
-    `agent.update(...)`; a script's, not yet a notebook's, since notebooks are checked without the project's
-    other files): the optimizers
+    `agent.update(...)`, in a script or a notebook): the optimizers
     its `__init__` builds over the parameters of a module the class moves to CUDA (`self.actor =
     Actor(...).to(device)` with `device` CUDA, or CUDA when available or when a flag says so, `"cuda" if
     args.cuda else "cpu"`, also held as `self.device` where every binding of it in the class is such a device;
