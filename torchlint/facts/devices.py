@@ -383,30 +383,41 @@ def _cpu_parameter(index: AstIndex, function: AstScope, name: str, depth: int) -
     """``name``, bound without a value in ``function``, is a parameter of it that every call of it in this
     file passes a CPU device (or leaves at a CPU default). A function this file never calls, a call with
     ``*args`` / ``**kwargs``, or a name that is no parameter (a loop target): not known, False."""
+    passed = _passed_for(index, function, name, defaults=True)
+    return passed is not None and all(_cpu_device(index, value, where, depth) for value, where in passed)
+
+
+def _passed_for(index: AstIndex, function: AstScope, name: str, defaults: bool,
+                builds: bool = False) -> Optional[List[Tuple[ast.expr, AstScope]]]:
+    """What each call of the def ``function`` in this file passes for its parameter ``name``, with the scope the
+    value is read in; the calls are those of the def's name (``obj.method(...)`` binds ``self``), or with
+    ``builds``, for a class's ``__init__``, the builds of the class (``SAC(..., device)``). ``defaults``: a call
+    that passes nothing gives the parameter's default, read at module level. None where that is not known: no
+    such parameter, no call, a call with ``*args`` / ``**kwargs``, a call that passes nothing without a default
+    to use."""
     if not is_parameter(function, name):
-        return False
-    arguments = function.args  # type: ignore[attr-defined]
-    positional = [a.arg for a in arguments.posonlyargs + arguments.args]
-    default = parameter_default(function, name)
-    calls = index.calls_by_name.get(function.name, ())  # type: ignore[attr-defined]
+        return None
+    positional = [a.arg for a in function.args.posonlyargs + function.args.args]  # type: ignore[union-attr]
+    initializer = builds and function.name == "__init__"  # type: ignore[union-attr]
+    klass = index.class_of.get(function) if initializer else None  # type: ignore[arg-type]
+    calls = index.calls_by_name.get(klass.name if klass is not None else function.name, ())  # type: ignore[union-attr]
     if not calls:
-        return False
+        return None
+    passed: List[Tuple[ast.expr, AstScope]] = []
     for info in calls:
         call = info.node
         if has_star(call):
-            return False
-        binds_self = type(call.func) is ast.Attribute and positional[:1] == ["self"]
+            return None
+        binds_self = klass is not None or (type(call.func) is ast.Attribute and positional[:1] == ["self"])
         value = argument_for(function, name, call.args, call.keywords, 1 if binds_self else 0)
-        if value is None:
-            value = default
-            if value is None:
-                return False
-            where: AstScope = index.tree
-        else:
-            where = info.function or index.tree
-        if not _cpu_device(index, value, where, depth):
-            return False
-    return True
+        if value is not None:
+            passed.append((value, info.function or index.tree))
+            continue
+        default = parameter_default(function, name) if defaults else None
+        if default is None:
+            return None
+        passed.append((default, index.tree))
+    return passed
 
 
 def _cpu_option(index: AstIndex, option: str) -> bool:
@@ -442,33 +453,20 @@ def moves_to_cuda(index: AstIndex, call: ast.Call, scope: Optional[AstScope], pr
 
 
 def _cuda_parameter(index: AstIndex, target: ast.expr, scope: Optional[AstScope]) -> bool:
-    """``target`` is a parameter of ``scope`` (never rebound there) that every call of it in this file passes a
-    device the code shows to be CUDA, or CUDA when available: a module-level def by its name, a class's
-    ``__init__`` by the class's builds (``agent = SAC(state_dim, ..., device)`` with ``device =
+    """``target`` is a parameter of ``scope`` that every call of it in this file passes a device the code shows
+    to be CUDA, or CUDA when available (``_passed_for``: ``agent = SAC(state_dim, ..., device)`` with ``device =
     torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")`` at the top of a notebook, also a
-    name bound more than once, each time so). At least one call; none with ``*args`` / ``**kwargs``."""
-    if type(target) is not ast.Name or type(scope) not in (ast.FunctionDef, ast.AsyncFunctionDef) \
-            or not is_parameter(scope, target.id):  # type: ignore[arg-type]
+    name bound more than once, each time so)."""
+    if type(target) is not ast.Name or type(scope) not in (ast.FunctionDef, ast.AsyncFunctionDef):
         return False
     klass = index.class_of.get(scope)  # type: ignore[arg-type]
-    if klass is not None:
-        if scope.name != "__init__" or index.function_of(scope) is not None:  # type: ignore[union-attr]
-            return False
-        called, skip = klass.name, 1
-    elif index.function_of(scope) is None:
-        called, skip = scope.name, 0  # type: ignore[union-attr]
-    else:
+    nested = klass is None and index.function_of(scope) is not None
+    if nested or (klass is not None and scope.name != "__init__"):  # type: ignore[union-attr]
+        return False  # (a nested def, a method: their calls are not all in sight by a name)
+    passed = _passed_for(index, scope, target.id, defaults=False, builds=True)  # type: ignore[arg-type]
+    if passed is None:
         return False
-    calls = [info for info in index.calls_by_name.get(called, ()) if type(info.node.func) is ast.Name]
-    if not calls or len(calls) != len(index.calls_by_name.get(called, ())):
-        return False
-    for info in calls:
-        if has_star(info.node):
-            return False
-        value = argument_for(scope, target.id, info.node.args, info.node.keywords, skip)
-        where = info.function or index.tree
-        if value is None:
-            return False
+    for value, where in passed:
         if device_kind(index, value, where) == CUDA:
             continue
         # a name bound more than once, each time to such a device (a notebook that sets `device` in two cells)
