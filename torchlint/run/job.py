@@ -1,5 +1,6 @@
 """What a run hands each file and gets back: the job (settings, mode, cache), the rules a file gets, the
-file's result and the fixed file still to write. The runner and the notebook handler both build on it."""
+project files it may read, the file's result and the fixed file still to write. The runner and the notebook
+handler both build on it."""
 
 from __future__ import annotations
 
@@ -8,14 +9,18 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Callable, List, Optional, Tuple
 
 from torchlint.config import Settings, selected_codes
 from torchlint.config.tree import ConfigTree
 from torchlint.engine import error_diagnostic, rules_for_test_files
+from torchlint.facts.project import STEP_RULES, ProjectModel
 from torchlint.registry import default_codes, lazy_rule, rule_codes
 from torchlint.rule import Diagnostic, Rule
 from torchlint.run.discovery import cached_spec, is_test_file
+
+if TYPE_CHECKING:
+    from torchlint.run.cache import Cache
 
 
 @dataclass
@@ -108,3 +113,19 @@ def prepare_write(result: FileResult, path: Path, encoded: Callable[[], bytes], 
         return result
     except UnicodeEncodeError as exc:
         return FileResult(result.path, [error_diagnostic(result.path, f"cannot write the fixed file: {exc}")] + unfixed())
+
+
+def project_of(path: Path, data: bytes, job: Job, cache: Optional["Cache"]) -> ProjectModel:
+    """The summaries of the project files ``path`` imports, read from disk (the project: its settings'
+    project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
+    settings = job.settings
+    codes = {rule.code for rule in rules_for(settings, path)}
+    uses = ProjectModel.may_use(data, codes)
+    classes = ProjectModel.reads_classes(data, codes)
+    once = ProjectModel.counts_calls(data, codes)
+    if not uses and not classes and not once:
+        return ProjectModel.empty(path)
+    return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
+                                 steps=uses and not STEP_RULES.isdisjoint(codes),
+                                 loaders=uses and ProjectModel.follows_loaders(data, codes),
+                                 imported=uses and ProjectModel.trains(data), classes=classes, once=once)

@@ -31,7 +31,7 @@ from torchlint.engine import (SyntaxProblem, error_diagnostic, fix_source, lint_
 from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText, line_ending, notebook_too_large,
                                   read_regular, split_lines, too_large_message)
 from torchlint.rule import Diagnostic, Edit
-from torchlint.run.job import FileResult, Job, prepare_write, rules_for
+from torchlint.run.job import FileResult, Job, prepare_write, project_of, rules_for
 
 if TYPE_CHECKING:
     from torchlint.facts.project import ProjectModel
@@ -485,8 +485,6 @@ def process_notebook_data(data: bytes, shown: str, path: Path, job: Job,
         return FileResult(shown, [])
     # the project files the notebook's code imports (`import rl_utils`, whose loop trains the agent a cell
     # builds), read as for a .py file in the notebook's folder
-    from torchlint.run.runner import project_of
-
     project = (project_of(path, program.text.encode("utf-8", "surrogatepass"), job, cache) if project_files
                else None)
     key = ""

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Sequ
 from torchlint.run.discovery import display_path
 from torchlint.engine import error_diagnostic, fix_source, lint_source
 from torchlint.run.cache import Cache
-from torchlint.facts.project import STEP_RULES, ProjectModel
+from torchlint.facts.project import ProjectModel
 from torchlint.run.guard import call_with_deep_stack
-from torchlint.run.job import FileResult, Job, prepare_write, rules_for
+from torchlint.run.job import FileResult, Job, prepare_write, project_of, rules_for
 from torchlint.run.fileio import (
     NotWritten, SourceError, SourceText, decode_source, links_out_of, not_round_trip_message, read_regular,
     remove_stale_temp_files, write_back,
@@ -163,22 +163,6 @@ def _interrupts_deferred() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
         if caught:
             raise KeyboardInterrupt
-
-
-def project_of(path: Path, data: bytes, job: Job, cache: Optional[Cache]) -> ProjectModel:
-    """The summaries of the project files ``path`` imports, read from disk (the project: its settings'
-    project root, else their root); none for a file that cannot use them (``ProjectModel.may_use``)."""
-    settings = job.settings
-    codes = {rule.code for rule in rules_for(settings, path)}
-    uses = ProjectModel.may_use(data, codes)
-    classes = ProjectModel.reads_classes(data, codes)
-    once = ProjectModel.counts_calls(data, codes)
-    if not uses and not classes and not once:
-        return ProjectModel.empty(path)
-    return ProjectModel.for_file(path, data, settings.project_root or settings.root, cache, settings.max_file_size,
-                                 steps=uses and not STEP_RULES.isdisjoint(codes),
-                                 loaders=uses and ProjectModel.follows_loaders(data, codes),
-                                 imported=uses and ProjectModel.trains(data), classes=classes, once=once)
 
 
 def _cache_key(cache: Cache, data: bytes, path: Path, job: Job, project: ProjectModel) -> str:
