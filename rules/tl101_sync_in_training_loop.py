@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, List, Optional, Set,
 import libcst as cst
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name, names_spelled, source_order,
-    spells_name, target_names, walk,
+    COMPREHENSIONS, AstIndex, AstLoopInfo, AstScope, StatementLine, call_arguments, call_name, dotted_name,
+    names_spelled, source_order, spells_name, target_names, walk,
 )
 from torchlint.fix.comments import DROPS_COMMENT, loses_comment
 from torchlint.facts.arrays import numpy_source
@@ -1488,7 +1488,7 @@ def _comprehension_source(index: AstIndex, name: str, anchor: ast.AST) -> Option
     """What the comprehension around ``anchor`` that binds ``name`` walks, for that name: ``paths`` for ``p`` in
     ``for p in paths`` or ``for p, q in zip(paths, probs)``; None where no comprehension there binds it so."""
     for above in index.ancestors(anchor):
-        if type(above) not in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp):
+        if type(above) not in COMPREHENSIONS:
             if isinstance(above, ast.stmt):
                 return None
             continue

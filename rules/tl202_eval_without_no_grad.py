@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple, Un
 
 import libcst as cst
 
-from torchlint.facts.index import AstCallInfo, AstFunction, AstIndex, call_name, dotted_name, source_order, walk
+from torchlint.facts.index import (COMPREHENSIONS, AstCallInfo, AstFunction, AstIndex, call_name, dotted_name,
+                                   source_order, walk)
 from torchlint.facts.modules import module_subclasses, plain_instance
 from torchlint.facts.steps import ends_after_first_iteration, instance_classes
 from torchlint.config import Settings
@@ -38,7 +39,6 @@ _COMPUTES_GRAD_TEXT = re.compile(
     r"|\bhessian\b"
 )
 _GENERATOR_TEXT = re.compile(r"\byield\b")
-_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _BY_HAND_CALLS = 5  # a notebook's calls of an evaluation def, each on its own in a cell: a few runs
 _NO_GRAD_TEXT = re.compile(r"no_grad|inference_mode|set_grad_enabled\(\s*False")
 _AWAIT_TEXT = re.compile(r"\bawait\b")
@@ -391,11 +391,10 @@ class _Detector:
         calls = [info for info in index.calls_by_name.get(function.name, ()) if type(info.node.func) is ast.Name]
         if not 0 < len(calls) <= _BY_HAND_CALLS or len(calls) != len(index.calls_by_name[function.name]) \
                 or any(info.function is not None or info.loop is not None or any(
-                    type(above) in _COMPREHENSIONS for above in index.ancestors(info.node)) for info in calls):
+                    type(above) in COMPREHENSIONS for above in index.ancestors(info.node)) for info in calls):
             return False
         # and the name is used nowhere else (`map(predict, sentences)`, a table of functions)
-        uses = sum(1 for node in ast.walk(index.tree) if type(node) is ast.Name and node.id == function.name)
-        return uses == len(calls)
+        return len(index.names_named(function.name)) == len(calls)
 
     def _preceding_eval(self, loop: ast.For, function: Optional[AstFunction]) -> Optional[Set[str]]:
         """Receivers of ``X.eval()`` statements before the loop in its block; None if ``X.train()`` comes last.

@@ -1412,9 +1412,9 @@ _BLOCK_TYPES = frozenset(t for t in vars(ast).values()
                          if isinstance(t, type) and issubclass(t, ast.AST) and "body" in getattr(t, "_fields", ())
                          and t not in (ast.Lambda, ast.IfExp, ast.Expression, ast.Interactive))
 _TRY_TYPES = frozenset(t for t in (ast.Try, getattr(ast, "TryStar", None)) if t is not None)
-_COMPREHENSIONS = frozenset({ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp})
+COMPREHENSIONS = frozenset({ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp})  # (each its own scope)
 # Node types the walk records only for what CPython's compiler checks (``_Compilable.expression``).
-_COMPILER_CHECKED = _COMPREHENSIONS | frozenset(t for t in (
+_COMPILER_CHECKED = COMPREHENSIONS | frozenset(t for t in (
     ast.Return, ast.Yield, ast.YieldFrom, ast.Await, ast.NamedExpr, ast.Starred, ast.comprehension,
     getattr(ast, "Match", None)) if t is not None)
 # Every node type `_walk` has a branch for; it only visits the children of the others. Add the type here
@@ -1494,7 +1494,7 @@ class _Compilable:
         elif kind is ast.comprehension:
             if node.is_async:  # type: ignore[attr-defined]
                 self.suspect = True
-        elif kind in _COMPREHENSIONS:
+        elif kind in COMPREHENSIONS:
             return _IN_COMPREHENSION
         else:  # a match statement: its patterns' names
             self.suspect = True

@@ -37,8 +37,8 @@ from collections import deque
 from typing import Dict, List, Optional, Set, Tuple, Union
 
 from torchlint.facts.index import (
-    AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, import_origins, may_be_project,
-    module_function_returns, names_spelled, source_order, target_names, unpacked_from, walk,
+    COMPREHENSIONS, AstIndex, AstLoopInfo, AstScope, call_name, called_origin, dotted_name, import_origins,
+    may_be_project, module_function_returns, names_spelled, source_order, target_names, unpacked_from, walk,
 )
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
@@ -274,7 +274,7 @@ def _size(index: AstIndex, expr: ast.AST, scope: AstScope, depth: int) -> Option
         return None if any(type(e) is ast.Starred for e in expr.elts) else len(expr.elts)  # type: ignore[attr-defined]
     if kind is ast.Dict:
         return None if any(k is None for k in expr.keys) else len(expr.keys)  # type: ignore[attr-defined]
-    if kind in (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp):
+    if kind in COMPREHENSIONS:
         generators = expr.generators  # type: ignore[attr-defined]
         return _size(index, generators[0].iter, scope, depth + 1) if len(generators) == 1 else None
     if kind is ast.Name:
