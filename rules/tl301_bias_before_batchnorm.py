@@ -18,7 +18,7 @@ from torchlint.facts.modules import (
     LAYERS as _LAYERS, Before, Layer, in_file_classes, ClassAttributes, applied_next, applied_to_output_of, class_attributes, module_before, names_spelled,
     self_attribute,
 )
-from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule
+from torchlint.rule import Applicability, Fix, FixAvailability, IndexContext, Rewrite, Rule, line_reference
 
 if TYPE_CHECKING:
     from torchlint.fix.analysis import FileAnalysis
@@ -424,7 +424,7 @@ def _wrapper_match(index: AstIndex, producer: ast.Call, norm: Layer, norm_name: 
             return None  # off by default, or a default the rule cannot read
         if passed is not None and not is_literal(passed, True):
             return None  # `bias=False`, or a value the rule cannot read
-    at = f"{wraps['path']}:{wraps['line']}" if wraps["path"] else f"line {wraps['line']}"
+    at = f"{wraps['path']}:{wraps['line']}" if wraps["path"] else line_reference(wraps["line"])
     finding = _Finding(producer, dotted_name(producer.func) or "?", norm_name, passed)
     finding.inner, finding.inner_at = _short(wraps["layer"]), at
     if keyword is None:

@@ -7,7 +7,7 @@ from typing import Optional, Set
 
 from torchlint.facts.index import AstIndex, call_name, dotted_name, keyword_value, walk
 from torchlint.facts.compiled import COMPILE, Def, compiled_functions, dynamo_setting
-from torchlint.rule import IndexContext, Rule
+from torchlint.rule import IndexContext, Rule, line_reference
 
 _BREAK = "{what} in code that `torch.compile` compiles ({site}) is a graph break: {why}; {instead}"
 _SCALAR = ("the graph ends there and the rest runs as another graph, with the value copied to the host between "
@@ -203,7 +203,7 @@ def _site(index: AstIndex, site: ast.AST) -> str:
         statement = next(n for n in index.ancestors(site) if isinstance(n, ast.stmt))
         text = index.code_for_node(site, statement)
     text = " ".join(text.split())
-    return f"`{text if len(text) <= 60 else text[:57] + '...'}` at line {site.lineno}"  # type: ignore[attr-defined]
+    return f"`{text if len(text) <= 60 else text[:57] + '...'}` at {line_reference(site.lineno)}"  # type: ignore[attr-defined]
 
 
 def _conditional(index: AstIndex, node: ast.AST, function: Def) -> bool:

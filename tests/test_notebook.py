@@ -468,3 +468,31 @@ def test_a_notebook_follows_the_project_files_its_code_imports(project):
     assert shown() == ["train.ipynb:cell 1:3:14: TL401", "train.ipynb:cell 1:3:14: TL402"]
     write(project / "helpers.py", HELPERS.format(extra=", num_workers=4, pin_memory=True"))
     assert shown() == []
+
+
+STEP_CELLS = (
+    code(["import torch\n", "model = torch.nn.Linear(4, 2).cuda()\n",
+          "opt = torch.optim.Adam(model.parameters(), lr=1e-3)\n"]),
+    code(["history = []\n",
+          "def learn(x):\n",
+          "    loss = model(x).sum()\n",
+          "    opt.zero_grad()\n",
+          "    loss.backward()\n",
+          "    opt.step()\n",
+          "    history.append(loss.detach().cpu())\n"]),
+    code(["for step in range(1000):\n",
+          "    learn(torch.randn(8, 4, device='cuda'))\n"]),
+)
+
+
+def test_findings_left_after_a_fix_that_adds_lines_stay_at_their_cells_lines(project):
+    # TL702's fix adds a line to the first cell: what is left in later cells keeps its place, and a message
+    # naming another line of the program names it in cell coordinates
+    write(project / "train.ipynb", notebook(*STEP_CELLS))
+    before = [line for line in invoke("check", "train.ipynb").output.splitlines() if "TL101" in line]
+    assert len(before) == 1 and before[0].startswith("train.ipynb:cell 2:7:20: TL101 ")
+    assert "the training loop at cell 3, line 1 reaches it" in before[0]
+    fixed = invoke("fix", "--apply", "--unsafe-fixes", "train.ipynb")
+    assert "fixed 1 x TL702" in fixed.output
+    assert before[0] in fixed.output.splitlines()  # the finding left, as `check` gives it after the fix
+    assert [line for line in invoke("check", "train.ipynb").output.splitlines() if "TL" in line] == before

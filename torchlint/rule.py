@@ -129,6 +129,16 @@ class Edit:
     content: str
 
 
+def line_reference(line: int) -> str:
+    """A line of the checked text, as a message names it ("the training loop at line 12"). A notebook's
+    program is its cells joined, so its reporter turns each such reference into the cell's coordinates
+    (``LINE_REFERENCE``, ``torchlint.run.notebook``)."""
+    return f"line {line}"
+
+
+LINE_REFERENCE = re.compile(r"(?<![\w`])line (\d+)\b")
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """A located finding, ready for the reporters. Lines and columns are 1-based."""

@@ -43,6 +43,7 @@ from torchlint.facts.index import (
 from torchlint.facts.evaluation import eval_receiver
 from torchlint.facts.guards import is_logging_guard
 from torchlint.facts.loaders import handed_summary
+from torchlint.rule import line_reference
 
 _FEW = 10  # `if i < 10:` runs at most this many times: a warm-up print, not a per-step cost
 # the decorators of a def that leave it a plain function called where it is called (``runs_once``)
@@ -408,7 +409,7 @@ def step_place(loop: Union[AstLoopInfo, ForeignStep, FrameworkStep]) -> str:
         return "Lightning's `Trainer.fit()`"
     if type(loop) is ForeignStep:
         return f"{loop.path}:{loop.line}"  # type: ignore[union-attr]
-    return f"line {loop.node.lineno}"  # type: ignore[union-attr]
+    return line_reference(loop.node.lineno)  # type: ignore[union-attr]
 
 
 class StepFacts:

@@ -30,7 +30,7 @@ from torchlint.engine import (SyntaxProblem, error_diagnostic, fix_source, lint_
                               syntax_problem)
 from torchlint.run.fileio import (NOTEBOOK_READ_FACTOR, SourceError, SourceText, line_ending, notebook_too_large,
                                   read_regular, split_lines, too_large_message)
-from torchlint.rule import Diagnostic, Edit
+from torchlint.rule import LINE_REFERENCE, Diagnostic, Edit
 from torchlint.run.job import FileResult, Job, prepare_write, project_of, rules_for
 
 if TYPE_CHECKING:
@@ -211,14 +211,35 @@ class NotebookProgram:
                   for cell, problem in self.set_aside.items()]
         return sorted(errors + [self.to_cells(d) for d in diagnostics], key=lambda d: d.sort_key)
 
+    def after_fix(self, fixed: str) -> "NotebookProgram":
+        """This program with the text ``fixed``, whose lines a fix has moved: its findings are placed in the
+        cells ``cell_sources`` writes (what a fix put above the first marker opens the first cell)."""
+        line_map: List[Tuple[int, int]] = [(0, 0)]
+        number, line_number, preamble, marked = self.cells[0] if self.cells else 1, 0, 0, False
+        for line in split_lines(fixed):
+            marker = _MARKER_LINE.match(line.rstrip("\r\n"))
+            if marker:
+                number, line_number = int(marker.group(1)), 0 if marked else preamble
+                marked = True
+                line_map.append((number, 0))
+                continue
+            line_number += 1
+            preamble = preamble if marked else line_number
+            line_map.append((number, line_number))
+        return replace(self, text=fixed, line_map=line_map)
+
+    def _cell_reference(self, match: "re.Match[str]") -> str:
+        cell, line, _ = self.locate(int(match.group(1)), 1)
+        return f"cell {cell}, line {line}"
+
     def to_cells(self, d: Diagnostic) -> Diagnostic:
         cell, line, column = self.locate(d.line, d.column)
         end_cell, end_line, end_column = self.locate(d.end_line, d.end_column)
         if end_cell != cell:
             end_line, end_column = line, column
         edits = tuple(self._edit(e, cell) for e in d.edits)
-        return replace(d, cell=cell, line=line, column=column, end_line=end_line, end_column=end_column,
-                       edits=() if None in edits else edits)
+        return replace(d, message=LINE_REFERENCE.sub(self._cell_reference, d.message), cell=cell, line=line,
+                       column=column, end_line=end_line, end_column=end_column, edits=() if None in edits else edits)
 
     def _edit(self, edit: Edit, cell: int) -> Optional[Edit]:
         start_cell, line, column = self.locate(edit.line, edit.column)
@@ -520,18 +541,18 @@ def _fix(shown: str, program: NotebookProgram, rules, job: Job, project: Optiona
         return NotebookResult(shown, program.in_cells(shown, []))
     outcome = fix_source(program.text, shown, rules, job.settings, unsafe=job.unsafe, top_level_await=True,
                          project=project)
-    remaining = program.in_cells(shown, outcome.errors + outcome.remaining)
-    result = NotebookResult(shown, remaining, outcome.applied)
     if outcome.source == program.text:
-        return result
+        return NotebookResult(shown, program.in_cells(shown, outcome.errors + outcome.remaining), outcome.applied)
     sources = program.cell_sources(outcome.source)
     rewritten = program.rewritten(outcome.source)
-    if sources is None or rewritten is None:
+    if sources is None or rewritten is None:  # nothing is written: the findings are the notebook's own
         why = "its cells could not be told apart after fixing" if sources is None else (
             "its JSON could not be rewritten faithfully")
-        result.diagnostics.insert(0, error_diagnostic(shown, f"fixes not applied to this notebook: {why}"))
-        result.applied.clear()
-        return result
+        return NotebookResult(shown, [error_diagnostic(shown, f"fixes not applied to this notebook: {why}")]
+                              + program.check(shown, rules, job, project))
+    # what is left is found in the fixed text, whose lines the fixes may have moved
+    fixed = program.after_fix(outcome.source)
+    result = NotebookResult(shown, fixed.in_cells(shown, outcome.errors + outcome.remaining), outcome.applied)
     result.original, result.fixed = program.raw, rewritten
     for number, text in sources.items():
         before = cell_source(program.notebook["cells"][number - 1])
